@@ -1,0 +1,49 @@
+// Package engine is slidelimit's public entry point: a sharded, lock-free, in-process rate limiter
+// over very many keys.
+//
+// New takes a policy (policy.SlidingCounter is the primary one) and returns a *Limiter whose
+// methods are all safe for concurrent use by any number of goroutines. A decision for a key that
+// is already tracked takes no lock and allocates nothing: hash the key, pick a shard, probe its
+// table, load the key's packed cell, run the policy's pure step, and compare-and-swap the new
+// state (recomputing on conflict). Time comes from a coarse clock, never from time.Now per call.
+package engine
+
+import (
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// Allow reports whether one unit for key is admitted now, counting it if so.
+func (l *Limiter) Allow(key string) bool { return l.take(l.hashString(key), 1).Allowed }
+
+// AllowN reports whether n units for key are admitted now, counting them if so.
+func (l *Limiter) AllowN(key string, n int64) bool { return l.take(l.hashString(key), n).Allowed }
+
+// Take decides n units for key now and returns the full Decision. An admitted request is counted;
+// a refused one consumes nothing. n = 0 is a query that is always admitted; a negative n is refused
+// with ReasonNegativeCost.
+func (l *Limiter) Take(key string, n int64) Decision { return l.take(l.hashString(key), n) }
+
+// Peek reports what a unit request for key would get now, consuming nothing and creating no key.
+func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
+
+// AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
+// are remixed under the limiter's seed, so small integers still spread over the shards; distinct
+// integers never share a counter. Integer and string keys live in one key space.
+func (l *Limiter) AllowKey(k uint64, n int64) bool { return l.take(l.hashKey(k), n).Allowed }
+
+// TakeKey is Take for an integer key.
+func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.take(l.hashKey(k), n) }
+
+// PeekKey is Peek for an integer key.
+func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }
+
+// Inspect reports the policy's probe values for key at the limiter's current time (the estimate
+// for the sliding counter; see policy.Probe), and whether the key is tracked. An untracked key
+// reports a new key's values. It consumes nothing and creates nothing.
+func (l *Limiter) Inspect(key string) (policy.Probe, bool) { return l.inspect(l.hashString(key)) }
+
+// InspectKey is Inspect for an integer key.
+func (l *Limiter) InspectKey(k uint64) (policy.Probe, bool) { return l.inspect(l.hashKey(k)) }
+
+// Policy returns the policy the limiter was built with.
+func (l *Limiter) Policy() policy.Policy { return l.pol }

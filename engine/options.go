@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+)
+
+// Option configures a Limiter at construction.
+type Option func(*config) error
+
+// AtCap says what a limiter at its key cap does with a request for a new key.
+type AtCap uint8
+
+const (
+	// RefuseNewKeys refuses requests for keys not yet tracked (Decision.Reason = ReasonKeyCap),
+	// after first reclaiming dead keys. Existing keys are decided as usual. The default.
+	RefuseNewKeys AtCap = iota
+	// EvictStalest makes room by evicting the least recently touched live key that is below its
+	// limit, so that an abuser cannot reset himself by flooding new keys.
+	EvictStalest
+)
+
+type config struct {
+	clock         *clock.Clock
+	shards        int
+	seed          uint64
+	seeded        bool
+	eviction      bool
+	sweepInterval time.Duration
+	maxKeys       int
+	atCap         AtCap
+}
+
+// DefaultShards is the number of shards when WithShards is not given.
+const DefaultShards = 256
+
+// DefaultMaxKeys is the key cap when WithMaxKeys is not given (2^26, about 67M keys).
+const DefaultMaxKeys = 1 << 26
+
+func defaultConfig() config {
+	return config{shards: DefaultShards, eviction: true, sweepInterval: 100 * time.Millisecond, maxKeys: DefaultMaxKeys}
+}
+
+// WithClock makes the limiter read time from c instead of the shared coarse clock. The limiter
+// does not stop c on Close; its owner does. Use clock.NewManual for tests and simulations.
+func WithClock(c *clock.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return fmt.Errorf("engine: WithClock(nil)")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// WithShards sets the number of shards, a power of two from 1 to 65536. More shards mean less
+// contention on inserts and smaller tables to resize; lookups of existing keys never lock.
+func WithShards(n int) Option {
+	return func(cfg *config) error {
+		if n < 1 || n > 1<<16 || n&(n-1) != 0 {
+			return fmt.Errorf("engine: WithShards(%d): shards must be a power of two in [1, 65536]", n)
+		}
+		cfg.shards = n
+		return nil
+	}
+}
+
+// WithSeed makes key hashing deterministic: xxhash of the key mixed with seed, the same in every
+// process. The default hashes with hash/maphash under a random per-process seed, which an
+// attacker cannot aim at one shard or one counter; use WithSeed only where reproducibility
+// matters more than that (tests, simulations).
+func WithSeed(seed uint64) Option {
+	return func(cfg *config) error {
+		cfg.seed, cfg.seeded = seed, true
+		return nil
+	}
+}
+
+// WithEviction switches the background sweeper that removes dead keys (keys whose state is
+// identical to a new key's) on or off; it is on by default. With eviction off, keys are never
+// forgotten and Len counts every key ever seen, as the registry's stateSize does.
+func WithEviction(on bool) Option {
+	return func(cfg *config) error {
+		cfg.eviction = on
+		return nil
+	}
+}
+
+// WithSweepInterval sets how often the sweeper takes one bounded step over the shards (default
+// 100ms). It visits every key at least once per second in any case.
+func WithSweepInterval(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("engine: WithSweepInterval(%v): must be at least 1ms", d)
+		}
+		cfg.sweepInterval = d
+		return nil
+	}
+}
+
+// WithMaxKeys caps the number of live keys (default DefaultMaxKeys); at the cap the limiter first
+// reclaims dead keys, then applies the WithAtCap choice (RefuseNewKeys by default). n must be at
+// least 1. Under concurrent inserts the count may exceed n by at most the number of shards.
+func WithMaxKeys(n int) Option {
+	return func(cfg *config) error {
+		if n < 1 {
+			return fmt.Errorf("engine: WithMaxKeys(%d): must be at least 1", n)
+		}
+		cfg.maxKeys = n
+		return nil
+	}
+}
+
+// WithAtCap chooses what a limiter at its key cap does with a new key (default RefuseNewKeys).
+func WithAtCap(a AtCap) Option {
+	return func(cfg *config) error {
+		if a > EvictStalest {
+			return fmt.Errorf("engine: WithAtCap(%d): unknown choice", a)
+		}
+		cfg.atCap = a
+		return nil
+	}
+}

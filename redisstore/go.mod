@@ -1,0 +1,7 @@
+module github.com/slidelimit/slidelimit/redisstore
+
+go 1.26.0
+
+require github.com/slidelimit/slidelimit v0.0.0
+
+replace github.com/slidelimit/slidelimit => ..
