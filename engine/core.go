@@ -1,24 +1,336 @@
 package engine
 
-import "github.com/slidelimit/slidelimit/policy"
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	satomic "sync/atomic"
+	"time"
 
-// Limiter is a rate limiter over many keys. All methods are safe for concurrent use.
-// A Limiter must not be copied.
+	"github.com/cespare/xxhash/v2"
+	"github.com/slidelimit/slidelimit/atomic"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/evict"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/shard"
+	"golang.org/x/sys/cpu"
+)
+
+// Limiter is a rate limiter over many keys for one policy. All methods are safe for concurrent use
+// by any number of goroutines. A Limiter must not be copied.
 type Limiter struct {
-	pol policy.Policy
+	shards []shard.Shard
+	shift  uint // a hash's top bits choose its shard: h >> shift
+	cfg    shard.Config
+	codec  atomic.Codec
+	clk    *clock.Clock
+
+	hashSeed maphash.Seed
+	seeded   bool    // WithSeed: xxhash, deterministic
+	mix      [3]uint64
+
+	pol     policy.Policy
+	limit   int64
+	maxKeys int64
+	atCap   AtCap
+
+	ownsClock bool
+	sweeper   *evict.Sweeper
+	closeOnce sync.Once
+
+	_            cpu.CacheLinePad
+	closed       satomic.Bool
+	_            cpu.CacheLinePad
+	keys         satomic.Int64 // live keys; written on inserts and evictions only
+	refusedAtCap satomic.Int64
+	_            cpu.CacheLinePad
 }
 
-// New returns a limiter for policy p. (Implementation in progress.)
-func New(p policy.Policy, opts ...Option) (*Limiter, error) { panic("engine: in progress") }
+// New returns a limiter for policy p, or an error naming the field and value of an invalid
+// policy or option. Unless WithEviction(false) is given it starts a background sweeper, and
+// unless WithClock is given it shares the process's coarse clock; Close stops both.
+func New(p policy.Policy, opts ...Option) (*Limiter, error) {
+	if p == nil {
+		return nil, errors.New("engine: New: nil policy")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("engine: New: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	codec, limit, period, err := codecFor(p)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		shards:  make([]shard.Shard, cfg.shards),
+		shift:   uint(64 - bits.TrailingZeros(uint(cfg.shards))),
+		codec:   codec,
+		pol:     p,
+		limit:   limit,
+		maxKeys: int64(cfg.maxKeys),
+		atCap:   cfg.atCap,
+		clk:     cfg.clock,
+	}
+	if l.clk == nil {
+		l.clk, l.ownsClock = clock.Acquire(), true
+	}
+	l.initHash(cfg)
+	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys}
+	now := l.clk.Now()
+	for i := range l.shards {
+		l.shards[i].Init(&l.cfg, now)
+	}
+	if cfg.eviction {
+		l.sweeper = evict.Start(l.shards, &l.cfg, l.clk, cfg.sweepInterval, period)
+	} else {
+		l.sweeper = evict.New(l.shards, &l.cfg, l.clk)
+	}
+	return l, nil
+}
 
-func (l *Limiter) hashString(key string) uint64          { panic("engine: in progress") }
-func (l *Limiter) hashKey(k uint64) uint64               { panic("engine: in progress") }
-func (l *Limiter) take(h uint64, n int64) Decision       { panic("engine: in progress") }
-func (l *Limiter) peek(h uint64) Decision                { panic("engine: in progress") }
-func (l *Limiter) inspect(h uint64) (policy.Probe, bool) { panic("engine: in progress") }
+// codecFor picks the packed cell for a policy, the limit reported in refusals made before any
+// lookup, and how often the sweeper should visit every key.
+func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
+	switch p := p.(type) {
+	case policy.SlidingCounter:
+		return atomic.NewSlidingCounter(p), p.Limit, sweepPeriod(p.Window), nil
+	}
+	return nil, 0, 0, fmt.Errorf("engine: New: policy %q is not supported", p.ID())
+}
 
-// Len returns the number of keys tracked.
-func (l *Limiter) Len() int { panic("engine: in progress") }
+// sweepPeriod visits every key about once per window (a key is dead two windows after its last
+// request, so it is gone within three), but not more often than once a second nor less than once
+// a minute.
+func sweepPeriod(window time.Duration) time.Duration {
+	return min(max(window, time.Second), time.Minute)
+}
 
-// Close stops the limiter's goroutines.
-func (l *Limiter) Close() error { panic("engine: in progress") }
+func (l *Limiter) initHash(cfg config) {
+	var seed [24]byte
+	if cfg.seeded {
+		x := cfg.seed
+		for i := range 3 {
+			x += 0x9e3779b97f4a7c15
+			binary.LittleEndian.PutUint64(seed[8*i:], fmix(x))
+		}
+	} else {
+		_, _ = rand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
+	}
+	for i := range l.mix {
+		l.mix[i] = binary.LittleEndian.Uint64(seed[8*i:])
+	}
+	l.hashSeed = maphash.MakeSeed()
+	l.seeded = cfg.seeded
+}
+
+// fmix is MurmurHash3's 64-bit finaliser: a bijection with full avalanche.
+func fmix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// nonzero keeps hash 0 free to mark empty slots; the one hash it merges with 1 is a collision like
+// any other 64-bit one.
+func nonzero(h uint64) uint64 {
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+func (l *Limiter) hashString(key string) uint64 {
+	if l.seeded {
+		return nonzero(fmix(xxhash.Sum64String(key) ^ l.mix[0]))
+	}
+	return nonzero(maphash.String(l.hashSeed, key))
+}
+
+// hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential
+// integers spread over the shards and an outsider cannot pick integers that crowd one shard.
+func (l *Limiter) hashKey(k uint64) uint64 {
+	return nonzero(fmix(fmix(k^l.mix[1])^l.mix[2]))
+}
+
+func (l *Limiter) refuse(r Reason) Decision { return Decision{Limit: l.limit, Reason: r} }
+
+func (l *Limiter) decision(r policy.Result, cost int64) Decision {
+	d := Decision{
+		Allowed:    r.Allowed,
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond,
+		ResetAt:    time.UnixMilli(r.ResetAtMs),
+	}
+	if !r.Allowed {
+		d.Reason = ReasonLimited
+		if cost > r.Limit {
+			d.Reason = ReasonCostAboveLimit
+		}
+	}
+	return d
+}
+
+// shardOf returns h's shard, first sweeping it if its horizon has passed (see atomic.Codec.Horizon).
+func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
+	sh := &l.shards[h>>l.shift]
+	if sh.Due(now) {
+		sh.SweepAll(&l.cfg, now)
+	}
+	return sh
+}
+
+func (l *Limiter) take(h uint64, n int64) Decision {
+	if n < 0 {
+		return l.refuse(ReasonNegativeCost)
+	}
+	if l.closed.Load() {
+		return l.refuse(ReasonClosed)
+	}
+	now := l.clk.Now()
+	sh := l.shardOf(h, now)
+	for {
+		if c := sh.Table().Find(h); c != nil {
+			r, st := l.codec.Take(c, now, n)
+			if st == atomic.OK {
+				return l.decision(r, n)
+			}
+			if st == atomic.IsMoved {
+				sh.Wait()
+				continue
+			}
+		}
+		// Not tracked, or evicted since: insert or revive under the shard lock.
+		c, reason := l.acquire(sh, h, now)
+		if c == nil {
+			return l.refuse(reason)
+		}
+		r, st := l.codec.Take(c, now, n)
+		if st == atomic.OK {
+			return l.decision(r, n)
+		}
+		if st == atomic.IsMoved {
+			sh.Wait()
+		}
+	}
+}
+
+// acquire inserts h (or revives its evicted cell), applying the key cap.
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, Reason) {
+	if l.keys.Load() >= l.maxKeys && !l.makeRoom(sh, now) {
+		if c := sh.Table().Find(h); c != nil {
+			if w0, _ := atomic.Load(c, l.codec.Words()); w0&atomic.Flags == 0 {
+				return c, ReasonOK // inserted by a racing request: not a new key after all
+			}
+		}
+		l.refusedAtCap.Add(1)
+		return nil, ReasonKeyCap
+	}
+	c, _ := sh.Acquire(&l.cfg, h, now)
+	return c, ReasonOK
+}
+
+// capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.
+const capReclaimBudget = 64
+
+// makeRoom tries to get below the key cap: reclaim dead keys near the shard's cursor, then, if so
+// configured, evict the stalest evictable key of a sample.
+func (l *Limiter) makeRoom(sh *shard.Shard, now int64) bool {
+	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
+		return true
+	}
+	if l.atCap == EvictStalest {
+		return sh.EvictStalest(&l.cfg, now, capReclaimBudget)
+	}
+	return false
+}
+
+func (l *Limiter) peek(h uint64) Decision {
+	if l.closed.Load() {
+		return l.refuse(ReasonClosed)
+	}
+	r, _, _ := l.look(h)
+	return l.decision(r, 1)
+}
+
+func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
+	_, pr, tracked := l.look(h)
+	return pr, tracked
+}
+
+// look reads h's state at the current time, writing nothing.
+func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
+	now := l.clk.Now()
+	sh := l.shardOf(h, now)
+	for {
+		c := sh.Table().Find(h)
+		if c == nil {
+			r, pr := l.codec.PeekFresh(now)
+			return r, pr, false
+		}
+		r, pr, st := l.codec.Peek(c, now)
+		switch st {
+		case atomic.OK:
+			return r, pr, true
+		case atomic.IsDead:
+			r, pr := l.codec.PeekFresh(now)
+			return r, pr, false
+		}
+		sh.Wait()
+	}
+}
+
+// Len returns the number of keys tracked: live keys with eviction on, every key ever seen with
+// eviction off. It is one atomic load, and may lag concurrent inserts and evictions.
+func (l *Limiter) Len() int { return int(l.keys.Load()) }
+
+// Stats is a snapshot of a limiter's bookkeeping, filled by (*Limiter).Stats.
+type Stats struct {
+	Keys         int64  // live keys (Len)
+	Evicted      int64  // keys removed by the background sweeper since New
+	RefusedAtCap int64  // requests refused because the key cap was reached
+	Shards       int    // number of shards
+	TableBytes   uint64 // memory held by the shards' tables
+}
+
+// Stats fills s without allocating. It reads every shard's table pointer without locking, so under
+// concurrent inserts the figures are a close snapshot, not an exact one.
+func (l *Limiter) Stats(s *Stats) {
+	s.Keys = l.keys.Load()
+	s.Evicted = l.sweeper.Evicted()
+	s.RefusedAtCap = l.refusedAtCap.Load()
+	s.Shards = len(l.shards)
+	s.TableBytes = 0
+	for i := range l.shards {
+		s.TableBytes += l.shards[i].Table().Bytes()
+	}
+}
+
+// Close stops the limiter's background sweeper and releases the shared coarse clock (stopping its
+// goroutine if no other limiter holds it). Later calls are refused with ReasonClosed. Close is
+// idempotent and always returns nil.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		l.sweeper.Stop()
+		if l.ownsClock {
+			clock.Release(l.clk)
+		}
+	})
+	return nil
+}

@@ -1,124 +1,25 @@
 package policy
 
-import (
-	"fmt"
-	"time"
-)
+// This file holds what the six policies other than the sliding counter share. Each policy lives
+// in its own file (sliding_log.go, fixed_window.go, token_bucket.go, gcra.go, leaky_bucket.go,
+// dual_bucket.go) with the same shape as sliding_counter.go:
+//
+//	Fresh(now) State                      a new key's state at now
+//	Take(s *State, now, cost) Result      bring s to now, decide, apply when admitted
+//	Peek(s State, now) (Result, Probe)    what a unit request would get; changes nothing
+//	Dead(s State, now) bool               s is indistinguishable from Fresh(t) at every t >= now
+//
+// Common preconditions, which the engine guarantees: now >= 0 (Unix milliseconds), cost >= 0,
+// and s came from Fresh or Take of the same policy value. Time may run backwards by a little
+// between calls (racing goroutines read the clock at slightly different moments): every policy
+// then decides as if now were the state's own latest time or stricter, never more leniently.
+//
+// The bucket policies keep whole units plus a credit, the fraction of the next unit in
+// thousandths (per-second rates) or sixty-thousandths (per-minute rates), so that refills carry
+// every remainder forward: a bucket refilled in many small steps holds exactly what one refill
+// over the whole span gives. That is what makes a refill on a refused request, or on a probe,
+// invisible to every later decision.
 
-// SlidingLog is the exact sliding log: up to Limit timestamps per key, admitting while fewer than
-// Limit requests fall in the trailing window (now - Window, now]. For "no more than N in any W"
-// promises with small limits (at most MaxLogLimit).
-type SlidingLog struct {
-	Limit  int64
-	Window time.Duration
-}
-
-// MaxLogLimit is the largest limit SlidingLog accepts: its state grows with the limit.
-const MaxLogLimit = 10_000
-
-// FixedWindow counts requests per epoch-aligned window and starts again at each edge.
-type FixedWindow struct {
-	Limit  int64
-	Window time.Duration
-}
-
-// TokenBucket holds up to Burst tokens, refilled at Rate tokens per second; a request of cost n
-// takes n tokens.
-type TokenBucket struct {
-	Rate  int64 // tokens per second
-	Burst int64
-}
-
-// GCRA is the generic cell rate algorithm: the token bucket's decisions from one integer per key
-// (the theoretical arrival time).
-type GCRA struct {
-	Rate  int64 // permits per second
-	Burst int64
-}
-
-// LeakyBucket admits while the bucket, draining at Rate units per second, has room for the cost
-// below Capacity.
-type LeakyBucket struct {
-	Rate     int64 // units drained per second
-	Capacity int64
-}
-
-// DualBucket is two token buckets sharing one clock: one request per call out of RequestsPerMin,
-// and cost tokens out of TokensPerMin (for example, API calls and model tokens per minute).
-type DualBucket struct {
-	RequestsPerMin int64
-	TokensPerMin   int64
-}
-
-// ID returns "sliding-log".
-func (SlidingLog) ID() string { return "sliding-log" }
-
-// ID returns "fixed-window".
-func (FixedWindow) ID() string { return "fixed-window" }
-
-// ID returns "token-bucket".
-func (TokenBucket) ID() string { return "token-bucket" }
-
-// ID returns "gcra".
-func (GCRA) ID() string { return "gcra" }
-
-// ID returns "leaky-bucket".
-func (LeakyBucket) ID() string { return "leaky-bucket" }
-
-// ID returns "dual-bucket".
-func (DualBucket) ID() string { return "dual-bucket" }
-
-func (SlidingLog) sealed()  {}
-func (FixedWindow) sealed() {}
-func (TokenBucket) sealed() {}
-func (GCRA) sealed()        {}
-func (LeakyBucket) sealed() {}
-func (DualBucket) sealed()  {}
-
-// Validate checks Limit (1 … MaxLogLimit) and Window.
-func (p SlidingLog) Validate() error {
-	if p.Limit < 1 || p.Limit > MaxLogLimit {
-		return fmt.Errorf("policy: SlidingLog.Limit = %d out of range [1, %d]", p.Limit, MaxLogLimit)
-	}
-	return checkWindow("SlidingLog.Window", p.Window)
-}
-
-// Validate checks Limit and Window.
-func (p FixedWindow) Validate() error {
-	if err := checkLimit("FixedWindow.Limit", p.Limit); err != nil {
-		return err
-	}
-	return checkWindow("FixedWindow.Window", p.Window)
-}
-
-// Validate checks Rate and Burst.
-func (p TokenBucket) Validate() error {
-	if err := checkLimit("TokenBucket.Rate", p.Rate); err != nil {
-		return err
-	}
-	return checkLimit("TokenBucket.Burst", p.Burst)
-}
-
-// Validate checks Rate and Burst.
-func (p GCRA) Validate() error {
-	if err := checkLimit("GCRA.Rate", p.Rate); err != nil {
-		return err
-	}
-	return checkLimit("GCRA.Burst", p.Burst)
-}
-
-// Validate checks Rate and Capacity.
-func (p LeakyBucket) Validate() error {
-	if err := checkLimit("LeakyBucket.Rate", p.Rate); err != nil {
-		return err
-	}
-	return checkLimit("LeakyBucket.Capacity", p.Capacity)
-}
-
-// Validate checks RequestsPerMin and TokensPerMin.
-func (p DualBucket) Validate() error {
-	if err := checkLimit("DualBucket.RequestsPerMin", p.RequestsPerMin); err != nil {
-		return err
-	}
-	return checkLimit("DualBucket.TokensPerMin", p.TokensPerMin)
-}
+// divCeil returns ceil(a / b) for a >= 0 and b > 0, POLICIES.md's ceilDiv. At every call site
+// a + b - 1 stays far below 2^63 (the bounds are stated where it is called).
+func divCeil(a, b int64) int64 { return (a + b - 1) / b }

@@ -1,0 +1,32 @@
+package atomic
+
+import "github.com/slidelimit/slidelimit/policy"
+
+// Codec packs one policy's per-key state into a cell and runs the policy's pure step on it inside
+// a compare-and-swap loop. A Codec is immutable after construction and safe for concurrent use;
+// every method that takes a cell may race with any other on the same cell.
+type Codec interface {
+	// Words returns the cell width in 64-bit words: 1, or 2 for a 16-byte cell.
+	Words() int
+	// Fresh returns a new key's state at now.
+	Fresh(now int64) (w0, w1 uint64)
+	// Take decides a request of cost (>= 0) at now and counts it when admitted. A refused request
+	// writes nothing. Status is not OK, and nothing is decided, when the cell is not live.
+	Take(c *uint64, now, cost int64) (policy.Result, Status)
+	// Peek reports what a unit request would get at now, and the probe values, writing nothing.
+	Peek(c *uint64, now int64) (policy.Result, policy.Probe, Status)
+	// PeekFresh is Peek for a key that is not tracked.
+	PeekFresh(now int64) (policy.Result, policy.Probe)
+	// Dead reports whether the state (w0, w1) is, at now, indistinguishable from a new key's, so
+	// that forgetting it cannot change any decision.
+	Dead(w0, w1 uint64, now int64) bool
+	// Normalize re-encodes a dead state as a new key's state at now, for limiters that keep every
+	// key; changed is false when the state is already in that form.
+	Normalize(w0, w1 uint64, now int64) (n0, n1 uint64, changed bool)
+	// Horizon returns, in ms, how long a state may go unvisited by a sweep before its encoding
+	// could become ambiguous (math.MaxInt64 when it never can).
+	Horizon() int64
+	// Stale reports how long ago (ms) the state was last renewed, and whether it may be evicted to
+	// make room at the key cap: never a key at or over its limit.
+	Stale(w0, w1 uint64, now int64) (ageMs int64, evictable bool)
+}

@@ -1,0 +1,196 @@
+package atomic
+
+import (
+	"math"
+	"math/bits"
+	satomic "sync/atomic"
+
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// NewSlidingCounter returns the codec for p (which must be valid): a one-word cell when the
+// counts are small enough to leave room for the window, otherwise a two-word cell.
+//
+// One-word layout, with b = bits.Len(Limit) bits per count (b <= 21, so Limit < 2^21) and
+// k = 62 - 2b >= 20 bits of window index:
+//
+//	63   62   61 ........ 2b   2b-1 ..... b   b-1 ..... 0
+//	Dead Moved  window index     previous       current
+//	            mod 2^k
+//
+// The window index is stored modulo 2^k. A reader decodes it as the one nearest to its own
+// window: d = (now's index - stored) mod 2^k counts the windows since the state was written
+// (or, above 2^(k-1), how far a racing writer's clock ran ahead). That is unambiguous as long as
+// no state with a non-zero count goes unvisited for 2^(k-1) windows, which the shard's sweeps
+// guarantee: each full sweep re-encodes or evicts every dead state, and a decision that finds its
+// shard's sweep overdue (Horizon) sweeps the shard itself before deciding. A state whose counts
+// are both zero is a new key's whatever its window bits say, so it decodes as fresh.
+//
+// Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
+// time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
+// wraps, so the horizon is unbounded.
+func NewSlidingCounter(p policy.SlidingCounter) Codec {
+	w := p.WindowMs()
+	b := uint(bits.Len64(uint64(p.Limit)))
+	if b <= 21 {
+		k := 62 - 2*b
+		c := &slidingCounterWord{p: p, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1}
+		c.horizon = math.MaxInt64
+		if k-1+uint(bits.Len64(uint64(w))) < 62 {
+			c.horizon = (int64(1)<<(k-1) - 4) * w
+		}
+		return c
+	}
+	return &slidingCounterPair{p: p, w: w}
+}
+
+type slidingCounterWord struct {
+	p       policy.SlidingCounter
+	w       int64
+	b, k    uint
+	cmask   uint64
+	kmask   uint64
+	horizon int64
+}
+
+func (c *slidingCounterWord) Words() int     { return 1 }
+func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
+
+func (c *slidingCounterWord) decode(word uint64, now int64) policy.SlidingCounterState {
+	counts := word & (1<<(2*c.b) - 1)
+	if counts == 0 {
+		return c.p.Fresh(now)
+	}
+	n := now / c.w
+	d := (uint64(n) - word>>(2*c.b)) & c.kmask
+	back := int64(d)
+	if d > c.kmask>>1 {
+		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
+	}
+	return policy.SlidingCounterState{
+		Window:   (n - back) * c.w,
+		Previous: int64(counts >> c.b),
+		Current:  int64(counts & c.cmask),
+	}
+}
+
+func (c *slidingCounterWord) encode(s policy.SlidingCounterState) uint64 {
+	return (uint64(s.Window/c.w)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
+}
+
+func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)), 0 }
+
+func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return policy.Result{}, statusOf(word)
+		}
+		s := c.decode(word, now)
+		r := c.p.Take(&s, now, cost)
+		if !r.Allowed || cost == 0 {
+			return r, OK // nothing to count; the roll alone is invisible to every decision
+		}
+		if satomic.CompareAndSwapUint64(cell, word, c.encode(s)) {
+			return r, OK
+		}
+	}
+}
+
+func (c *slidingCounterWord) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
+	word := satomic.LoadUint64(cell)
+	if word&Flags != 0 {
+		return policy.Result{}, policy.Probe{}, statusOf(word)
+	}
+	r, pr := c.p.Peek(c.decode(word, now), now)
+	return r, pr, OK
+}
+
+func (c *slidingCounterWord) PeekFresh(now int64) (policy.Result, policy.Probe) {
+	return c.p.Peek(c.p.Fresh(now), now)
+}
+
+func (c *slidingCounterWord) Dead(w0, _ uint64, now int64) bool {
+	return c.p.Dead(c.decode(w0, now), now)
+}
+
+func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
+	if w0&(1<<(2*c.b)-1) == 0 {
+		return w0, 0, false
+	}
+	f, _ := c.Fresh(now)
+	return f, 0, true
+}
+
+func (c *slidingCounterWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+	s := c.decode(w0, now)
+	_, pr := c.p.Peek(s, now)
+	return now - s.Window, pr.Estimate < c.p.Limit
+}
+
+type slidingCounterPair struct {
+	p policy.SlidingCounter
+	w int64
+}
+
+func (c *slidingCounterPair) Words() int     { return 2 }
+func (c *slidingCounterPair) Horizon() int64 { return math.MaxInt64 }
+
+func (c *slidingCounterPair) decode(w0, w1 uint64, now int64) policy.SlidingCounterState {
+	if w1 == 0 {
+		return c.p.Fresh(now)
+	}
+	return policy.SlidingCounterState{Window: int64(w0) * c.w, Previous: int64(w1 >> 32), Current: int64(w1 & math.MaxUint32)}
+}
+
+func (c *slidingCounterPair) encode(s policy.SlidingCounterState) (uint64, uint64) {
+	return uint64(s.Window / c.w), uint64(s.Previous)<<32 | uint64(s.Current)
+}
+
+func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
+
+func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+	p := pair(cell)
+	for {
+		w0, w1 := load128(p)
+		if w0&Flags != 0 {
+			return policy.Result{}, statusOf(w0)
+		}
+		s := c.decode(w0, w1, now)
+		r := c.p.Take(&s, now, cost)
+		if !r.Allowed || cost == 0 {
+			return r, OK
+		}
+		n0, n1 := c.encode(s)
+		if cas128(p, w0, w1, n0, n1) {
+			return r, OK
+		}
+	}
+}
+
+func (c *slidingCounterPair) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
+	w0, w1 := load128(pair(cell))
+	if w0&Flags != 0 {
+		return policy.Result{}, policy.Probe{}, statusOf(w0)
+	}
+	r, pr := c.p.Peek(c.decode(w0, w1, now), now)
+	return r, pr, OK
+}
+
+func (c *slidingCounterPair) PeekFresh(now int64) (policy.Result, policy.Probe) {
+	return c.p.Peek(c.p.Fresh(now), now)
+}
+
+func (c *slidingCounterPair) Dead(w0, w1 uint64, now int64) bool {
+	return c.p.Dead(c.decode(w0, w1, now), now)
+}
+
+func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64, bool) {
+	return w0, w1, false // nothing wraps: a dead state needs no re-encoding
+}
+
+func (c *slidingCounterPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
+	s := c.decode(w0, w1, now)
+	_, pr := c.p.Peek(s, now)
+	return now - s.Window, pr.Estimate < c.p.Limit
+}

@@ -1,0 +1,120 @@
+// Package evict runs the background sweeper that keeps an engine's memory bounded: it walks the
+// shards incrementally, a bounded number of slots per tick, and removes only state that is
+// identical to a new key's, so eviction can never change a decision.
+//
+// The sweeper holds no shard lock while it visits slots; a cell it judges dead is marked Dead by a
+// compare-and-swap that fails if the state changed since, and an updater that then finds the mark
+// revives the key's cell under the shard lock instead of writing into an orphan. When a pass over a
+// shard completes, the shard's sweep horizon is renewed and a table left mostly empty is rebuilt
+// smaller, which is how the heap falls back after a burst of keys.
+package evict
+
+import (
+	"sync"
+	satomic "sync/atomic"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/shard"
+)
+
+// Sweeper is a running background sweeper. Its methods are safe for concurrent use.
+type Sweeper struct {
+	shards   []shard.Shard
+	cfg      *shard.Config
+	clk      *clock.Clock
+	interval time.Duration
+	period   time.Duration
+
+	evicted satomic.Int64
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+
+	// The walk: the shard being swept, its table at the start of the pass, and the position.
+	cur       int
+	table     *shard.Table
+	pos       uint64
+	passStart int64
+}
+
+// MinBudget is the fewest slots a tick visits, so small tables are swept in one tick.
+const MinBudget = 4096
+
+// Start begins sweeping: every interval it visits about a (interval/period) share of all slots, so
+// every key is visited about once per period. Stop ends it.
+func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
+	s := &Sweeper{
+		shards: shards, cfg: cfg, clk: clk, interval: interval, period: max(period, interval),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+func (s *Sweeper) run() {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Step(s.budget())
+		}
+	}
+}
+
+func (s *Sweeper) budget() uint64 {
+	var slots uint64
+	for i := range s.shards {
+		slots += s.shards[i].Table().Slots()
+	}
+	ticks := uint64(s.period / s.interval)
+	return max((slots+ticks-1)/ticks, MinBudget)
+}
+
+// Step visits up to budget slots, continuing where the last step stopped. The sweeper's goroutine
+// calls it on every tick; it must not be called concurrently with itself (tests that drive a
+// sweeper by hand construct it with New instead of Start).
+func (s *Sweeper) Step(budget uint64) {
+	now := s.clk.Now()
+	for budget > 0 {
+		sh := &s.shards[s.cur]
+		if s.table == nil {
+			s.table, s.pos, s.passStart = sh.Table(), 0, now
+		}
+		end := min(s.pos+budget, s.table.Slots())
+		s.evicted.Add(int64(sh.SweepRange(s.cfg, s.table, s.pos, end, now)))
+		budget -= end - s.pos
+		s.pos = end
+		if s.pos >= s.table.Slots() {
+			sh.Swept(s.cfg, s.table, s.passStart, now)
+			s.table = nil
+			s.cur = (s.cur + 1) % len(s.shards)
+			if s.cur == 0 {
+				return // one full round per step at most, so a tiny engine is not spun over
+			}
+		}
+	}
+}
+
+// New returns a sweeper that does nothing until Step is called: for tests that drive sweeping by
+// hand, deterministically.
+func New(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock) *Sweeper {
+	return &Sweeper{shards: shards, cfg: cfg, clk: clk}
+}
+
+// Evicted returns the number of keys the sweeper has evicted.
+func (s *Sweeper) Evicted() int64 { return s.evicted.Load() }
+
+// Stop ends the sweeper's goroutine and waits for it. It is idempotent.
+func (s *Sweeper) Stop() {
+	if s.stop == nil {
+		return
+	}
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+}

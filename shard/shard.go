@@ -1,0 +1,258 @@
+package shard
+
+import (
+	"math"
+	"sync"
+	satomic "sync/atomic"
+
+	"github.com/slidelimit/slidelimit/atomic"
+	"golang.org/x/sys/cpu"
+)
+
+// Shard is one shard: its current table, read without a lock, and the mutex that serialises
+// inserts, rebuilds and full sweeps. The read-mostly fields and the mutable ones sit on separate
+// cache lines, so inserts into a shard do not slow lookups in it. A Shard must not be copied.
+type Shard struct {
+	table   satomic.Pointer[Table]
+	horizon satomic.Int64 // a decision at or after this time must sweep the shard first
+	_       cpu.CacheLinePad
+
+	mu     sync.Mutex
+	used   uint64 // slots holding a key in the current table; under mu
+	cursor uint64 // where the next bounded reclaim starts; under mu
+	live   satomic.Int64
+	_      cpu.CacheLinePad
+}
+
+// Config is what every shard of one engine shares. It is read-only after Init.
+type Config struct {
+	Codec atomic.Codec
+	// Evict makes sweeps and rebuilds drop dead keys; without it they only re-encode them.
+	Evict bool
+	// Shift is the number of hash bits that chose the shard.
+	Shift uint
+	// Keys counts live keys across all shards; every insert, revival and eviction updates it.
+	Keys *satomic.Int64
+}
+
+// Init gives the shard an empty table. now starts the sweep horizon.
+func (s *Shard) Init(cfg *Config, now int64) {
+	s.table.Store(newTable(minSlots, cfg.Codec.Words(), cfg.Shift))
+	s.horizon.Store(addClamped(now, cfg.Codec.Horizon()))
+}
+
+func addClamped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Table returns the current table. It takes no lock.
+func (s *Shard) Table() *Table { return s.table.Load() }
+
+// Due reports whether a decision at now must sweep the shard first (see Codec.Horizon).
+func (s *Shard) Due(now int64) bool { return now >= s.horizon.Load() }
+
+// Live returns the number of live keys in the shard.
+func (s *Shard) Live() int64 { return s.live.Load() }
+
+// Wait blocks until any rebuild in progress has published its table: a caller that found a Moved
+// cell waits here instead of spinning.
+func (s *Shard) Wait() {
+	s.mu.Lock()
+	s.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: it orders after the rebuild
+}
+
+// Acquire returns h's live cell in the current table, inserting h with a new key's state at now,
+// or reviving its evicted cell, when needed. created reports that a key was added (or revived).
+func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool) {
+	words := cfg.Codec.Words()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.table.Load()
+	i, found := t.slot(h)
+	if found {
+		c := t.cellOf(i)
+		if w0, _ := atomic.Load(c, words); w0&atomic.Dead == 0 {
+			return c, false // a racing insert got there first
+		}
+		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
+		f0, f1 := cfg.Codec.Fresh(now)
+		atomic.Store(c, words, f0, f1)
+		s.addLive(cfg, 1)
+		return c, true
+	}
+	if (s.used+1)*loadDen > t.n*loadNum {
+		t = s.rebuild(cfg, now, uint64(s.live.Load())+1)
+		i, _ = t.slot(h)
+	}
+	f0, f1 := cfg.Codec.Fresh(now)
+	t.put(i, h, words, f0, f1)
+	s.used++
+	s.addLive(cfg, 1)
+	return t.cellOf(i), true
+}
+
+func (s *Shard) addLive(cfg *Config, d int64) {
+	s.live.Add(d)
+	cfg.Keys.Add(d)
+}
+
+// rebuild copies the live cells into a new table sized for room keys and publishes it; under mu.
+// Every cell of the old table is marked Moved before it is copied, so an update racing with the
+// copy fails its compare-and-swap and retries in the new table. A rebuild visits every cell, so it
+// is also a full sweep: dead states are dropped (or re-encoded) and the horizon renewed.
+func (s *Shard) rebuild(cfg *Config, now int64, room uint64) *Table {
+	old := s.table.Load()
+	words := cfg.Codec.Words()
+	nt := newTable(sizeFor(room), words, cfg.Shift)
+	var used uint64
+	var dropped int64
+	for i := range old.n {
+		k, c := old.Cell(i)
+		if k == 0 {
+			continue
+		}
+		w0, w1, live := atomic.Mark(c, words, atomic.Moved)
+		if !live {
+			continue // evicted earlier; already uncounted
+		}
+		if cfg.Codec.Dead(w0, w1, now) {
+			if cfg.Evict {
+				dropped++
+				continue
+			}
+			w0, w1, _ = cfg.Codec.Normalize(w0, w1, now)
+		}
+		j, _ := nt.slot(k)
+		nt.put(j, k, words, w0, w1)
+		used++
+	}
+	s.table.Store(nt)
+	s.used = used
+	s.addLive(cfg, -dropped)
+	s.renewHorizon(cfg, now)
+	return nt
+}
+
+func (s *Shard) renewHorizon(cfg *Config, start int64) {
+	h := addClamped(start, cfg.Codec.Horizon())
+	for {
+		cur := s.horizon.Load()
+		if h <= cur || s.horizon.CompareAndSwap(cur, h) {
+			return
+		}
+	}
+}
+
+// SweepRange visits slots [from, to) of table t at now without taking the lock: each dead state
+// is evicted (marked Dead, if unchanged since it was judged) or re-encoded. It returns the number
+// of keys evicted. t must be a table this shard published; if it has since been replaced, the
+// visit is harmless (every cell there is Moved) but not a sweep of the shard.
+func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (evicted int) {
+	words := cfg.Codec.Words()
+	to = min(to, t.n)
+	for i := from; i < to; i++ {
+		k, c := t.Cell(i)
+		if k == 0 {
+			continue
+		}
+		w0, w1 := atomic.Load(c, words)
+		if w0&atomic.Flags != 0 || !cfg.Codec.Dead(w0, w1, now) {
+			continue
+		}
+		if cfg.Evict {
+			if atomic.MarkIf(c, words, w0, w1, atomic.Dead) {
+				s.addLive(cfg, -1)
+				evicted++
+			}
+		} else if n0, n1, changed := cfg.Codec.Normalize(w0, w1, now); changed {
+			atomic.CompareAndSwap(c, words, w0, w1, n0, n1)
+		}
+	}
+	return evicted
+}
+
+// Swept records that a sweep of table t which started at start has visited every slot. If t is
+// still current, the horizon is renewed from start, and a table left mostly empty by eviction is
+// rebuilt smaller.
+func (s *Shard) Swept(cfg *Config, t *Table, start, now int64) {
+	if s.table.Load() != t {
+		return // rebuilt mid-sweep: the new table's cells were not all visited
+	}
+	s.renewHorizon(cfg, start)
+	if live := uint64(s.live.Load()); t.n > minSlots && live*4 < t.n && sizeFor(live) < t.n {
+		s.mu.Lock()
+		if s.table.Load() == t {
+			s.rebuild(cfg, now, live)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// SweepAll sweeps the whole shard under its lock, for a decision that found the shard's horizon
+// passed (the background sweeper, if any, fell behind: a paused process, or eviction off).
+func (s *Shard) SweepAll(cfg *Config, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.Due(now) {
+		return
+	}
+	t := s.table.Load()
+	s.SweepRange(cfg, t, 0, t.n, now)
+	s.renewHorizon(cfg, now)
+}
+
+// Reclaim evicts dead keys among up to budget slots from a rotating cursor, and reports how many.
+// It bounds the work a request for a new key at the key cap can cause.
+func (s *Shard) Reclaim(cfg *Config, now int64, budget uint64) int {
+	if !cfg.Evict {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.table.Load()
+	from := s.cursor % t.n
+	s.cursor = from + budget
+	n := s.SweepRange(cfg, t, from, from+budget, now)
+	if from+budget > t.n {
+		n += s.SweepRange(cfg, t, 0, from+budget-t.n, now)
+	}
+	return n
+}
+
+// EvictStalest evicts, among up to sample live keys from a rotating cursor, the one renewed
+// longest ago that the codec allows to be evicted (never a key at or over its limit). It reports
+// whether a key was evicted.
+func (s *Shard) EvictStalest(cfg *Config, now int64, sample int) bool {
+	words := cfg.Codec.Words()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.table.Load()
+	var best *uint64
+	var b0, b1 uint64
+	bestAge := int64(-1)
+	seen := 0
+	for step := uint64(0); step < t.n && seen < sample; step++ {
+		i := (s.cursor + step) % t.n
+		k, c := t.Cell(i)
+		if k == 0 {
+			continue
+		}
+		w0, w1 := atomic.Load(c, words)
+		if w0&atomic.Flags != 0 {
+			continue
+		}
+		seen++
+		if age, ok := cfg.Codec.Stale(w0, w1, now); ok && age > bestAge {
+			best, b0, b1, bestAge = c, w0, w1, age
+		}
+	}
+	s.cursor += uint64(sample)
+	if best != nil && atomic.MarkIf(best, words, b0, b1, atomic.Dead) {
+		s.addLive(cfg, -1)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,117 @@
+// Package shard is the engine's table of packed cells: a power-of-two array of cache-line-padded
+// shards, each an open-addressing hash table keyed by the 64-bit key hash.
+//
+// Reads take no lock: a lookup loads the shard's table pointer and probes it with atomic loads.
+// Inserts, rebuilds (to grow, shrink, or drop evicted keys) and full sweeps take the shard's
+// mutex. A slot, once given a key in a table, belongs to that key for the table's life: eviction
+// only marks the key's cell Dead (so a concurrent updater cannot write into an orphan), and only a
+// rebuild, which marks every cell Moved before copying it, frees the slot. That is why a lock-free
+// reader can never see one key's slot reused for another.
+package shard
+
+import (
+	"math/bits"
+	satomic "sync/atomic"
+	"unsafe"
+
+	"github.com/slidelimit/slidelimit/atomic"
+)
+
+// Table is one shard's open-addressing table. Slots are [key, cell...] laid out in one []uint64:
+// a one-word cell makes a 16-byte slot, a two-word cell a 32-byte slot whose cell is 16-byte
+// aligned. Key 0 marks an empty slot (the engine never uses hash 0). Probing is linear from a
+// home slot found by multiplying the hash into [0, n), so n need not be a power of two and the
+// table can be sized to hold its keys at a steady load (between 0.7 and 0.875).
+type Table struct {
+	words  []uint64
+	base   uint64
+	n      uint64
+	stride uint64
+	cellAt uint64
+	shift  uint
+}
+
+const (
+	minSlots = 8
+	// Rebuild when more than 7/8 of the slots hold keys; size a rebuild for 7/10.
+	loadNum, loadDen     = 7, 8
+	targetNum, targetDen = 7, 10
+)
+
+func newTable(n uint64, cellWords int, shift uint) *Table {
+	n = max(n, minSlots)
+	stride, cellAt := uint64(2), uint64(1)
+	if cellWords == 2 {
+		stride, cellAt = 4, 2
+	}
+	words := make([]uint64, n*stride+1)
+	base := uint64(0)
+	if uintptr(unsafe.Pointer(&words[0]))&15 != 0 {
+		base = 1 // two-word cells need 16-byte alignment for CMPXCHG16B
+	}
+	return &Table{words: words, base: base, n: n, stride: stride, cellAt: cellAt, shift: shift}
+}
+
+// sizeFor returns the slot count that holds keys at the target load.
+func sizeFor(keys uint64) uint64 { return keys*targetDen/targetNum + 1 }
+
+// Slots returns the number of slots.
+func (t *Table) Slots() uint64 { return t.n }
+
+// Bytes returns the memory held by the table's slots.
+func (t *Table) Bytes() uint64 { return uint64(len(t.words)) * 8 }
+
+func (t *Table) keyAt(i uint64) *uint64  { return &t.words[t.base+i*t.stride] }
+func (t *Table) cellOf(i uint64) *uint64 { return &t.words[t.base+i*t.stride+t.cellAt] }
+
+// home maps h to a slot. The shard index took h's top bits, so they are shifted out first.
+func (t *Table) home(h uint64) uint64 {
+	hi, _ := bits.Mul64(h<<t.shift, t.n)
+	return hi
+}
+
+// Find returns the cell of key h, or nil. It takes no lock and writes nothing.
+func (t *Table) Find(h uint64) *uint64 {
+	i := t.home(h)
+	for {
+		k := satomic.LoadUint64(t.keyAt(i))
+		if k == h {
+			return t.cellOf(i)
+		}
+		if k == 0 {
+			return nil
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// slot returns h's slot, or the empty slot where it would go.
+func (t *Table) slot(h uint64) (uint64, bool) {
+	i := t.home(h)
+	for {
+		k := satomic.LoadUint64(t.keyAt(i))
+		if k == h {
+			return i, true
+		}
+		if k == 0 {
+			return i, false
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// put stores a key and its cell in an empty slot: the cell first, so that a reader who sees the
+// key sees its state.
+func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
+	atomic.Store(t.cellOf(i), words, w0, w1)
+	satomic.StoreUint64(t.keyAt(i), h)
+}
+
+// Cell returns slot i's key (0 if empty) and cell, for iteration.
+func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
+	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
+}
