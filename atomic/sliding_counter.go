@@ -31,21 +31,22 @@ import (
 // wraps, so the horizon is unbounded.
 func NewSlidingCounter(p policy.SlidingCounter) Codec {
 	w := p.WindowMs()
+	rule := p.Compile()
 	b := uint(bits.Len64(uint64(p.Limit)))
 	if b <= 21 {
 		k := 62 - 2*b
-		c := &slidingCounterWord{p: p, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1}
+		c := &slidingCounterWord{p: rule, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1}
 		c.horizon = math.MaxInt64
 		if k-1+uint(bits.Len64(uint64(w))) < 62 {
 			c.horizon = (int64(1)<<(k-1) - 4) * w
 		}
 		return c
 	}
-	return &slidingCounterPair{p: p, w: w}
+	return &slidingCounterPair{p: rule, w: w}
 }
 
 type slidingCounterWord struct {
-	p       policy.SlidingCounter
+	p       policy.SlidingCounterRule
 	w       int64
 	b, k    uint
 	cmask   uint64
@@ -56,42 +57,48 @@ type slidingCounterWord struct {
 func (c *slidingCounterWord) Words() int     { return 1 }
 func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
 
-func (c *slidingCounterWord) decode(word uint64, now int64) policy.SlidingCounterState {
+// decode unpacks word at now. It also returns now's window index n and the state's own index,
+// so that encode needs no division.
+func (c *slidingCounterWord) decode(word uint64, now int64) (s policy.SlidingCounterState, n, at int64) {
+	n = c.p.Index(now)
 	counts := word & (1<<(2*c.b) - 1)
 	if counts == 0 {
-		return c.p.Fresh(now)
+		return policy.SlidingCounterState{Window: n * c.w}, n, n
 	}
-	n := now / c.w
 	d := (uint64(n) - word>>(2*c.b)) & c.kmask
 	back := int64(d)
 	if d > c.kmask>>1 {
 		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
 	}
-	return policy.SlidingCounterState{
-		Window:   (n - back) * c.w,
-		Previous: int64(counts >> c.b),
-		Current:  int64(counts & c.cmask),
-	}
+	at = n - back
+	return policy.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, n, at
 }
 
-func (c *slidingCounterWord) encode(s policy.SlidingCounterState) uint64 {
-	return (uint64(s.Window/c.w)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
+// encode packs s, whose window index is idx.
+func (c *slidingCounterWord) encode(s policy.SlidingCounterState, idx int64) uint64 {
+	return (uint64(idx)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
 }
 
-func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)), 0 }
+func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
+	n := c.p.Index(now)
+	return c.encode(policy.SlidingCounterState{Window: n * c.w}, n), 0
+}
 
-func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+func (c *slidingCounterWord) Take(cell *uint64, now, cost int64, detail bool) (policy.Result, Status) {
 	for {
 		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return policy.Result{}, statusOf(word)
 		}
-		s := c.decode(word, now)
-		r := c.p.Take(&s, now, cost)
+		s, n, at := c.decode(word, now)
+		r := c.p.TakeAt(&s, now, n*c.w, cost, detail)
 		if !r.Allowed || cost == 0 {
 			return r, OK // nothing to count; the roll alone is invisible to every decision
 		}
-		if satomic.CompareAndSwapUint64(cell, word, c.encode(s)) {
+		if s.Window == n*c.w {
+			at = n
+		}
+		if satomic.CompareAndSwapUint64(cell, word, c.encode(s, at)) {
 			return r, OK
 		}
 	}
@@ -102,7 +109,8 @@ func (c *slidingCounterWord) Peek(cell *uint64, now int64) (policy.Result, polic
 	if word&Flags != 0 {
 		return policy.Result{}, policy.Probe{}, statusOf(word)
 	}
-	r, pr := c.p.Peek(c.decode(word, now), now)
+	s, n, _ := c.decode(word, now)
+	r, pr := c.p.PeekAt(s, now, n*c.w)
 	return r, pr, OK
 }
 
@@ -111,7 +119,8 @@ func (c *slidingCounterWord) PeekFresh(now int64) (policy.Result, policy.Probe) 
 }
 
 func (c *slidingCounterWord) Dead(w0, _ uint64, now int64) bool {
-	return c.p.Dead(c.decode(w0, now), now)
+	s, _, _ := c.decode(w0, now)
+	return c.p.Dead(s, now)
 }
 
 func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
@@ -123,13 +132,13 @@ func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64,
 }
 
 func (c *slidingCounterWord) Stale(w0, _ uint64, now int64) (int64, bool) {
-	s := c.decode(w0, now)
+	s, _, _ := c.decode(w0, now)
 	_, pr := c.p.Peek(s, now)
-	return now - s.Window, pr.Estimate < c.p.Limit
+	return now - s.Window, pr.Estimate < c.p.Limit()
 }
 
 type slidingCounterPair struct {
-	p policy.SlidingCounter
+	p policy.SlidingCounterRule
 	w int64
 }
 
@@ -144,12 +153,12 @@ func (c *slidingCounterPair) decode(w0, w1 uint64, now int64) policy.SlidingCoun
 }
 
 func (c *slidingCounterPair) encode(s policy.SlidingCounterState) (uint64, uint64) {
-	return uint64(s.Window / c.w), uint64(s.Previous)<<32 | uint64(s.Current)
+	return uint64(c.p.Index(s.Window)), uint64(s.Previous)<<32 | uint64(s.Current)
 }
 
 func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
 
-func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+func (c *slidingCounterPair) Take(cell *uint64, now, cost int64, detail bool) (policy.Result, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
@@ -157,7 +166,7 @@ func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result,
 			return policy.Result{}, statusOf(w0)
 		}
 		s := c.decode(w0, w1, now)
-		r := c.p.Take(&s, now, cost)
+		r := c.p.TakeAt(&s, now, c.p.Start(now), cost, detail)
 		if !r.Allowed || cost == 0 {
 			return r, OK
 		}
@@ -192,5 +201,5 @@ func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64
 func (c *slidingCounterPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
 	s := c.decode(w0, w1, now)
 	_, pr := c.p.Peek(s, now)
-	return now - s.Window, pr.Estimate < c.p.Limit
+	return now - s.Window, pr.Estimate < c.p.Limit()
 }

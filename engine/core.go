@@ -30,7 +30,7 @@ type Limiter struct {
 	clk    *clock.Clock
 
 	hashSeed maphash.Seed
-	seeded   bool    // WithSeed: xxhash, deterministic
+	seeded   bool // WithSeed: xxhash, deterministic
 	mix      [3]uint64
 
 	pol     policy.Policy
@@ -164,7 +164,7 @@ func (l *Limiter) hashString(key string) uint64 {
 // hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential
 // integers spread over the shards and an outsider cannot pick integers that crowd one shard.
 func (l *Limiter) hashKey(k uint64) uint64 {
-	return nonzero(fmix(fmix(k^l.mix[1])^l.mix[2]))
+	return nonzero(fmix(fmix(k^l.mix[1]) ^ l.mix[2]))
 }
 
 func (l *Limiter) refuse(r Reason) Decision { return Decision{Limit: l.limit, Reason: r} }
@@ -195,20 +195,22 @@ func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
 	return sh
 }
 
-func (l *Limiter) take(h uint64, n int64) Decision {
+// take decides n units for h. It returns the policy's result, or the reason it refused before
+// consulting the policy (ReasonOK when it did consult it).
+func (l *Limiter) take(h uint64, n int64, detail bool) (policy.Result, Reason) {
 	if n < 0 {
-		return l.refuse(ReasonNegativeCost)
+		return policy.Result{}, ReasonNegativeCost
 	}
 	if l.closed.Load() {
-		return l.refuse(ReasonClosed)
+		return policy.Result{}, ReasonClosed
 	}
 	now := l.clk.Now()
 	sh := l.shardOf(h, now)
 	for {
 		if c := sh.Table().Find(h); c != nil {
-			r, st := l.codec.Take(c, now, n)
+			r, st := l.codec.Take(c, now, n, detail)
 			if st == atomic.OK {
-				return l.decision(r, n)
+				return r, ReasonOK
 			}
 			if st == atomic.IsMoved {
 				sh.Wait()
@@ -218,16 +220,25 @@ func (l *Limiter) take(h uint64, n int64) Decision {
 		// Not tracked, or evicted since: insert or revive under the shard lock.
 		c, reason := l.acquire(sh, h, now)
 		if c == nil {
-			return l.refuse(reason)
+			return policy.Result{}, reason
 		}
-		r, st := l.codec.Take(c, now, n)
+		r, st := l.codec.Take(c, now, n, detail)
 		if st == atomic.OK {
-			return l.decision(r, n)
+			return r, ReasonOK
 		}
 		if st == atomic.IsMoved {
 			sh.Wait()
 		}
 	}
+}
+
+// takeDecision is take with its outcome as a Decision.
+func (l *Limiter) takeDecision(h uint64, n int64) Decision {
+	r, reason := l.take(h, n, true)
+	if reason != ReasonOK {
+		return l.refuse(reason)
+	}
+	return l.decision(r, n)
 }
 
 // acquire inserts h (or revives its evicted cell), applying the key cap.

@@ -13,26 +13,35 @@ import (
 )
 
 // Allow reports whether one unit for key is admitted now, counting it if so.
-func (l *Limiter) Allow(key string) bool { return l.take(l.hashString(key), 1).Allowed }
+func (l *Limiter) Allow(key string) bool {
+	r, _ := l.take(l.hashString(key), 1, false)
+	return r.Allowed
+}
 
 // AllowN reports whether n units for key are admitted now, counting them if so.
-func (l *Limiter) AllowN(key string, n int64) bool { return l.take(l.hashString(key), n).Allowed }
+func (l *Limiter) AllowN(key string, n int64) bool {
+	r, _ := l.take(l.hashString(key), n, false)
+	return r.Allowed
+}
 
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
 // a refused one consumes nothing. n = 0 is a query that is always admitted; a negative n is refused
 // with ReasonNegativeCost.
-func (l *Limiter) Take(key string, n int64) Decision { return l.take(l.hashString(key), n) }
+func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
 // Peek reports what a unit request for key would get now, consuming nothing and creating no key.
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
-// are remixed under the limiter's seed, so small integers still spread over the shards; distinct
-// integers never share a counter. Integer and string keys live in one key space.
-func (l *Limiter) AllowKey(k uint64, n int64) bool { return l.take(l.hashKey(k), n).Allowed }
+// are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
+// the shards. Integer and string keys share one space of 64-bit hashes.
+func (l *Limiter) AllowKey(k uint64, n int64) bool {
+	r, _ := l.take(l.hashKey(k), n, false)
+	return r.Allowed
+}
 
 // TakeKey is Take for an integer key.
-func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.take(l.hashKey(k), n) }
+func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.takeDecision(l.hashKey(k), n) }
 
 // PeekKey is Peek for an integer key.
 func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }

@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/slidelimit/slidelimit/internal/fastdiv"
+)
 
 // SlidingCounter is the sliding window counter: per key, the current window's count and the
 // previous window's, the latter weighted by how much of it still overlaps the trailing window.
@@ -36,18 +40,67 @@ func (p SlidingCounter) Validate() error {
 // WindowMs returns the window in milliseconds.
 func (p SlidingCounter) WindowMs() int64 { return int64(p.Window / time.Millisecond) }
 
-// Fresh returns a new key's state at now.
-func (p SlidingCounter) Fresh(now int64) SlidingCounterState {
+// Compile returns the policy's decision rule with its divisions by the window precomputed, for
+// callers that decide many times (the engine). p must be valid.
+func (p SlidingCounter) Compile() SlidingCounterRule {
 	w := p.WindowMs()
-	return SlidingCounterState{Window: now - now%w}
+	return SlidingCounterRule{limit: p.Limit, w: w, div: fastdiv.New(uint64(w))}
 }
 
-// Roll brings s forward to the window that contains now. A state from a later window than now's
-// (a racing goroutine read the clock a moment later) is left as it is: callers treat now as that
-// window's start, so time never runs backwards for a key.
-func (p SlidingCounter) Roll(s *SlidingCounterState, now int64) {
-	w := p.WindowMs()
-	start := now - now%w
+// Fresh is shorthand for p.Compile().Fresh(now).
+func (p SlidingCounter) Fresh(now int64) SlidingCounterState {
+	r := p.Compile()
+	return r.Fresh(now)
+}
+
+// Take is shorthand for p.Compile().Take(s, now, cost).
+func (p SlidingCounter) Take(s *SlidingCounterState, now, cost int64) Result {
+	r := p.Compile()
+	return r.Take(s, now, cost)
+}
+
+// Peek is shorthand for p.Compile().Peek(s, now).
+func (p SlidingCounter) Peek(s SlidingCounterState, now int64) (Result, Probe) {
+	r := p.Compile()
+	return r.Peek(s, now)
+}
+
+// Dead is shorthand for p.Compile().Dead(s, now).
+func (p SlidingCounter) Dead(s SlidingCounterState, now int64) bool {
+	r := p.Compile()
+	return r.Dead(s, now)
+}
+
+// SlidingCounterRule is a SlidingCounter compiled for repeated decisions. Its methods are pure
+// functions of their arguments; it is safe to copy and to use from many goroutines at once.
+type SlidingCounterRule struct {
+	limit int64
+	w     int64
+	div   fastdiv.Divisor
+}
+
+// Limit returns the policy's limit.
+func (p *SlidingCounterRule) Limit() int64 { return p.limit }
+
+// WindowMs returns the window in milliseconds.
+func (p *SlidingCounterRule) WindowMs() int64 { return p.w }
+
+// Index returns the number of the window that contains t (t / window); t must not be negative.
+func (p *SlidingCounterRule) Index(t int64) int64 { return int64(p.div.Div(uint64(t))) }
+
+// Fresh returns a new key's state at now.
+func (p *SlidingCounterRule) Fresh(now int64) SlidingCounterState {
+	return SlidingCounterState{Window: p.Index(now) * p.w}
+}
+
+// Start returns the aligned start of the window that contains now.
+func (p *SlidingCounterRule) Start(now int64) int64 { return p.Index(now) * p.w }
+
+// Roll brings s forward to the window that starts at start (Start(now)). A state from a later
+// window (a racing goroutine read the clock a moment later) is left as it is: callers treat now
+// as that window's first millisecond, so time never runs backwards for a key.
+func (p *SlidingCounterRule) Roll(s *SlidingCounterState, start int64) {
+	w := p.w
 	if start <= s.Window {
 		return
 	}
@@ -64,28 +117,36 @@ func (p SlidingCounter) Roll(s *SlidingCounterState, now int64) {
 //
 // Overflow: Previous <= MaxLimit < 2^32 and 0 < w - elapsed <= w <= MaxWindow = 2^32 ms, so the
 // product is below 2^64 and exact in uint64. The floor of the division is part of the contract.
-func (p SlidingCounter) estimate(s *SlidingCounterState, now int64) int64 {
-	w := p.WindowMs()
+func (p *SlidingCounterRule) estimate(s *SlidingCounterState, now int64) int64 {
+	if s.Previous == 0 {
+		return s.Current
+	}
 	elapsed := max(now-s.Window, 0) // a state ahead of now counts as its window's first millisecond
-	return int64(uint64(s.Previous)*uint64(w-elapsed)/uint64(w)) + s.Current
+	return int64(p.div.Div(uint64(s.Previous)*uint64(p.w-elapsed))) + s.Current
 }
 
 // Take rolls s to now and decides a request of cost units, counting it in s when admitted.
 // Cost 0 is always admitted and counts nothing; a cost above Limit is refused; a refused request
 // leaves the counts unchanged (only the roll, which is invisible to every decision, may remain).
 // cost must not be negative (the engine refuses that before calling).
-func (p SlidingCounter) Take(s *SlidingCounterState, now, cost int64) Result {
-	p.Roll(s, now)
+func (p *SlidingCounterRule) Take(s *SlidingCounterState, now, cost int64) Result {
+	return p.TakeAt(s, now, p.Start(now), cost, true)
+}
+
+// TakeAt is Take for a caller that already knows Start(now). Without detail, a refusal's
+// RetryAfterMs is left 0, sparing its divisions when only Allowed is wanted.
+func (p *SlidingCounterRule) TakeAt(s *SlidingCounterState, now, start, cost int64, detail bool) Result {
+	p.Roll(s, start)
 	est := p.estimate(s, now)
-	r := Result{Limit: p.Limit, ResetAtMs: s.Window + p.WindowMs()}
-	if cost == 0 || (cost <= p.Limit && est+cost <= p.Limit) {
+	r := Result{Limit: p.limit, ResetAtMs: s.Window + p.w}
+	if cost == 0 || (cost <= p.limit && est+cost <= p.limit) {
 		s.Current += cost
 		r.Allowed = true
-		r.Remaining = max(p.Limit-est-cost, 0)
+		r.Remaining = max(p.limit-est-cost, 0)
 		return r
 	}
-	r.Remaining = max(p.Limit-est, 0)
-	if cost <= p.Limit {
+	r.Remaining = max(p.limit-est, 0)
+	if detail && cost <= p.limit {
 		r.RetryAfterMs = p.retryAfter(s, now, est, cost)
 	}
 	return r
@@ -93,14 +154,19 @@ func (p SlidingCounter) Take(s *SlidingCounterState, now, cost int64) Result {
 
 // Peek rolls a copy of s to now and reports what a unit request would get, changing nothing.
 // Remaining is Limit minus the estimate, and Probe.Estimate is the estimate itself.
-func (p SlidingCounter) Peek(s SlidingCounterState, now int64) (Result, Probe) {
-	p.Roll(&s, now)
+func (p *SlidingCounterRule) Peek(s SlidingCounterState, now int64) (Result, Probe) {
+	return p.PeekAt(s, now, p.Start(now))
+}
+
+// PeekAt is Peek for a caller that already knows Start(now).
+func (p *SlidingCounterRule) PeekAt(s SlidingCounterState, now, start int64) (Result, Probe) {
+	p.Roll(&s, start)
 	est := p.estimate(&s, now)
 	r := Result{
-		Allowed:   est+1 <= p.Limit,
-		Limit:     p.Limit,
-		Remaining: max(p.Limit-est, 0),
-		ResetAtMs: s.Window + p.WindowMs(),
+		Allowed:   est+1 <= p.limit,
+		Limit:     p.limit,
+		Remaining: max(p.limit-est, 0),
+		ResetAtMs: s.Window + p.w,
 	}
 	r.RetryAfterMs = p.retryAfter(&s, now, est, 1)
 	return r, Probe{Estimate: est}
@@ -118,16 +184,16 @@ func (p SlidingCounter) Peek(s SlidingCounterState, now int64) (Result, Probe) {
 // exactly the window edge + 1 ms of the contract.
 //
 // Overflow: w <= 2^32 and excess < Previous (or Current) <= MaxLimit < 2^32, so w*excess < 2^64.
-func (p SlidingCounter) retryAfter(s *SlidingCounterState, now, est, cost int64) int64 {
-	if est+cost <= p.Limit {
+func (p *SlidingCounterRule) retryAfter(s *SlidingCounterState, now, est, cost int64) int64 {
+	if est+cost <= p.limit {
 		return 0
 	}
-	w := p.WindowMs()
+	w := p.w
 	elapsed := max(now-s.Window, 0)
-	need := p.Limit - s.Current - cost
+	need := p.limit - s.Current - cost
 	if need < 0 {
 		wait := int64(1)
-		if excess := s.Current - (p.Limit - cost) - 1; excess >= 0 {
+		if excess := s.Current - (p.limit - cost) - 1; excess >= 0 {
 			wait = max(int64(uint64(w)*uint64(excess)/uint64(s.Current))+1, 1)
 		}
 		return w - elapsed + wait
@@ -146,10 +212,9 @@ func (p SlidingCounter) retryAfter(s *SlidingCounterState, now, est, cost int64)
 // Dead reports whether s, at now, is indistinguishable from a new key's state: both counts are
 // zero, or the key has not been touched for two whole windows. Removing a dead state can never
 // change a decision.
-func (p SlidingCounter) Dead(s SlidingCounterState, now int64) bool {
+func (p *SlidingCounterRule) Dead(s SlidingCounterState, now int64) bool {
 	if s.Current == 0 && s.Previous == 0 {
 		return true
 	}
-	w := p.WindowMs()
-	return now-now%w >= s.Window+2*w
+	return p.Index(now)*p.w >= s.Window+2*p.w
 }

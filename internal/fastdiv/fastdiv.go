@@ -1,0 +1,55 @@
+// Package fastdiv divides unsigned 64-bit integers by a divisor fixed in advance with a multiply
+// and shifts instead of a hardware division, which costs several times more on the hot path
+// (the engine divides by the window length on every decision).
+//
+// The method is Granlund and Montgomery's "round-up" division by invariant integers
+// ("Division by Invariant Integers using Multiplication", PLDI 1994, §4): with l = ceil(log2 d) and
+// m = floor(2^64 * (2^l - d) / d) + 1, q = (t + ((n - t) >> 1)) >> (l - 1) where t = mulhi(m, n),
+// exact for every n < 2^64. The tests check it against the hardware division.
+package fastdiv
+
+import "math/bits"
+
+// Divisor divides by a fixed d. It is a plain value, safe to copy and share.
+type Divisor struct {
+	d     uint64
+	m     uint64
+	shift uint8 // l - 1
+	kind  uint8
+}
+
+const (
+	general = iota
+	one
+	power
+)
+
+// New returns a Divisor for d, which must be positive.
+func New(d uint64) Divisor {
+	switch {
+	case d == 0:
+		panic("fastdiv: division by zero")
+	case d == 1:
+		return Divisor{d: 1, kind: one}
+	case d&(d-1) == 0:
+		return Divisor{d: d, shift: uint8(bits.TrailingZeros64(d)), kind: power}
+	}
+	l := uint(bits.Len64(d - 1))
+	m, _ := bits.Div64((1<<l)-d, 0, d) // (2^l - d) < d, so the quotient fits 64 bits
+	return Divisor{d: d, m: m + 1, shift: uint8(l - 1), kind: general}
+}
+
+// D returns the divisor.
+func (v Divisor) D() uint64 { return v.d }
+
+// Div returns n / d.
+func (v Divisor) Div(n uint64) uint64 {
+	switch v.kind {
+	case general:
+		t, _ := bits.Mul64(v.m, n)
+		return (t + (n-t)>>1) >> v.shift
+	case power:
+		return n >> v.shift
+	}
+	return n
+}
