@@ -19,8 +19,11 @@ type Codec interface {
 	// PeekFresh is Peek for a key that is not tracked.
 	PeekFresh(now int64) (policy.Result, policy.Probe)
 	// Dead reports whether the state (w0, w1) is, at now, indistinguishable from a new key's, so
-	// that forgetting it cannot change any decision.
-	Dead(w0, w1 uint64, now int64) bool
+	// that forgetting it cannot change any decision. ref is the start of the shard's last complete
+	// sweep: every live state was written after it (give or take a stalled writer), so a state
+	// whose time wraps is decoded relative to ref rather than to now, which may lie any distance
+	// ahead (a paused process, a manual clock's jump).
+	Dead(w0, w1 uint64, ref, now int64) bool
 	// Normalize re-encodes a dead state as a new key's state at now, for limiters that keep every
 	// key; changed is false when the state is already in that form.
 	Normalize(w0, w1 uint64, now int64) (n0, n1 uint64, changed bool)

@@ -118,9 +118,17 @@ func (c *slidingCounterWord) PeekFresh(now int64) (policy.Result, policy.Probe) 
 	return c.p.Peek(c.p.Fresh(now), now)
 }
 
-func (c *slidingCounterWord) Dead(w0, _ uint64, now int64) bool {
-	s, _, _ := c.decode(w0, now)
-	return c.p.Dead(s, now)
+func (c *slidingCounterWord) Dead(w0, _ uint64, ref, now int64) bool {
+	counts := w0 & (1<<(2*c.b) - 1)
+	if counts == 0 {
+		return true
+	}
+	// Every live state's window lies in [ref's window - 2^(k-2), ref's window + 3*2^(k-2)): written
+	// after the last sweep began (with a wide margin for stalled writers) and before the horizon,
+	// 2^(k-1) - 4 windows on, which no decision passes without sweeping first.
+	base := c.p.Index(ref) - int64(1)<<(c.k-2)
+	at := base + int64((w0>>(2*c.b)-uint64(base))&c.kmask)
+	return c.p.Dead(policy.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, now)
 }
 
 func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
@@ -190,7 +198,7 @@ func (c *slidingCounterPair) PeekFresh(now int64) (policy.Result, policy.Probe) 
 	return c.p.Peek(c.p.Fresh(now), now)
 }
 
-func (c *slidingCounterPair) Dead(w0, w1 uint64, now int64) bool {
+func (c *slidingCounterPair) Dead(w0, w1 uint64, _, now int64) bool {
 	return c.p.Dead(c.decode(w0, w1, now), now)
 }
 

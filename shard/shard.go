@@ -15,6 +15,7 @@ import (
 type Shard struct {
 	table   satomic.Pointer[Table]
 	horizon satomic.Int64 // a decision at or after this time must sweep the shard first
+	swept   satomic.Int64 // when the last complete sweep began (see Codec.Dead)
 	_       cpu.CacheLinePad
 
 	mu     sync.Mutex
@@ -38,6 +39,7 @@ type Config struct {
 // Init gives the shard an empty table. now starts the sweep horizon.
 func (s *Shard) Init(cfg *Config, now int64) {
 	s.table.Store(newTable(minSlots, cfg.Codec.Words(), cfg.Shift))
+	s.swept.Store(now)
 	s.horizon.Store(addClamped(now, cfg.Codec.Horizon()))
 }
 
@@ -106,6 +108,7 @@ func (s *Shard) addLive(cfg *Config, d int64) {
 func (s *Shard) rebuild(cfg *Config, now int64, room uint64) *Table {
 	old := s.table.Load()
 	words := cfg.Codec.Words()
+	ref := s.swept.Load()
 	nt := newTable(sizeFor(room), words, cfg.Shift)
 	var used uint64
 	var dropped int64
@@ -118,7 +121,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, room uint64) *Table {
 		if !live {
 			continue // evicted earlier; already uncounted
 		}
-		if cfg.Codec.Dead(w0, w1, now) {
+		if cfg.Codec.Dead(w0, w1, ref, now) {
 			if cfg.Evict {
 				dropped++
 				continue
@@ -136,11 +139,16 @@ func (s *Shard) rebuild(cfg *Config, now int64, room uint64) *Table {
 	return nt
 }
 
+// renewHorizon records a complete sweep that began at start.
 func (s *Shard) renewHorizon(cfg *Config, start int64) {
-	h := addClamped(start, cfg.Codec.Horizon())
+	raise(&s.swept, start)
+	raise(&s.horizon, addClamped(start, cfg.Codec.Horizon()))
+}
+
+func raise(v *satomic.Int64, to int64) {
 	for {
-		cur := s.horizon.Load()
-		if h <= cur || s.horizon.CompareAndSwap(cur, h) {
+		cur := v.Load()
+		if to <= cur || v.CompareAndSwap(cur, to) {
 			return
 		}
 	}
@@ -152,6 +160,7 @@ func (s *Shard) renewHorizon(cfg *Config, start int64) {
 // visit is harmless (every cell there is Moved) but not a sweep of the shard.
 func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (evicted int) {
 	words := cfg.Codec.Words()
+	ref := s.swept.Load()
 	to = min(to, t.n)
 	for i := from; i < to; i++ {
 		k, c := t.Cell(i)
@@ -159,7 +168,7 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 			continue
 		}
 		w0, w1 := atomic.Load(c, words)
-		if w0&atomic.Flags != 0 || !cfg.Codec.Dead(w0, w1, now) {
+		if w0&atomic.Flags != 0 || !cfg.Codec.Dead(w0, w1, ref, now) {
 			continue
 		}
 		if cfg.Evict {
