@@ -11,9 +11,10 @@ type Codec interface {
 	// Fresh returns a new key's state at now.
 	Fresh(now int64) (w0, w1 uint64)
 	// Take decides a request of cost (>= 0) at now and counts it when admitted. A refused request
-	// writes nothing. Status is not OK, and nothing is decided, when the cell is not live. Without
-	// detail only Allowed need be set (a refusal's RetryAfterMs may be left 0).
-	Take(c *uint64, now, cost int64, detail bool) (policy.Result, Status)
+	// writes nothing. Status is not OK, and nothing is decided, when the cell is not live.
+	Take(c *uint64, now, cost int64) (policy.Result, Status)
+	// Admit is Take reduced to the decision: the hot path of Allow.
+	Admit(c *uint64, now, cost int64) (bool, Status)
 	// Peek reports what a unit request would get at now, and the probe values, writing nothing.
 	Peek(c *uint64, now int64) (policy.Result, policy.Probe, Status)
 	// PeekFresh is Peek for a key that is not tracked.

@@ -24,7 +24,10 @@ import (
 // no state with a non-zero count goes unvisited for 2^(k-1) windows, which the shard's sweeps
 // guarantee: each full sweep re-encodes or evicts every dead state, and a decision that finds its
 // shard's sweep overdue (Horizon) sweeps the shard itself before deciding. A state whose counts
-// are both zero is a new key's whatever its window bits say, so it decodes as fresh.
+// are both zero is a new key's, so sweeps evict it or, with eviction off, re-encode it in the
+// current window; its window is still decoded, never taken as the reader's own: a reader whose
+// clock reading is older must count into the window the cell was last written in, not into a
+// window whose counts may have been evicted since.
 //
 // Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
 // time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
@@ -62,9 +65,6 @@ func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
 func (c *slidingCounterWord) decode(word uint64, now int64) (s policy.SlidingCounterState, n, at int64) {
 	n = c.p.Index(now)
 	counts := word & (1<<(2*c.b) - 1)
-	if counts == 0 {
-		return policy.SlidingCounterState{Window: n * c.w}, n, n
-	}
 	d := (uint64(n) - word>>(2*c.b)) & c.kmask
 	back := int64(d)
 	if d > c.kmask>>1 {
@@ -84,24 +84,46 @@ func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
 	return c.encode(policy.SlidingCounterState{Window: n * c.w}, n), 0
 }
 
-func (c *slidingCounterWord) Take(cell *uint64, now, cost int64, detail bool) (policy.Result, Status) {
+func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
 	for {
 		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return policy.Result{}, statusOf(word)
 		}
 		s, n, at := c.decode(word, now)
-		r := c.p.TakeAt(&s, now, n*c.w, cost, detail)
+		r := c.p.TakeAt(&s, now, n*c.w, cost)
 		if !r.Allowed || cost == 0 {
 			return r, OK // nothing to count; the roll alone is invisible to every decision
 		}
-		if s.Window == n*c.w {
-			at = n
-		}
-		if satomic.CompareAndSwapUint64(cell, word, c.encode(s, at)) {
+		if c.store(cell, word, s, n, at) {
 			return r, OK
 		}
 	}
+}
+
+func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return false, statusOf(word)
+		}
+		s, n, at := c.decode(word, now)
+		if !c.p.Admit(&s, now, n*c.w, cost) {
+			return false, OK
+		}
+		if cost == 0 || c.store(cell, word, s, n, at) {
+			return true, OK
+		}
+	}
+}
+
+// store writes s over word, unless the cell changed since word was read. A state rolled to now's
+// window (index n) is stored there; one a racing writer had moved ahead stays at its index at.
+func (c *slidingCounterWord) store(cell *uint64, word uint64, s policy.SlidingCounterState, n, at int64) bool {
+	if s.Window == n*c.w {
+		at = n
+	}
+	return satomic.CompareAndSwapUint64(cell, word, c.encode(s, at))
 }
 
 func (c *slidingCounterWord) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
@@ -132,11 +154,8 @@ func (c *slidingCounterWord) Dead(w0, _ uint64, ref, now int64) bool {
 }
 
 func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
-	if w0&(1<<(2*c.b)-1) == 0 {
-		return w0, 0, false
-	}
 	f, _ := c.Fresh(now)
-	return f, 0, true
+	return f, 0, f != w0
 }
 
 func (c *slidingCounterWord) Stale(w0, _ uint64, now int64) (int64, bool) {
@@ -153,10 +172,7 @@ type slidingCounterPair struct {
 func (c *slidingCounterPair) Words() int     { return 2 }
 func (c *slidingCounterPair) Horizon() int64 { return math.MaxInt64 }
 
-func (c *slidingCounterPair) decode(w0, w1 uint64, now int64) policy.SlidingCounterState {
-	if w1 == 0 {
-		return c.p.Fresh(now)
-	}
+func (c *slidingCounterPair) decode(w0, w1 uint64) policy.SlidingCounterState {
 	return policy.SlidingCounterState{Window: int64(w0) * c.w, Previous: int64(w1 >> 32), Current: int64(w1 & math.MaxUint32)}
 }
 
@@ -166,15 +182,15 @@ func (c *slidingCounterPair) encode(s policy.SlidingCounterState) (uint64, uint6
 
 func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
 
-func (c *slidingCounterPair) Take(cell *uint64, now, cost int64, detail bool) (policy.Result, Status) {
+func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
 		if w0&Flags != 0 {
 			return policy.Result{}, statusOf(w0)
 		}
-		s := c.decode(w0, w1, now)
-		r := c.p.TakeAt(&s, now, c.p.Start(now), cost, detail)
+		s := c.decode(w0, w1)
+		r := c.p.TakeAt(&s, now, c.p.Start(now), cost)
 		if !r.Allowed || cost == 0 {
 			return r, OK
 		}
@@ -185,12 +201,30 @@ func (c *slidingCounterPair) Take(cell *uint64, now, cost int64, detail bool) (p
 	}
 }
 
+func (c *slidingCounterPair) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	p := pair(cell)
+	for {
+		w0, w1 := load128(p)
+		if w0&Flags != 0 {
+			return false, statusOf(w0)
+		}
+		s := c.decode(w0, w1)
+		if !c.p.Admit(&s, now, c.p.Start(now), cost) {
+			return false, OK
+		}
+		n0, n1 := c.encode(s)
+		if cost == 0 || cas128(p, w0, w1, n0, n1) {
+			return true, OK
+		}
+	}
+}
+
 func (c *slidingCounterPair) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
 	w0, w1 := load128(pair(cell))
 	if w0&Flags != 0 {
 		return policy.Result{}, policy.Probe{}, statusOf(w0)
 	}
-	r, pr := c.p.Peek(c.decode(w0, w1, now), now)
+	r, pr := c.p.Peek(c.decode(w0, w1), now)
 	return r, pr, OK
 }
 
@@ -199,7 +233,7 @@ func (c *slidingCounterPair) PeekFresh(now int64) (policy.Result, policy.Probe) 
 }
 
 func (c *slidingCounterPair) Dead(w0, w1 uint64, _, now int64) bool {
-	return c.p.Dead(c.decode(w0, w1, now), now)
+	return c.p.Dead(c.decode(w0, w1), now)
 }
 
 func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64, bool) {
@@ -207,7 +241,7 @@ func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64
 }
 
 func (c *slidingCounterPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
-	s := c.decode(w0, w1, now)
+	s := c.decode(w0, w1)
 	_, pr := c.p.Peek(s, now)
 	return now - s.Window, pr.Estimate < c.p.Limit()
 }

@@ -87,7 +87,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 		l.clk, l.ownsClock = clock.Acquire(), true
 	}
 	l.initHash(cfg)
-	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys}
+	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys, Clock: l.clk}
 	now := l.clk.Now()
 	for i := range l.shards {
 		l.shards[i].Init(&l.cfg, now)
@@ -196,8 +196,9 @@ func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
 }
 
 // take decides n units for h. It returns the policy's result, or the reason it refused before
-// consulting the policy (ReasonOK when it did consult it).
-func (l *Limiter) take(h uint64, n int64, detail bool) (policy.Result, Reason) {
+// consulting the policy (ReasonOK when it did consult it). Unless full, only the result's Allowed
+// is computed: the Allow path.
+func (l *Limiter) take(h uint64, n int64, full bool) (policy.Result, Reason) {
 	if n < 0 {
 		return policy.Result{}, ReasonNegativeCost
 	}
@@ -206,28 +207,30 @@ func (l *Limiter) take(h uint64, n int64, detail bool) (policy.Result, Reason) {
 	}
 	now := l.clk.Now()
 	sh := l.shardOf(h, now)
+	c := sh.Table().Find(h)
 	for {
-		if c := sh.Table().Find(h); c != nil {
-			r, st := l.codec.Take(c, now, n, detail)
-			if st == atomic.OK {
-				return r, ReasonOK
+		if c != nil {
+			var r policy.Result
+			var st atomic.Status
+			if full {
+				r, st = l.codec.Take(c, now, n)
+			} else {
+				r.Allowed, st = l.codec.Admit(c, now, n)
 			}
-			if st == atomic.IsMoved {
+			switch st {
+			case atomic.OK:
+				return r, ReasonOK
+			case atomic.IsMoved:
 				sh.Wait()
+				c = sh.Table().Find(h)
 				continue
 			}
 		}
-		// Not tracked, or evicted since: insert or revive under the shard lock.
-		c, reason := l.acquire(sh, h, now)
-		if c == nil {
+		// Not tracked, or evicted since: insert or revive under the shard lock, which may move
+		// now forward (see shard.Acquire).
+		var reason Reason
+		if c, now, reason = l.acquire(sh, h, now); c == nil {
 			return policy.Result{}, reason
-		}
-		r, st := l.codec.Take(c, now, n, detail)
-		if st == atomic.OK {
-			return r, ReasonOK
-		}
-		if st == atomic.IsMoved {
-			sh.Wait()
 		}
 	}
 }
@@ -241,19 +244,20 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 	return l.decision(r, n)
 }
 
-// acquire inserts h (or revives its evicted cell), applying the key cap.
-func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, Reason) {
+// acquire inserts h (or revives its evicted cell), applying the key cap, and returns the time to
+// decide at.
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
 	if l.keys.Load() >= l.maxKeys && !l.makeRoom(sh, now) {
 		if c := sh.Table().Find(h); c != nil {
 			if w0, _ := atomic.Load(c, l.codec.Words()); w0&atomic.Flags == 0 {
-				return c, ReasonOK // inserted by a racing request: not a new key after all
+				return c, now, ReasonOK // inserted by a racing request: not a new key after all
 			}
 		}
 		l.refusedAtCap.Add(1)
-		return nil, ReasonKeyCap
+		return nil, now, ReasonKeyCap
 	}
-	c, _ := sh.Acquire(&l.cfg, h, now)
-	return c, ReasonOK
+	c, _, now := sh.Acquire(&l.cfg, h, now)
+	return c, now, ReasonOK
 }
 
 // capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.

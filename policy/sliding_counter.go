@@ -130,23 +130,36 @@ func (p *SlidingCounterRule) estimate(s *SlidingCounterState, now int64) int64 {
 // leaves the counts unchanged (only the roll, which is invisible to every decision, may remain).
 // cost must not be negative (the engine refuses that before calling).
 func (p *SlidingCounterRule) Take(s *SlidingCounterState, now, cost int64) Result {
-	return p.TakeAt(s, now, p.Start(now), cost, true)
+	return p.TakeAt(s, now, p.Start(now), cost)
 }
 
-// TakeAt is Take for a caller that already knows Start(now). Without detail, a refusal's
-// RetryAfterMs is left 0, sparing its divisions when only Allowed is wanted.
-func (p *SlidingCounterRule) TakeAt(s *SlidingCounterState, now, start, cost int64, detail bool) Result {
+// Admit is Take reduced to the decision, for callers that want only Allowed: it rolls s to the
+// window starting at start (Start(now)) and counts cost when admitted.
+func (p *SlidingCounterRule) Admit(s *SlidingCounterState, now, start, cost int64) bool {
+	_, ok := p.admit(s, now, start, cost)
+	return ok
+}
+
+func (p *SlidingCounterRule) admit(s *SlidingCounterState, now, start, cost int64) (est int64, ok bool) {
 	p.Roll(s, start)
-	est := p.estimate(s, now)
-	r := Result{Limit: p.limit, ResetAtMs: s.Window + p.w}
+	est = p.estimate(s, now)
 	if cost == 0 || (cost <= p.limit && est+cost <= p.limit) {
 		s.Current += cost
-		r.Allowed = true
+		return est, true
+	}
+	return est, false
+}
+
+// TakeAt is Take for a caller that already knows Start(now).
+func (p *SlidingCounterRule) TakeAt(s *SlidingCounterState, now, start, cost int64) Result {
+	est, ok := p.admit(s, now, start, cost)
+	r := Result{Allowed: ok, Limit: p.limit, ResetAtMs: s.Window + p.w}
+	if ok {
 		r.Remaining = max(p.limit-est-cost, 0)
 		return r
 	}
 	r.Remaining = max(p.limit-est, 0)
-	if detail && cost <= p.limit {
+	if cost <= p.limit {
 		r.RetryAfterMs = p.retryAfter(s, now, est, cost)
 	}
 	return r
@@ -189,7 +202,9 @@ func (p *SlidingCounterRule) retryAfter(s *SlidingCounterState, now, est, cost i
 		return 0
 	}
 	w := p.w
-	elapsed := max(now-s.Window, 0)
+	// Negative when a racing writer moved the state into a later window: the wait then also
+	// covers the time until that window begins.
+	elapsed := now - s.Window
 	need := p.limit - s.Current - cost
 	if need < 0 {
 		wait := int64(1)

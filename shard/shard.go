@@ -6,6 +6,7 @@ import (
 	satomic "sync/atomic"
 
 	"github.com/slidelimit/slidelimit/atomic"
+	"github.com/slidelimit/slidelimit/clock"
 	"golang.org/x/sys/cpu"
 )
 
@@ -34,6 +35,8 @@ type Config struct {
 	Shift uint
 	// Keys counts live keys across all shards; every insert, revival and eviction updates it.
 	Keys *satomic.Int64
+	// Clock is read under the shard lock when a key is inserted or revived (see Acquire).
+	Clock *clock.Clock
 }
 
 // Init gives the shard an empty table. now starts the sweep horizon.
@@ -66,34 +69,44 @@ func (s *Shard) Wait() {
 	s.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: it orders after the rebuild
 }
 
-// Acquire returns h's live cell in the current table, inserting h with a new key's state at now,
-// or reviving its evicted cell, when needed. created reports that a key was added (or revived).
-func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool) {
+// Acquire returns h's live cell in the current table, inserting h with a new key's state, or
+// reviving its evicted cell, when needed; created reports that it did. It returns the time the
+// caller must decide at: now, or the clock's reading under the lock if that is later.
+//
+// Why the clock is read again: the key's old state was judged dead by an evictor (or a rebuild)
+// at the evictor's time, which may be later than the caller's now, read before it waited for the
+// lock. A request decided at that earlier time might still fall in the old state's window and be
+// counted a second time there. Reading the clock under the lock, after every eviction and rebuild
+// that led here, gives a time at which the old state was dead for certain.
+func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool, at int64) {
 	words := cfg.Codec.Words()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if cfg.Clock != nil {
+		now = max(now, cfg.Clock.Now())
+	}
 	t := s.table.Load()
 	i, found := t.slot(h)
 	if found {
 		c := t.cellOf(i)
 		if w0, _ := atomic.Load(c, words); w0&atomic.Dead == 0 {
-			return c, false // a racing insert got there first
+			return c, false, now // a racing insert got there first
 		}
 		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
 		f0, f1 := cfg.Codec.Fresh(now)
 		atomic.Store(c, words, f0, f1)
 		s.addLive(cfg, 1)
-		return c, true
+		return c, true, now
 	}
 	if (s.used+1)*loadDen > t.n*loadNum {
-		t = s.rebuild(cfg, now, uint64(s.live.Load())+1)
+		t = s.rebuild(cfg, now, 1)
 		i, _ = t.slot(h)
 	}
 	f0, f1 := cfg.Codec.Fresh(now)
 	t.put(i, h, words, f0, f1)
 	s.used++
 	s.addLive(cfg, 1)
-	return t.cellOf(i), true
+	return t.cellOf(i), true, now
 }
 
 func (s *Shard) addLive(cfg *Config, d int64) {
@@ -101,15 +114,17 @@ func (s *Shard) addLive(cfg *Config, d int64) {
 	cfg.Keys.Add(d)
 }
 
-// rebuild copies the live cells into a new table sized for room keys and publishes it; under mu.
+// rebuild copies the live cells into a new table with room for extra more keys and publishes it;
+// under mu. The live count is read under mu, where it can only fall (inserts and revivals take
+// mu; only eviction runs without it), so the new table always has room for every cell copied.
 // Every cell of the old table is marked Moved before it is copied, so an update racing with the
 // copy fails its compare-and-swap and retries in the new table. A rebuild visits every cell, so it
 // is also a full sweep: dead states are dropped (or re-encoded) and the horizon renewed.
-func (s *Shard) rebuild(cfg *Config, now int64, room uint64) *Table {
+func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	old := s.table.Load()
 	words := cfg.Codec.Words()
 	ref := s.swept.Load()
-	nt := newTable(sizeFor(room), words, cfg.Shift)
+	nt := newTable(sizeFor(uint64(s.live.Load())+extra), words, cfg.Shift)
 	var used uint64
 	var dropped int64
 	for i := range old.n {
@@ -191,13 +206,19 @@ func (s *Shard) Swept(cfg *Config, t *Table, start, now int64) {
 		return // rebuilt mid-sweep: the new table's cells were not all visited
 	}
 	s.renewHorizon(cfg, start)
-	if live := uint64(s.live.Load()); t.n > minSlots && live*4 < t.n && sizeFor(live) < t.n {
+	if s.sparse(t) {
 		s.mu.Lock()
-		if s.table.Load() == t {
-			s.rebuild(cfg, now, live)
+		if s.table.Load() == t && s.sparse(t) {
+			s.rebuild(cfg, now, 0)
 		}
 		s.mu.Unlock()
 	}
+}
+
+// sparse reports whether t holds so few live keys that a rebuild would shrink it.
+func (s *Shard) sparse(t *Table) bool {
+	live := uint64(s.live.Load())
+	return t.n > minSlots && live*4 < t.n && sizeFor(live) < t.n
 }
 
 // SweepAll sweeps the whole shard under its lock, for a decision that found the shard's horizon

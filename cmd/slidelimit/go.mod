@@ -2,6 +2,32 @@ module github.com/slidelimit/slidelimit/cmd/slidelimit
 
 go 1.26.0
 
-require github.com/slidelimit/slidelimit v0.0.0
+require (
+	github.com/prometheus/client_golang v1.23.2
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/slidelimit/slidelimit v0.0.0
+	github.com/slidelimit/slidelimit/redisstore v0.0.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
 
-replace github.com/slidelimit/slidelimit => ../..
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.66.1 // indirect
+	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	google.golang.org/protobuf v1.36.8 // indirect
+)
+
+replace (
+	github.com/slidelimit/slidelimit => ../..
+	github.com/slidelimit/slidelimit/redisstore => ../../redisstore
+)

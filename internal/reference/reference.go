@@ -128,6 +128,7 @@ type Model struct {
 // New returns a model of policy id ("sliding-counter", "gcra", …; see IDs) with the given
 // parameters. It returns an error naming an unknown id, a missing or unknown parameter, or a
 // parameter outside its range (see the package comment).
+// New is safe for concurrent use; the Model it returns is not.
 func New(id string, params map[string]int64) (*Model, error) {
 	sp, ok := specs[id]
 	if !ok {

@@ -5,6 +5,10 @@
 // Everything here is deterministic: the random numbers come from the registry's own generator
 // (splitmix32 seeding, xoshiro128**), restated from ../shared/TRACES.md, with uint32 wrapping
 // arithmetic, so the same seed gives the same events in every language the registry is ported to.
+//
+// Concurrency: the functions of this package keep no shared state and may be called from any
+// number of goroutines at once; an RNG, being a stream, belongs to one goroutine at a time; Zipf
+// samplers, Traces and Events are read-only once built.
 package trace
 
 import "math/bits"

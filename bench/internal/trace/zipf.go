@@ -29,7 +29,8 @@ func NewZipf(n int) (*Zipf, error) {
 // N returns the number of ranks.
 func (z *Zipf) N() int { return len(z.cum) }
 
-// Sample draws one rank using exactly one NextFloat from r.
+// Sample draws one rank using exactly one NextFloat from r. It only reads z, so goroutines may
+// share z as long as each samples with its own RNG.
 func (z *Zipf) Sample(r *RNG) int {
 	return z.rank(r.NextFloat() * z.total)
 }

@@ -1,0 +1,60 @@
+package clock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestManual(t *testing.T) {
+	c := NewManual(1000)
+	require.True(t, c.Manual())
+	require.Equal(t, int64(1000), c.Now())
+	require.Equal(t, int64(1250), c.Advance(250*time.Millisecond+999*time.Microsecond))
+	c.Set(5)
+	require.Equal(t, int64(5), c.Now())
+	c.Stop() // a no-op
+}
+
+func TestCoarseFollowsWallClockAndStops(t *testing.T) {
+	before := time.Now().UnixMilli()
+	c := NewCoarse(time.Millisecond)
+	require.False(t, c.Manual())
+	require.GreaterOrEqual(t, c.Now(), before)
+	first := c.Now()
+	require.Eventually(t, func() bool { return c.Now() > first }, 5*time.Second, time.Millisecond,
+		"a coarse clock advances")
+	c.Stop()
+	c.Stop() // idempotent
+	require.LessOrEqual(t, c.Now(), time.Now().UnixMilli())
+	require.Panics(t, func() { c.Set(1) })
+	require.Panics(t, func() { c.Advance(time.Second) })
+}
+
+func TestTickNeverRunsBackwards(t *testing.T) {
+	c := NewManual(0)
+	c.manual = false // exercise the coarse clock's update rule without its goroutine
+	c.tick(100)
+	c.tick(50) // the wall clock stepped back
+	require.Equal(t, int64(100), c.Now())
+	c.tick(101)
+	require.Equal(t, int64(101), c.Now())
+}
+
+func TestSharedClockIsReferenceCounted(t *testing.T) {
+	a := Acquire()
+	b := Acquire()
+	require.Same(t, a, b)
+	Release(a)
+	Release(NewManual(0)) // not the shared clock: ignored
+	require.NotPanics(t, func() { b.Now() })
+	Release(b)
+	goleak.VerifyNone(t) // the last Release stopped the goroutine
+	c := Acquire()
+	require.NotSame(t, a, c, "a new shared clock after the last release")
+	Release(c)
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+func TestBuildPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		limit  int64
+		window time.Duration
+		want   policy.Policy
+	}{
+		{"sliding-counter", 100, time.Minute, policy.SlidingCounter{Limit: 100, Window: time.Minute}},
+		{"fixed-window", 5, time.Second, policy.FixedWindow{Limit: 5, Window: time.Second}},
+		{"sliding-log", 7, time.Hour, policy.SlidingLog{Limit: 7, Window: time.Hour}},
+		{"token-bucket", 120, time.Minute, policy.TokenBucket{Rate: 2, Burst: 120}},
+		{"gcra", 10, 500 * time.Millisecond, policy.GCRA{Rate: 20, Burst: 10}},
+		{"leaky-bucket", 30, 10 * time.Second, policy.LeakyBucket{Rate: 3, Capacity: 30}},
+	} {
+		got, err := buildPolicy(tc.id, tc.limit, tc.window)
+		require.NoError(t, err, tc.id)
+		assert.Equal(t, tc.want, got, tc.id)
+	}
+	for _, tc := range []struct {
+		id     string
+		limit  int64
+		window time.Duration
+		want   string
+	}{
+		{"sliding-counter", 0, time.Second, "-limit 0"},
+		{"sliding-counter", 1 << 32, time.Second, "-limit 4294967296"},
+		{"sliding-counter", 1, 0, "-window 0s"},
+		{"sliding-counter", 1, 1500 * time.Microsecond, "-window 1.5ms"},
+		{"sliding-log", 20_000, time.Second, "SlidingLog.Limit = 20000"},
+		{"token-bucket", 100, time.Minute, "-limit 100 -window 1m0s is 1.667/s"},
+		{"token-bucket", 1, 2 * time.Second, "is 0.500/s"},
+		{"dual-bucket", 1, time.Second, `-policy "dual-bucket": unknown policy`},
+	} {
+		_, err := buildPolicy(tc.id, tc.limit, tc.window)
+		assert.ErrorContains(t, err, tc.want, "%s %d %v", tc.id, tc.limit, tc.window)
+	}
+}
+
+// With no command, or with flags first, the command runs the benchmark.
+func TestRunDispatch(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-keys", "500", "-duration", "20ms"}, &stdout, &stderr)
+	assert.Equal(t, exitOK, code, stderr.String())
+	assert.Contains(t, stdout.String(), "slidelimit bench: sliding-counter, limit 10 per 1s, 500 keys")
+
+	stdout.Reset()
+	assert.Equal(t, exitOK, run([]string{"help"}, &stdout, &stderr))
+	assert.Contains(t, stdout.String(), "slidelimit proxy [flags]")
+
+	stderr.Reset()
+	assert.Equal(t, exitUsage, run([]string{"serve"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), `unknown command "serve"`)
+
+	stderr.Reset()
+	assert.Equal(t, exitUsage, run([]string{"bench", "-dist", "pareto"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), `-dist "pareto"`)
+
+	stderr.Reset()
+	assert.Equal(t, exitOK, run([]string{"proxy", "-h"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "-trusted-proxies")
+}
+
+// The load generator's comparison mode: every request through both proxies is answered 200, and
+// a ratio comes out.
+func TestLoadCompare(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"load", "-duration", "100ms", "-rounds", "1", "-concurrency", "2", "-clients", "50"}, &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	assert.Regexp(t, `(?m)^  proxy, no limiter +[0-9,]+ `, stdout.String())
+	assert.Regexp(t, `(?m)^  proxy, limiter +[0-9,]+ `, stdout.String())
+	assert.Regexp(t, `throughput with limiter / without: [0-9]+\.[0-9]{3}`, stdout.String())
+}
+
+func TestLoadURL(t *testing.T) {
+	up := newUpstream(t)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"load", "-url", up.URL, "-duration", "50ms", "-concurrency", "2", "-clients", "0"}, &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	assert.Contains(t, stdout.String(), "map[200:")
+	assert.Positive(t, up.hits.Load())
+}
+
+func TestClientAddr(t *testing.T) {
+	assert.Equal(t, "100.64.0.0", clientAddr(0))
+	assert.Equal(t, "100.64.1.2", clientAddr(258))
+	assert.Equal(t, "100.65.0.1", clientAddr(1<<16+1))
+}
+
+func TestGroup(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -12345: "-12,345"} {
+		assert.Equal(t, want, group(n))
+	}
+}

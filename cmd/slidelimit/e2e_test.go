@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// binary is the command, built once for every end-to-end test.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "slidelimit-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "slidelimit")
+	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the command:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func goTool() string {
+	if p := filepath.Join(os.Getenv("GOROOT"), "bin", "go"); os.Getenv("GOROOT") != "" {
+		return p
+	}
+	return "go"
+}
+
+// failsafe bounds every wait on the child process, so that a hung proxy fails the test instead
+// of the run. It is never what a test asserts on.
+const failsafe = 30 * time.Second
+
+// proc is one running "slidelimit proxy".
+type proc struct {
+	cmd     *exec.Cmd
+	addr    string // where it listens
+	metrics string // where /metrics is, when -metrics-listen was given
+	mu      sync.Mutex
+	log     bytes.Buffer
+	exited  chan struct{}
+	err     error // cmd.Wait's, after exited is closed
+}
+
+func (p *proc) stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+var (
+	listeningRE = regexp.MustCompile(`listening on (\S+),`)
+	metricsRE   = regexp.MustCompile(`metrics on http://(\S+)/metrics`)
+)
+
+// startProxy runs the proxy with args on a free loopback port and waits until it listens.
+func startProxy(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, append([]string{"proxy", "-listen", "127.0.0.1:0"}, args...)...), exited: make(chan struct{})}
+	pipe, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			if m := metricsRE.FindStringSubmatch(line); m != nil {
+				p.metrics = m[1]
+			}
+			if m := listeningRE.FindStringSubmatch(line); m != nil && !signalled {
+				p.addr, signalled = m[1], true
+				close(ready)
+			}
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case <-ready:
+	case <-p.exited:
+		t.Fatalf("proxy exited before listening: %v\n%s", p.err, p.stderr())
+	case <-time.After(failsafe):
+		t.Fatalf("proxy did not start listening:\n%s", p.stderr())
+	}
+	return p
+}
+
+func (p *proc) url(path string) string { return "http://" + p.addr + path }
+
+// upstream is a real server behind the proxy that records what reaches it.
+type upstream struct {
+	*httptest.Server
+	hits atomic.Int64
+	mu   sync.Mutex
+	xff  []string
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		u.mu.Lock()
+		u.xff = append(u.xff, r.Header.Get("X-Forwarded-For"))
+		u.mu.Unlock()
+		fmt.Fprintf(w, "upstream saw %s", r.URL.RequestURI())
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) forwardedFor() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.xff...)
+}
+
+type resp struct {
+	status                        int
+	body                          string
+	policy, rateLimit, retryAfter string
+}
+
+func newClient(t *testing.T, keepAlive bool) *http.Client {
+	tr := &http.Transport{DisableKeepAlives: !keepAlive}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: failsafe}
+}
+
+func do(t *testing.T, c *http.Client, url string, header map[string]string) resp {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return resp{res.StatusCode, string(b), res.Header.Get("RateLimit-Policy"), res.Header.Get("RateLimit"), res.Header.Get("Retry-After")}
+}
+
+// ceilSecondsUntil is the whole seconds, rounded up, from ms to endMs.
+func ceilSecondsUntil(endMs, ms int64) int64 { return (endMs - ms + 999) / 1000 }
+
+// Exactly limit requests pass in a window; the rest get 429 with the fields the sliding counter
+// gives. The window is an hour and aligned to the epoch: if the run straddles an hour boundary
+// (a few milliseconds in 3.6 million), it is run again in the next window.
+func TestProxyExactLimit(t *testing.T) {
+	const limit, window = 5, int64(3_600_000)
+	up := newUpstream(t)
+	for attempt := 0; ; attempt++ {
+		before := time.Now().UnixMilli()
+		p := startProxy(t, "-upstream", up.URL, "-limit", strconv.Itoa(limit), "-window", "1h")
+		c := newClient(t, true)
+		var got []resp
+		for i := range limit + 3 {
+			got = append(got, do(t, c, p.url("/items?page="+strconv.Itoa(i)), nil))
+		}
+		after := time.Now().UnixMilli()
+		end := before - before%window + window
+		if after >= end && attempt == 0 {
+			continue
+		}
+		// t and Retry-After were computed at some instant in [before, after].
+		tMin, tMax := ceilSecondsUntil(end, after), ceilSecondsUntil(end, before)
+		retryMin, retryMax := ceilSecondsUntil(end+1, after), ceilSecondsUntil(end+1, before)
+		for i, r := range got {
+			assert.Equal(t, `"default";q=5;w=3600`, r.policy, "request %d", i)
+			m := regexp.MustCompile(`^"default";r=(\d+);t=(\d+)$`).FindStringSubmatch(r.rateLimit)
+			if !assert.NotNil(t, m, "request %d: RateLimit %q", i, r.rateLimit) {
+				continue
+			}
+			tv, _ := strconv.ParseInt(m[2], 10, 64)
+			assert.True(t, tv >= tMin && tv <= tMax, "request %d: t=%d outside [%d, %d]", i, tv, tMin, tMax)
+			if i < limit {
+				assert.Equal(t, 200, r.status, "request %d", i)
+				assert.Equal(t, "upstream saw /items?page="+strconv.Itoa(i), r.body)
+				assert.Equal(t, strconv.Itoa(limit-1-i), m[1], "request %d remaining", i)
+				assert.Empty(t, r.retryAfter)
+				continue
+			}
+			assert.Equal(t, 429, r.status, "request %d", i)
+			assert.Equal(t, "0", m[1], "request %d remaining", i)
+			ra, err := strconv.ParseInt(r.retryAfter, 10, 64)
+			if assert.NoError(t, err, "request %d: Retry-After %q", i, r.retryAfter) {
+				assert.True(t, ra >= max(retryMin, 1) && ra <= retryMax, "request %d: Retry-After %d outside [%d, %d]", i, ra, retryMin, retryMax)
+			}
+		}
+		assert.Equal(t, int64(limit), up.hits.Load(), "refused requests never reach the upstream")
+		return
+	}
+}
+
+// A client that is not a trusted proxy cannot pick its own key with X-Forwarded-For or Forwarded,
+// and its forged header is not passed upstream.
+func TestProxySpoofedForwardedFor(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "3", "-window", "1h", "-trusted-proxies", "10.0.0.0/8,192.0.2.1")
+	c := newClient(t, false)
+	var codes []int
+	for i := range 6 {
+		forged := "198.51.100." + strconv.Itoa(i+1)
+		codes = append(codes, do(t, c, p.url("/"), map[string]string{
+			"X-Forwarded-For": forged + ", 10.0.0.1",
+			"Forwarded":       "for=" + forged,
+		}).status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429, 429, 429}, codes)
+	assert.Equal(t, []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, up.forwardedFor())
+}
+
+// Behind a trusted proxy, each client named in X-Forwarded-For has its own limit.
+func TestProxyTrustedChain(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "2", "-window", "1h", "-trusted-proxies", "127.0.0.1")
+	c := newClient(t, true)
+	xff := func(v string) int { return do(t, c, p.url("/"), map[string]string{"X-Forwarded-For": v}).status }
+	assert.Equal(t, 200, xff("203.0.113.1"))
+	assert.Equal(t, 200, xff("6.6.6.6, 203.0.113.1"))
+	assert.Equal(t, 429, xff("7.7.7.7, 203.0.113.1"), "forged hops left of the client change nothing")
+	assert.Equal(t, 200, xff("203.0.113.2"))
+	assert.Equal(t, 200, xff("2001:db8:1:2::1"))
+	assert.Equal(t, 200, xff("2001:db8:1:2::2"))
+	assert.Equal(t, 429, xff("2001:db8:1:2::3"), "IPv6 clients are grouped by /64 by default")
+	assert.Equal(t, []string{
+		"203.0.113.1, 127.0.0.1", "6.6.6.6, 203.0.113.1, 127.0.0.1", "203.0.113.2, 127.0.0.1",
+		"2001:db8:1:2::1, 127.0.0.1", "2001:db8:1:2::2, 127.0.0.1",
+	}, up.forwardedFor())
+}
+
+func TestProxyKeyHeader(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-key", "header:X-Api-Key")
+	c := newClient(t, true)
+	key := func(v string) int {
+		h := map[string]string{}
+		if v != "" {
+			h["X-Api-Key"] = v
+		}
+		return do(t, c, p.url("/"), h).status
+	}
+	assert.Equal(t, []int{200, 429, 200, 200, 429}, []int{key("a"), key("a"), key("b"), key(""), key("")})
+}
+
+func TestProxyShadowAndMetrics(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-shadow")
+	c := newClient(t, true)
+	for range 3 {
+		r := do(t, c, p.url("/"), nil)
+		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, r)
+	}
+	m := do(t, c, p.url("/metrics"), nil)
+	assert.Equal(t, 200, m.status)
+	for _, want := range []string{
+		`slidelimit_decisions_total{decision="allowed"} 1`,
+		`slidelimit_decisions_total{decision="denied"} 2`,
+		"slidelimit_keys_tracked 1",
+		"slidelimit_shadow_mode 1",
+		"slidelimit_limiter_errors_total 0",
+	} {
+		assert.Contains(t, m.body, want+"\n")
+	}
+	assert.Equal(t, int64(3), up.hits.Load())
+}
+
+// -conn-limit closes connections over the limit at accept, and the proxy keeps serving.
+func TestProxyConnLimit(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, false)
+	var ok int
+	for range 4 {
+		res, err := c.Get(p.url("/"))
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				ok++
+			}
+		}
+	}
+	assert.Equal(t, 2, ok)
+	require.NotEmpty(t, p.metrics)
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil)
+	assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
+}
+
+// SIGTERM lets a request in flight finish, refuses new connections, and exits 0.
+func TestProxyGracefulShutdown(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "finished")
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "10", "-window", "1h")
+	c := newClient(t, true)
+
+	type result struct {
+		r   resp
+		err error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		res, err := c.Get(p.url("/slow"))
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		inflight <- result{resp{status: res.StatusCode, body: string(b)}, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(failsafe):
+		t.Fatal("the request never reached the upstream")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+
+	// New connections are refused once the listener is closed.
+	deadline := time.Now().Add(failsafe)
+	for {
+		conn, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		require.True(t, time.Now().Before(deadline), "the proxy kept accepting connections after SIGTERM")
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-p.exited:
+		t.Fatal("the proxy exited with a request in flight")
+	default:
+	}
+
+	close(release)
+	r := <-inflight
+	require.NoError(t, r.err)
+	assert.Equal(t, resp{status: 200, body: "finished"}, resp{status: r.r.status, body: r.r.body})
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatal("the proxy did not exit after SIGTERM")
+	}
+	assert.NoError(t, p.err, "exit status")
+	assert.Contains(t, p.stderr(), "shutting down")
+	assert.Contains(t, p.stderr(), "stopped")
+}
+
+// Bad flags: a message naming the flag and the value, and exit status 2 (1 for a port that
+// cannot be listened on).
+func TestProxyBadFlags(t *testing.T) {
+	up := "http://127.0.0.1:1"
+	for _, tc := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{}, "-upstream is required", 2},
+		{[]string{"-upstream", "ftp://example.com"}, `-upstream "ftp://example.com": must be an http:// or https:// URL`, 2},
+		{[]string{"-upstream", "http://[::1"}, `-upstream "http://[::1"`, 2},
+		{[]string{"-upstream", up, "-limit", "0"}, "-limit 0: must be in [1, 4294967295]", 2},
+		{[]string{"-upstream", up, "-limit", "ten"}, `invalid value "ten" for flag -limit`, 2},
+		{[]string{"-upstream", up, "-window", "0s"}, "-window 0s: must be a whole number of milliseconds", 2},
+		{[]string{"-upstream", up, "-window", "1.5ms"}, "-window 1.5ms", 2},
+		{[]string{"-upstream", up, "-policy", "nope"}, `-policy "nope": unknown policy`, 2},
+		{[]string{"-upstream", up, "-policy", "token-bucket", "-limit", "1", "-window", "1m"}, "-policy token-bucket refills -limit units every -window", 2},
+		{[]string{"-upstream", up, "-key", "cookie"}, `-key "cookie": must be ip, header:NAME, conn or path`, 2},
+		{[]string{"-upstream", up, "-key", "header:"}, `-key "header:"`, 2},
+		{[]string{"-upstream", up, "-trusted-proxies", "10.0.0.0/33"}, `-trusted-proxies "10.0.0.0/33"`, 2},
+		{[]string{"-upstream", up, "-forwarded-header", "x-real-ip"}, `-forwarded-header "x-real-ip"`, 2},
+		{[]string{"-upstream", up, "-conn-limit", "-1"}, "-conn-limit -1", 2},
+		{[]string{"-upstream", up, "-ipv6-prefix", "129"}, "-ipv6-prefix 129", 2},
+		{[]string{"-upstream", up, "-name", "a b"}, `-name "a b"`, 2},
+		{[]string{"-upstream", up, "-redis", "mysql://x"}, `-redis "mysql://x"`, 2},
+		{[]string{"-upstream", up, "extra"}, `unexpected argument "extra"`, 2},
+		{[]string{"-upstream", up, "-listen", "nowhere"}, `-listen "nowhere"`, 1},
+	} {
+		cmd := exec.Command(binary, append([]string{"proxy"}, tc.args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if assert.True(t, errors.As(err, &exit), "%v: %v", tc.args, err) {
+			assert.Equal(t, tc.code, exit.ExitCode(), "%v", tc.args)
+		}
+		assert.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+	}
+}
+
+func TestBenchCommand(t *testing.T) {
+	cmd := exec.Command(binary, "bench", "-keys", "1000", "-duration", "100ms", "-workers", "2")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	out := stdout.String()
+	for _, row := range []string{"decisions/s", "ns per decision", "accept rate", "keys tracked", "bytes per key"} {
+		assert.Regexp(t, `(?m)^  `+row+` +[0-9][0-9,.]*( %)?( |$)`, out)
+	}
+	assert.Regexp(t, `(?m)^  keys tracked +1,000$`, out, "every key was warmed and is still live")
+	assert.NotContains(t, stderr.String(), "\r", "no progress bar when stderr is not a terminal")
+	assert.Contains(t, stderr.String(), "measuring for 100ms")
+}

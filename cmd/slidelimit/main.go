@@ -1,0 +1,160 @@
+// Command slidelimit runs slidelimit's rate-limiting engine from the command line.
+//
+//	slidelimit [bench] [flags]   drive the engine with a built-in many-key workload (the default)
+//	slidelimit proxy [flags]     a reverse proxy that rate-limits each client
+//	slidelimit load [flags]      an HTTP load generator; measures the proxy's overhead
+//
+// Run "slidelimit COMMAND -h" for a command's flags.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `slidelimit: a sharded, lock-free sliding-window rate limiter.
+
+Usage:
+  slidelimit [bench] [flags]   drive the engine with a built-in many-key workload (the default)
+  slidelimit proxy [flags]     a reverse proxy that rate-limits each client
+  slidelimit load [flags]      an HTTP load generator; with no -url it measures the proxy's
+                               overhead with and without limiting
+
+Run "slidelimit COMMAND -h" for a command's flags.
+`
+
+// Exit codes: 0 success, 1 failure while running, 2 bad command line.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// errUsage marks a command-line error, already explained on stderr.
+var errUsage = errors.New("usage")
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd, rest := "bench", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, rest = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "bench":
+		err = benchMain(rest, stdout, stderr)
+	case "proxy":
+		err = proxyMain(rest, stdout, stderr)
+	case "load":
+		err = loadMain(rest, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsage):
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "slidelimit %s: %v\n", cmd, err)
+	return exitFail
+}
+
+// newFlagSet returns a flag set that reports its own errors (naming the flag and the value) on
+// stderr and returns them instead of exiting.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("slidelimit "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: slidelimit %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning a parse error into errUsage (the flag package has printed it)
+// and refusing stray arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// usageErr prints a command-line error in the flag package's style and returns errUsage.
+func usageErr(fs *flag.FlagSet, format string, a ...any) error {
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(fs.Output(), "Run %q for the flags.\n", fs.Name()+" -h")
+	return errUsage
+}
+
+// policyIDs are the registry ids -policy accepts, in the order the help lists them.
+var policyIDs = []string{"sliding-counter", "fixed-window", "sliding-log", "token-bucket", "gcra", "leaky-bucket"}
+
+// buildPolicy turns -policy, -limit and -window into a policy: the window policies take limit per
+// window directly; the buckets take limit as their burst (or capacity) and refill it over one
+// window, which must then come to a whole number of units per second. It returns an error naming
+// the flag and the value.
+func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, error) {
+	if limit < 1 || limit > policy.MaxLimit {
+		return nil, fmt.Errorf("-limit %d: must be in [1, %d]", limit, int64(policy.MaxLimit))
+	}
+	if window < time.Millisecond || window%time.Millisecond != 0 || window > policy.MaxWindow {
+		return nil, fmt.Errorf("-window %v: must be a whole number of milliseconds in [1ms, %v]", window, policy.MaxWindow)
+	}
+	perSecond := func() (int64, error) {
+		ms := window.Milliseconds()
+		if limit*1000%ms != 0 || limit*1000/ms < 1 {
+			return 0, fmt.Errorf("-policy %s refills -limit units every -window, which must come to a whole number per second: -limit %d -window %v is %.3f/s", id, limit, window, float64(limit)/window.Seconds())
+		}
+		return limit * 1000 / ms, nil
+	}
+	var p policy.Policy
+	switch id {
+	case "sliding-counter":
+		p = policy.SlidingCounter{Limit: limit, Window: window}
+	case "fixed-window":
+		p = policy.FixedWindow{Limit: limit, Window: window}
+	case "sliding-log":
+		p = policy.SlidingLog{Limit: limit, Window: window}
+	case "token-bucket", "gcra", "leaky-bucket":
+		rate, err := perSecond()
+		if err != nil {
+			return nil, err
+		}
+		switch id {
+		case "token-bucket":
+			p = policy.TokenBucket{Rate: rate, Burst: limit}
+		case "gcra":
+			p = policy.GCRA{Rate: rate, Burst: limit}
+		default:
+			p = policy.LeakyBucket{Rate: rate, Capacity: limit}
+		}
+	default:
+		return nil, fmt.Errorf("-policy %q: unknown policy; one of %s", id, strings.Join(policyIDs, ", "))
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("-policy %s -limit %d -window %v: %v", id, limit, window, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startRedis runs a throwaway redis-server on a free loopback port and returns its address. It
+// skips the test when redis-server is not installed, except under CI=true, where that fails.
+func startRedis(t *testing.T) (addr string, stop func()) {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed; CI must run the Redis end-to-end test")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	stop = func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	addr = "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(failsafe)
+	for !pong(addr) {
+		require.True(t, time.Now().Before(deadline), "redis-server did not answer PING")
+		time.Sleep(10 * time.Millisecond)
+	}
+	return addr, stop
+}
+
+func pong(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.TrimSpace(line) == "+PONG"
+}
+
+// Two proxy processes on one Redis hold one limit between them; when Redis goes away each
+// falls back to its own in-process limit, and the metrics say so.
+func TestTwoProxiesShareRedis(t *testing.T) {
+	addr, stopRedis := startRedis(t)
+	up := newUpstream(t)
+	const window = int64(3_600_000)
+	for attempt := 0; ; attempt++ {
+		before := time.Now().UnixMilli()
+		args := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-name", "e2e" + strconv.Itoa(attempt), "-trusted-proxies", "127.0.0.1"}
+		p1, p2 := startProxy(t, args...), startProxy(t, args...)
+		c := newClient(t, true)
+		var codes []int
+		var last resp
+		for i := range 8 {
+			p := p1
+			if i%2 == 1 {
+				p = p2
+			}
+			last = do(t, c, p.url("/"), nil)
+			codes = append(codes, last.status)
+		}
+		if after := time.Now().UnixMilli(); after >= before-before%window+window && attempt == 0 {
+			continue // straddled an hour boundary: run again in the next window
+		}
+		assert.Equal(t, []int{200, 200, 200, 200, 429, 429, 429, 429}, codes)
+		assert.Equal(t, `"e2e`+strconv.Itoa(attempt)+`";q=4;w=3600`, last.policy)
+		assert.Regexp(t, `^"e2e\d";r=0;t=\d+$`, last.rateLimit)
+		assert.NotEmpty(t, last.retryAfter)
+
+		stopRedis()
+		// The refused client is still refused from the store's local deny cache; a new one is
+		// decided by the in-process fallback.
+		assert.Equal(t, 429, do(t, c, p1.url("/"), nil).status, "the deny cache still refuses")
+		assert.Equal(t, 200, do(t, c, p1.url("/"), map[string]string{"X-Forwarded-For": "203.0.113.9"}).status, "the fallback decides while Redis is down")
+		m := do(t, c, p1.url("/metrics"), nil).body
+		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
+		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_fallbacks_total"), 1.0)
+		assert.Equal(t, 1.0, metric(t, m, "slidelimit_keys_tracked"))
+		return
+	}
+}
+
+func metric(t *testing.T, body, name string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(body)
+	require.NotNil(t, m, "metric %s missing", name)
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return v
+}

@@ -1,0 +1,246 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// handSwept returns a limiter whose background sweeper never ticks on its own, so the test steps
+// it by hand, deterministically.
+func handSwept(t *testing.T, limit int64, window time.Duration, opts ...Option) (*Limiter, func()) {
+	l, _ := newSC(t, limit, window, append([]Option{WithSweepInterval(time.Hour), WithShards(1)}, opts...)...)
+	return l, func() { l.sweeper.Step(1 << 20) }
+}
+
+func TestSweeperEvictsOnlyDeadKeys(t *testing.T) {
+	l, sweep := handSwept(t, 5, time.Second)
+	clk := l.clk
+	require.True(t, l.AllowN("old", 5))
+	clk.Set(start + 1500)
+	require.True(t, l.AllowN("recent", 2))
+	require.Equal(t, 2, l.Len())
+
+	sweep()
+	require.Equal(t, 2, l.Len(), "nothing is dead yet")
+
+	clk.Set(start + 2000) // "old" was last counted in window 0; window 2 begins: dead
+	sweep()
+	require.Equal(t, 1, l.Len())
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(1), st.Evicted)
+	_, tracked := l.Inspect("old")
+	require.False(t, tracked)
+	pr, tracked := l.Inspect("recent")
+	require.True(t, tracked)
+	require.Equal(t, int64(2), pr.Estimate, "a live key keeps its count through a sweep")
+
+	// The evicted key behaves exactly as a new one: its whole limit is available.
+	require.True(t, l.AllowN("old", 5))
+	require.Equal(t, 2, l.Len())
+}
+
+func TestSweeperShrinksTables(t *testing.T) {
+	l, sweep := handSwept(t, 5, time.Second)
+	for i := range uint64(20_000) {
+		l.AllowKey(i, 1)
+	}
+	var before, after Stats
+	l.Stats(&before)
+	l.clk.Set(start + 3000)
+	l.AllowKey(1<<40, 1) // one key stays live
+	sweep()
+	sweep()
+	l.Stats(&after)
+	require.Equal(t, int64(1), after.Keys)
+	require.Equal(t, int64(20_000), after.Evicted)
+	require.Less(t, after.TableBytes, before.TableBytes/100, "a table left empty is rebuilt small")
+	pr, tracked := l.InspectKey(1 << 40)
+	require.True(t, tracked)
+	require.Equal(t, int64(1), pr.Estimate)
+}
+
+// TestEvictionStress: goroutines hit keys that keep dying (the clock jumps by up to 2.5 windows)
+// while the sweeper evicts them every millisecond and tables are rebuilt. Whatever the
+// interleaving, no window of any key admits more than the limit: an admitted request written into
+// a cell that was being evicted would be lost, and the key would admit again.
+func TestEvictionStress(t *testing.T) {
+	const limit, keys, workers = 5, 1024, 6
+	l, clk := newSC(t, limit, 10*time.Millisecond, WithSweepInterval(time.Millisecond), WithShards(4))
+	stop := make(chan struct{})
+	var driver sync.WaitGroup
+	driver.Add(1)
+	go func() {
+		defer driver.Done()
+		r := rand.New(rand.NewPCG(1, 1))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clk.Advance(time.Duration(r.IntN(25)) * time.Millisecond)
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	type win struct {
+		key   uint64
+		reset int64
+	}
+	counts := make([]map[win]int64, workers)
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for w := range workers {
+		counts[w] = map[win]int64{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 2))
+			for i := 0; i < 20_000 || !done.Load(); i++ {
+				k := uint64(r.IntN(keys))
+				cost := int64(1 + r.IntN(2))
+				if d := l.TakeKey(k, cost); d.Allowed {
+					counts[w][win{k, d.ResetAt.UnixMilli()}] += cost
+				}
+			}
+		}()
+	}
+	// Run until the sweeper has evicted enough keys for the race to have been exercised; a
+	// machine too slow to get there in a minute fails below rather than passing vacuously.
+	var st Stats
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l.Stats(&st); st.Evicted >= 500 {
+			break
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	close(stop)
+	driver.Wait()
+	total := map[win]int64{}
+	for _, c := range counts {
+		for k, v := range c {
+			total[k] += v
+		}
+	}
+	for k, v := range total {
+		require.LessOrEqual(t, v, int64(limit), "key %d, window ending %d: admitted %d", k.key, k.reset, v)
+	}
+	l.Stats(&st)
+	require.GreaterOrEqual(t, st.Evicted, int64(500), "the sweeper must have evicted keys for the test to mean anything")
+	t.Logf("windows checked: %d, keys evicted: %d", len(total), st.Evicted)
+}
+
+func TestKeyCapRefusesNewKeys(t *testing.T) {
+	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10))
+	for i := range uint64(10) {
+		require.True(t, l.AllowKey(i, 1))
+	}
+	d := l.TakeKey(10, 1)
+	require.False(t, d.Allowed)
+	require.Equal(t, ReasonKeyCap, d.Reason)
+	require.True(t, l.AllowKey(3, 1), "tracked keys are decided as usual at the cap")
+	require.Equal(t, 10, l.Len())
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(1), st.RefusedAtCap)
+
+	// Two windows later every key is dead; a new key reclaims them without waiting for a sweep.
+	l.clk.Set(start + 2000)
+	require.True(t, l.AllowKey(10, 1))
+	require.LessOrEqual(t, l.Len(), 10)
+}
+
+func TestKeyCapEvictsStalestButNeverALimitedKey(t *testing.T) {
+	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10), WithAtCap(EvictStalest))
+	require.True(t, l.AllowN("abuser", 3))
+	for i := range uint64(9) {
+		l.clk.Set(start + 10 + int64(i))
+		require.True(t, l.AllowKey(i, 1))
+	}
+	// A flood of new keys: each gets in by evicting the stalest key below its limit.
+	for i := range uint64(200) {
+		l.clk.Set(start + 100 + int64(i))
+		require.True(t, l.AllowKey(1000+i, 1), "new key %d", i)
+		require.LessOrEqual(t, l.Len(), 10)
+	}
+	d := l.Take("abuser", 1)
+	require.False(t, d.Allowed, "the key at its limit was not evicted, so flooding did not reset it")
+	require.Equal(t, ReasonLimited, d.Reason)
+}
+
+// TestHashFlooding: keys chosen to fall into one shard under a known seed spread evenly under the
+// default per-process random seed.
+func TestHashFlooding(t *testing.T) {
+	const shards, want = 16, 2048
+	p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	known, err := New(p, WithSeed(1), WithShards(shards), WithEviction(false))
+	require.NoError(t, err)
+	defer known.Close()
+	var strs []string
+	var ints []uint64
+	for i := 0; len(strs) < want || len(ints) < want; i++ {
+		s := fmt.Sprintf("client-%d", i)
+		if len(strs) < want && known.hashString(s)>>known.shift == 0 {
+			strs = append(strs, s)
+		}
+		if len(ints) < want && known.hashKey(uint64(i))>>known.shift == 0 {
+			ints = append(ints, uint64(i))
+		}
+	}
+	for _, c := range []struct {
+		name string
+		seed []Option
+	}{
+		{"known seed", []Option{WithSeed(1)}},
+		{"random seed", nil},
+	} {
+		for _, kind := range []string{"strings", "integers"} {
+			l, err := New(p, append([]Option{WithShards(shards), WithEviction(false)}, c.seed...)...)
+			require.NoError(t, err)
+			if kind == "strings" {
+				for _, s := range strs {
+					l.Allow(s)
+				}
+			} else {
+				for _, k := range ints {
+					l.AllowKey(k, 1)
+				}
+			}
+			var largest int64
+			for i := range l.shards {
+				largest = max(largest, l.shards[i].Live())
+			}
+			mean := int64(want / shards)
+			if c.name == "known seed" {
+				require.Equal(t, int64(want), largest, "%s: the crafted keys all land in one shard", kind)
+			} else {
+				require.LessOrEqual(t, largest, 2*mean, "%s: largest shard %d, mean %d", kind, largest, mean)
+			}
+			l.Close()
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	l, _ := newSC(t, 5, time.Second, WithShards(8), WithEviction(false))
+	for i := range uint64(1000) {
+		l.AllowKey(i, 1)
+	}
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(1000), st.Keys)
+	require.Equal(t, 8, st.Shards)
+	// 1000 keys in 16-byte slots at a load between 0.7 and 0.875, plus empty tables' minimum.
+	require.GreaterOrEqual(t, st.TableBytes, uint64(1000*16))
+	require.LessOrEqual(t, st.TableBytes, uint64(1000*16*10/7+8*2*16*8))
+	require.Zero(t, testing.AllocsPerRun(100, func() { l.Stats(&st) }))
+}

@@ -1,0 +1,111 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// The middleware in five lines: 100 requests per minute per client IP in front of any handler.
+func Example() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello\n") })
+
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Minute})
+	defer lim.Close()
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim)}
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: mw.Wrap(mux)}
+	_ = srv // srv.ListenAndServe()
+}
+
+// What clients see: two requests per minute admitted, the third refused with 429. The manual
+// clock pins the time 15.5 s into a minute so that the output is exact.
+func ExampleMiddleware() {
+	clk := clock.NewManual(1_699_999_980_000 + 15_500)
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Minute}, engine.WithClock(clk))
+	defer lim.Close()
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(lim),
+		Now:     func() time.Time { return time.UnixMilli(clk.Now()) },
+	}
+	ts := httptest.NewServer(mw.Wrap(http.NotFoundHandler()))
+	defer ts.Close()
+
+	for range 3 {
+		res, err := ts.Client().Get(ts.URL)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		res.Body.Close()
+		fmt.Println(res.StatusCode, res.Header.Get("RateLimit-Policy"), res.Header.Get("RateLimit"))
+		if ra := res.Header.Get("Retry-After"); ra != "" {
+			fmt.Println("Retry-After:", ra)
+		}
+	}
+	// Output:
+	// 404 "default";q=2;w=60 "default";r=1;t=45
+	// 404 "default";q=2;w=60 "default";r=0;t=45
+	// 429 "default";q=2;w=60 "default";r=0;t=45
+	// Retry-After: 45
+}
+
+// Clients behind a load balancer at 10.0.0.0/8 are told apart by X-Forwarded-For; IPv6 clients
+// are grouped by /64.
+func ExampleClientIP() {
+	trusted, err := httplimit.ParsePrefixes("10.0.0.0/8")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ip := &httplimit.ClientIP{TrustedProxies: trusted, IPv6Prefix: 64}
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:50000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.9, 2001:db8:1:2::99")
+	fmt.Println(ip.Key(r))
+
+	r.RemoteAddr = "198.51.100.4:50000" // not a trusted proxy: the header is ignored
+	fmt.Println(ip.Key(r))
+	// Output:
+	// ip:2001:db8:1:2::/64
+	// ip:198.51.100.4
+}
+
+// Limiting new connections per client address, below http.Server.
+func ExampleListener() {
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 20, Window: time.Second})
+	defer lim.Close()
+	inner := newListener()
+	ln := &httplimit.Listener{Listener: inner, Limiter: httplimit.Local(lim), IPv6Prefix: 64}
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go srv.Serve(ln)
+	defer srv.Close()
+	fmt.Println("serving")
+	// Output: serving
+}
+
+// Per-connection request limits for a proxy: each connection is its own key.
+func ExampleKeyByConn() {
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 1000, Window: time.Minute})
+	defer lim.Close()
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), KeyFunc: httplimit.KeyByConn}
+	srv := &http.Server{Handler: mw.Wrap(http.NotFoundHandler()), ConnContext: httplimit.ConnContext}
+	_ = srv // srv.ListenAndServe()
+}
+
+func newListener() net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	return ln
+}

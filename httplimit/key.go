@@ -1,0 +1,318 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// ForwardedHeader names the request header that trusted proxies write the client chain into. It
+// is a plain value, safe to copy and share.
+type ForwardedHeader uint8
+
+const (
+	// XForwardedFor reads "X-Forwarded-For: client, proxy1, proxy2". The default.
+	XForwardedFor ForwardedHeader = iota
+	// Forwarded reads the RFC 7239 field, "Forwarded: for=client, for=proxy1;proto=https".
+	Forwarded
+)
+
+// String returns the header's canonical name.
+func (h ForwardedHeader) String() string {
+	if h == Forwarded {
+		return "Forwarded"
+	}
+	return "X-Forwarded-For"
+}
+
+// ClientIP finds the address of the client that sent a request.
+//
+// The address is the TCP peer (Request.RemoteAddr) unless that peer lies in TrustedProxies. Only
+// then is the forwarding header read, walked from right to left: each hop that is itself a
+// trusted proxy is skipped, and the first one that is not is the client. Everything left of that
+// hop was written by the client or by proxies nobody vouches for, so a client cannot choose its
+// own key by sending a forged X-Forwarded-For: from an untrusted peer the header is ignored, and
+// behind a trusted proxy only what the proxy appended counts. If every hop is trusted the leftmost
+// one is the client; if a trusted proxy reports a hop that is not an address ("unknown", an
+// obfuscated identifier, garbage), that proxy is taken as the client.
+//
+// Configure a ClientIP before use and do not change it afterwards; its methods may then be called
+// from any number of goroutines at once.
+type ClientIP struct {
+	// TrustedProxies are the address ranges of the proxies in front of this server. Empty means
+	// none: the forwarding header is never read. ParsePrefixes builds the list from a flag value.
+	TrustedProxies []netip.Prefix
+	// Header is the header the trusted proxies write (default XForwardedFor). Only that one is
+	// read: a proxy that appends to X-Forwarded-For passes a client's forged Forwarded through
+	// untouched, so reading both would let the client pick.
+	Header ForwardedHeader
+	// IPv6Prefix groups IPv6 clients by network: with 64, every address of one /64 (what a single
+	// subscriber is usually given) shares one key. 0 or 128 keys each IPv6 address on its own;
+	// values outside 1…127 behave like 0. IPv4 addresses, and IPv4 mapped into IPv6, are never
+	// grouped.
+	IPv6Prefix int
+}
+
+// Addr returns the client's address, unmapped from IPv6 when it is an IPv4 address and without
+// zone. It returns the zero Addr when RemoteAddr is not an IP address (a Unix socket, a test
+// request without a peer).
+func (c *ClientIP) Addr(r *http.Request) netip.Addr {
+	peer := parseHop(r.RemoteAddr)
+	if !peer.IsValid() || !c.trusted(peer) {
+		return peer
+	}
+	client := peer
+	for hop := range c.hopsRightToLeft(r) {
+		a := parseHop(hop)
+		if !a.IsValid() {
+			// A trusted proxy reported something that is not an address: take that proxy.
+			return client
+		}
+		client = a
+		if !c.trusted(a) {
+			return a
+		}
+	}
+	return client
+}
+
+// Key returns the rate-limiting key of the request's client: "ip:" and the address, or with
+// IPv6Prefix set, "ip:" and the masked IPv6 prefix such as "ip:2001:db8:1:2::/64". A request whose
+// peer is not an IP address is keyed by its raw RemoteAddr ("addr:" and the value).
+func (c *ClientIP) Key(r *http.Request) string {
+	a := c.Addr(r)
+	if !a.IsValid() {
+		return "addr:" + r.RemoteAddr
+	}
+	return c.keyOf(a)
+}
+
+func (c *ClientIP) keyOf(a netip.Addr) string {
+	var buf [64]byte // "ip:" and the longest IPv6 prefix text fit
+	b := append(buf[:0], "ip:"...)
+	if a.Is6() && c.IPv6Prefix > 0 && c.IPv6Prefix < 128 {
+		if p, err := a.Prefix(c.IPv6Prefix); err == nil {
+			return string(p.AppendTo(b))
+		}
+	}
+	return string(a.AppendTo(b))
+}
+
+func (c *ClientIP) trusted(a netip.Addr) bool {
+	for _, p := range c.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// hopsRightToLeft yields the forwarding chain from the newest hop (rightmost in the last header
+// line) to the oldest, over every instance of the header. X-Forwarded-For is walked in place,
+// without building a list.
+func (c *ClientIP) hopsRightToLeft(r *http.Request) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if c.Header == Forwarded {
+			var hops []string
+			for _, v := range r.Header.Values("Forwarded") {
+				hops = appendForwardedFor(hops, v)
+			}
+			for i := len(hops) - 1; i >= 0; i-- {
+				if !yield(hops[i]) {
+					return
+				}
+			}
+			return
+		}
+		vs := r.Header.Values("X-Forwarded-For")
+		for vi := len(vs) - 1; vi >= 0; vi-- {
+			v := vs[vi]
+			end := len(v)
+			for i := end - 1; i >= -1; i-- {
+				if i >= 0 && v[i] != ',' {
+					continue
+				}
+				if !yield(v[i+1 : end]) {
+					return
+				}
+				end = i
+			}
+		}
+	}
+}
+
+// appendForwardedFor appends the for= value of each element of one Forwarded field value. An
+// element without for= contributes an empty hop, which is not an address and so stops the walk:
+// the proxy that wrote it did not say who its client was.
+func appendForwardedFor(out []string, v string) []string {
+	for _, elem := range splitQuoted(v, ',') {
+		hop := ""
+		for _, pair := range splitQuoted(elem, ';') {
+			name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
+				hop = unquote(strings.TrimSpace(val))
+			}
+		}
+		out = append(out, hop)
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside double-quoted strings (RFC 7230 quoted-string, with
+// backslash escapes).
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch == '\\' && quoted:
+			i++
+		case ch == '"':
+			quoted = !quoted
+		case ch == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+func unquote(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	s = s[1 : len(s)-1]
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// parseHop parses one address as proxies write it: "192.0.2.1", "192.0.2.1:4711", "2001:db8::1",
+// "[2001:db8::1]" or "[2001:db8::1]:4711". It returns the zero Addr for anything else. The form
+// is told apart before parsing, so that the common cases build no error value.
+func parseHop(s string) netip.Addr {
+	s = strings.TrimSpace(s)
+	var a netip.Addr
+	var err error
+	switch {
+	case s == "":
+		return netip.Addr{}
+	case s[0] == '[':
+		if s[len(s)-1] == ']' {
+			a, err = netip.ParseAddr(s[1 : len(s)-1])
+		} else {
+			var ap netip.AddrPort
+			ap, err = netip.ParseAddrPort(s)
+			a = ap.Addr()
+		}
+	case strings.Count(s, ":") == 1:
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
+		a = ap.Addr()
+	default:
+		a, err = netip.ParseAddr(s)
+	}
+	if err != nil {
+		return netip.Addr{}
+	}
+	return canon(a)
+}
+
+func canon(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+// ParsePrefixes parses a comma-separated list of CIDR ranges or single addresses ("10.0.0.0/8,
+// 192.0.2.7, 2001:db8::/32"); a single address stands for itself alone (/32 or /128). The empty
+// string gives an empty list. An entry that is neither is an error that names it. ParsePrefixes is
+// a pure function, safe to call from any goroutine.
+func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if strings.Contains(part, "/") {
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				return nil, fmt.Errorf("httplimit: trusted proxy %q is not a CIDR range: %v", part, err)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: trusted proxy %q is neither an address nor a CIDR range", part)
+		}
+		a = canon(a)
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// KeyByHeader returns a key function that keys each request by the value of header name (for
+// example an API key checked earlier in the chain), as "h:" and the value. A request without the
+// header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
+// address (ClientIP with no trusted proxies). Clients choose their own header values: key by a
+// header only where something upstream of the limiter has authenticated it. Safe for concurrent
+// use.
+func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Request) string {
+	name = http.CanonicalHeaderKey(name)
+	if fallback == nil {
+		fallback = new(ClientIP).Key
+	}
+	return func(r *http.Request) string {
+		if v := r.Header.Get(name); v != "" {
+			return "h:" + v
+		}
+		return fallback(r)
+	}
+}
+
+// KeyByPathAndIP returns a key function that keys each request by its URL path together with the
+// key that ip gives it (a nil ip means the peer address), so that each client has its own
+// allowance per endpoint: "path:/search ip:192.0.2.1". The path is taken as received, not
+// cleaned; route first if "/a/../b" and "/b" must share a key. Safe for concurrent use.
+func KeyByPathAndIP(ip func(*http.Request) string) func(*http.Request) string {
+	if ip == nil {
+		ip = new(ClientIP).Key
+	}
+	return func(r *http.Request) string {
+		return "path:" + r.URL.Path + " " + ip(r)
+	}
+}
+
+type connKeyCtx struct{}
+
+var connSeq atomic.Uint64
+
+// ConnContext is a function for http.Server.ConnContext that gives every accepted connection its
+// own identity, which KeyByConn turns into a key: a proxy can then limit the requests of each
+// connection (each HTTP/1.1 keep-alive connection, each HTTP/2 connection and its streams) apart
+// from the others. Identities are never reused within a process. Safe for concurrent use.
+func ConnContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKeyCtx{}, "conn:"+strconv.FormatUint(connSeq.Add(1), 10))
+}
+
+// KeyByConn keys a request by the connection it came on, as tagged by ConnContext. On a server
+// without ConnContext it falls back to the peer's address and port, which also identifies a live
+// connection but may be reused by a later one. Safe for concurrent use.
+func KeyByConn(r *http.Request) string {
+	if k, ok := r.Context().Value(connKeyCtx{}).(string); ok {
+		return k
+	}
+	return "conn:" + r.RemoteAddr
+}

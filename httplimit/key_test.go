@@ -1,0 +1,112 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/httplimit"
+)
+
+func TestClientIPAddr(t *testing.T) {
+	trusted, err := httplimit.ParsePrefixes("10.0.0.0/8, 192.0.2.10, 2001:db8:ffff::/48")
+	require.NoError(t, err)
+	xff := &httplimit.ClientIP{TrustedProxies: trusted}
+	fwd := &httplimit.ClientIP{TrustedProxies: trusted, Header: httplimit.Forwarded}
+
+	for _, tc := range []struct {
+		name   string
+		ip     *httplimit.ClientIP
+		remote string
+		header map[string][]string
+		want   string // "" means the zero Addr
+	}{
+		{"untrusted peer, header ignored", xff, "198.51.100.9:1234", map[string][]string{"X-Forwarded-For": {"1.2.3.4"}}, "198.51.100.9"},
+		{"no proxies configured", &httplimit.ClientIP{}, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"1.2.3.4"}}, "10.0.0.1"},
+		{"trusted peer, one hop", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5"}}, "203.0.113.5"},
+		{"trusted chain skipped", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5, 192.0.2.10, 10.9.9.9"}}, "203.0.113.5"},
+		{"forged left part ignored", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"6.6.6.6, 203.0.113.5"}}, "203.0.113.5"},
+		{"several header lines in order", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"6.6.6.6, 203.0.113.5", "10.2.2.2"}}, "203.0.113.5"},
+		{"every hop trusted: leftmost", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"10.3.3.3, 10.2.2.2"}}, "10.3.3.3"},
+		{"trusted peer, no header", xff, "10.0.0.1:1", nil, "10.0.0.1"},
+		{"garbage from a trusted hop: that hop", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5, garbage, 10.2.2.2"}}, "10.2.2.2"},
+		{"ports and brackets", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"[2001:db8::7]:443, 10.2.2.2:80"}}, "2001:db8::7"},
+		{"IPv4-mapped peer", xff, "[::ffff:10.0.0.1]:1", map[string][]string{"X-Forwarded-For": {"::ffff:203.0.113.5"}}, "203.0.113.5"},
+		{"IPv6 trusted range", xff, "[2001:db8:ffff:1::1]:1", map[string][]string{"X-Forwarded-For": {"2001:db8:1::5"}}, "2001:db8:1::5"},
+		{"zone dropped", &httplimit.ClientIP{}, "[fe80::1%eth0]:1", nil, "fe80::1"},
+		{"not an IP peer", xff, "@", nil, ""},
+		{"Forwarded ignored when XFF configured", xff, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=203.0.113.5"}}, "10.0.0.1"},
+		{"XFF ignored when Forwarded configured", fwd, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5"}}, "10.0.0.1"},
+		{"Forwarded chain", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=6.6.6.6, for=203.0.113.5;proto=https, for="10.2.2.2:80"`}}, "203.0.113.5"},
+		{"Forwarded quoted IPv6", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`proto=http;For="[2001:db8:cafe::17]:4711"`}}, "2001:db8:cafe::17"},
+		{"Forwarded comma inside quotes", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=203.0.113.5;host="a,b"`}}, "203.0.113.5"},
+		{"Forwarded unknown stops at proxy", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=unknown, for=10.2.2.2"}}, "10.2.2.2"},
+		{"Forwarded element without for", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=203.0.113.5, proto=https"}}, "10.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			for k, vs := range tc.header {
+				for _, v := range vs {
+					r.Header.Add(k, v)
+				}
+			}
+			got := tc.ip.Addr(r)
+			if tc.want == "" {
+				assert.False(t, got.IsValid(), "got %v", got)
+				assert.Equal(t, "addr:"+tc.remote, tc.ip.Key(r))
+				return
+			}
+			assert.Equal(t, netip.MustParseAddr(tc.want), got)
+		})
+	}
+}
+
+func TestClientIPKey(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	for _, tc := range []struct {
+		prefix int
+		remote string
+		want   string
+	}{
+		{0, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2:3:4:5:6"},
+		{64, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2::/64"},
+		{48, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1::/48"},
+		{128, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2:3:4:5:6"},
+		{200, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2:3:4:5:6"},
+		{64, "192.0.2.1:1", "ip:192.0.2.1"},
+		{64, "[::ffff:192.0.2.1]:1", "ip:192.0.2.1"},
+	} {
+		r.RemoteAddr = tc.remote
+		ip := httplimit.ClientIP{IPv6Prefix: tc.prefix}
+		assert.Equal(t, tc.want, ip.Key(r), "prefix %d, %s", tc.prefix, tc.remote)
+	}
+}
+
+func TestParsePrefixes(t *testing.T) {
+	got, err := httplimit.ParsePrefixes(" 10.1.2.3/8 ,192.0.2.7,, ::ffff:192.0.2.8, 2001:db8::1 ")
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.0.2.7/32"),
+		netip.MustParsePrefix("192.0.2.8/32"),
+		netip.MustParsePrefix("2001:db8::1/128"),
+	}, got)
+
+	empty, err := httplimit.ParsePrefixes("")
+	require.NoError(t, err)
+	assert.Empty(t, empty)
+
+	for _, bad := range []string{"10.0.0.0/33", "example.com", "10.0.0.0/8,nope"} {
+		_, err := httplimit.ParsePrefixes(bad)
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), "trusted proxy")
+		}
+	}
+	_, err = httplimit.ParsePrefixes("10.0.0.0/8,nope")
+	assert.ErrorContains(t, err, `"nope"`)
+}

@@ -1,0 +1,111 @@
+package httplimit
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// Listener wraps a net.Listener so that each client address may open only as many connections as
+// Limiter admits. A refused connection is closed by Accept itself, which then waits for the next
+// one: Accept never returns an error on account of the limit, so http.Server (which backs off and
+// logs on Accept errors) keeps serving everyone else at full speed.
+//
+// Connections are keyed by the peer's address ("ip:" and the address, IPv6 optionally grouped by
+// IPv6Prefix), the only address known before any byte is read; forwarding headers are not
+// available at this level. Accept calls Limiter.Take on the accepting goroutine, so a Limiter that
+// waits on the network (Redis) slows every accept; the in-process engine never waits.
+//
+// Set the fields before the first Accept and leave them alone afterwards. Accept may be called
+// from several goroutines at once if the wrapped listener allows it; Close and Addr are the
+// wrapped listener's.
+type Listener struct {
+	net.Listener
+
+	// Limiter decides each new connection, one unit per connection. Required.
+	Limiter Limiter
+
+	// IPv6Prefix groups IPv6 peers as ClientIP.IPv6Prefix does (64: one key per /64).
+	IPv6Prefix int
+
+	// Key returns the key of a new connection. nil means the peer's IP address as described
+	// above; a peer that is not an IP address (a Unix socket) is keyed "addr:" and its address.
+	Key func(c net.Conn) string
+
+	// OnRefused is called with each refused connection before Accept closes it: it may write a
+	// short message to the peer, but must not keep the connection. nil means none.
+	OnRefused func(c net.Conn, d engine.Decision)
+
+	// OnError observes every error from the Limiter. The connection is then accepted (fail open)
+	// unless ErrorMode is FailClosed, which refuses it, or TrustDecision, which follows the
+	// Decision returned with the error. nil means none.
+	OnError func(c net.Conn, err error)
+
+	// ErrorMode is what happens to a connection when the Limiter fails (default FailOpen).
+	ErrorMode ErrorMode
+}
+
+// Accept returns the next connection that the Limiter admits, closing refused ones. It returns
+// only the wrapped listener's own errors.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.admit(c) {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+func (l *Listener) admit(c net.Conn) bool {
+	var key string
+	if l.Key != nil {
+		key = l.Key(c)
+	} else {
+		key = l.peerKey(c.RemoteAddr())
+	}
+	d, err := l.Limiter.Take(context.Background(), key, 1)
+	if err != nil {
+		if l.OnError != nil {
+			l.OnError(c, err)
+		}
+		switch l.ErrorMode {
+		case FailClosed:
+			return false
+		case TrustDecision:
+		default:
+			return true
+		}
+	}
+	if !d.Allowed && l.OnRefused != nil {
+		l.OnRefused(c, d)
+	}
+	return d.Allowed
+}
+
+func (l *Listener) peerKey(a net.Addr) string {
+	var ip netip.Addr
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.UDPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		if a != nil {
+			ip = parseHop(a.String())
+		}
+	}
+	if !ip.IsValid() {
+		if a == nil {
+			return "addr:"
+		}
+		return "addr:" + a.String()
+	}
+	c := ClientIP{IPv6Prefix: l.IPv6Prefix}
+	return c.keyOf(canon(ip))
+}

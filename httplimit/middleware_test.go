@@ -1,0 +1,421 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// w0 is the start of a one-minute window: 1_699_999_980_000 = 28_333_333 × 60_000.
+const w0 = int64(1_699_999_980_000)
+
+// newEngine returns a sliding-counter limiter on a manual clock reading startMs, and the clock.
+func newEngine(t *testing.T, limit int64, window time.Duration, startMs int64) (*engine.Limiter, *clock.Clock) {
+	t.Helper()
+	clk := clock.NewManual(startMs)
+	l, err := engine.New(policy.SlidingCounter{Limit: limit, Window: window}, engine.WithClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, clk
+}
+
+func nowOf(clk *clock.Clock) func() time.Time {
+	return func() time.Time { return time.UnixMilli(clk.Now()) }
+}
+
+// reply is what the tests look at in a response.
+type reply struct {
+	status     int
+	policy     string
+	rateLimit  string
+	retryAfter string
+	body       string
+}
+
+func get(t *testing.T, c *http.Client, url string, header map[string]string) reply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return reply{
+		status:     res.StatusCode,
+		policy:     res.Header.Get("RateLimit-Policy"),
+		rateLimit:  res.Header.Get("RateLimit"),
+		retryAfter: res.Header.Get("Retry-After"),
+		body:       string(body),
+	}
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+
+func serve(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// Exactly limit requests pass in a window, the rest get 429, and every field is what the sliding
+// counter's rules give, worked out by hand in the comments.
+func TestExactLimitAndFields(t *testing.T) {
+	lim, clk := newEngine(t, 5, time.Minute, w0+15_500)
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk)}
+	ts := serve(t, mw.Wrap(ok))
+	c := ts.Client()
+
+	// 44.5 s are left in the window: t = 45. Refused: wait to the edge + 1 ms = 44.501 s → 45.
+	for i := range 5 {
+		r := get(t, c, ts.URL, nil)
+		assert.Equal(t, reply{200, `"default";q=5;w=60`, `"default";r=` + string(rune('4'-i)) + `;t=45`, "", "ok"}, r, "request %d", i+1)
+	}
+	for i := range 3 {
+		r := get(t, c, ts.URL, nil)
+		assert.Equal(t, reply{429, `"default";q=5;w=60`, `"default";r=0;t=45`, "45", "rate limit exceeded\n"}, r, "request %d", i+6)
+	}
+
+	clk.Advance(30 * time.Second) // 14.5 s left: t = 15; wait 14.501 s → 15.
+	assert.Equal(t, reply{429, `"default";q=5;w=60`, `"default";r=0;t=15`, "15", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
+
+	// 500 ms into the next window: the previous 5 carry floor(5 × 59.5/60) = 4, so one more
+	// passes (estimate 5, r=0, t = ceil(59.5) = 60). The next one must wait until the carried
+	// weight drops to 3: floor(60000 × 1/5) + 1 = 12001 ms into the window, 11.501 s → 12.
+	clk.Advance(15 * time.Second)
+	assert.Equal(t, reply{200, `"default";q=5;w=60`, `"default";r=0;t=60`, "", "ok"}, get(t, c, ts.URL, nil))
+	assert.Equal(t, reply{429, `"default";q=5;w=60`, `"default";r=0;t=60`, "12", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
+}
+
+// Concurrent clients on one key: exactly limit admitted, whatever the interleaving.
+func TestExactLimitConcurrent(t *testing.T) {
+	lim, clk := newEngine(t, 40, time.Minute, w0)
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk)}
+	ts := serve(t, mw.Wrap(ok))
+	c := ts.Client()
+
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				res, err := c.Get(ts.URL)
+				if !assert.NoError(t, err) {
+					return
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				mu.Lock()
+				codes[res.StatusCode]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, map[int]int{200: 40, 429: 40}, codes)
+}
+
+func TestCost(t *testing.T) {
+	lim, clk := newEngine(t, 5, time.Minute, w0)
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(lim), Now: nowOf(clk),
+		Cost: func(*http.Request) int64 { return 2 },
+	}
+	ts := serve(t, mw.Wrap(ok))
+	got := []int{}
+	for range 3 {
+		got = append(got, get(t, ts.Client(), ts.URL, nil).status)
+	}
+	assert.Equal(t, []int{200, 200, 429}, got)
+}
+
+// A peer that is not a trusted proxy cannot change its key with forged forwarding headers.
+func TestSpoofedForwardedFromUntrustedPeer(t *testing.T) {
+	for _, hdr := range []httplimit.ForwardedHeader{httplimit.XForwardedFor, httplimit.Forwarded} {
+		t.Run(hdr.String(), func(t *testing.T) {
+			lim, clk := newEngine(t, 3, time.Minute, w0)
+			ip := &httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Header: hdr}
+			var mu sync.Mutex
+			keys := map[string]int{}
+			mw := &httplimit.Middleware{
+				Limiter: httplimit.Local(lim), Now: nowOf(clk), KeyFunc: ip.Key,
+				OnDecision: func(_ *http.Request, key string, _ engine.Decision) {
+					mu.Lock()
+					keys[key]++
+					mu.Unlock()
+				},
+			}
+			ts := serve(t, mw.Wrap(ok))
+			admitted := 0
+			for i := range 6 {
+				forged := "198.51.100." + string(rune('1'+i))
+				r := get(t, ts.Client(), ts.URL, map[string]string{
+					"X-Forwarded-For": forged + ", 10.0.0.1",
+					"Forwarded":       "for=" + forged + ", for=10.0.0.1",
+					"X-Real-IP":       forged,
+				})
+				if r.status == 200 {
+					admitted++
+				}
+			}
+			assert.Equal(t, 3, admitted)
+			assert.Equal(t, map[string]int{"ip:127.0.0.1": 6}, keys)
+		})
+	}
+}
+
+// Behind trusted proxies, the first untrusted hop from the right is the client: distinct clients
+// get distinct allowances, and a client cannot escape its own by prepending forged hops.
+func TestTrustedProxyChain(t *testing.T) {
+	lim, clk := newEngine(t, 2, time.Minute, w0)
+	trusted, err := httplimit.ParsePrefixes("127.0.0.0/8, 10.0.0.0/8")
+	require.NoError(t, err)
+	ip := &httplimit.ClientIP{TrustedProxies: trusted}
+	var mu sync.Mutex
+	var keys []string
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(lim), Now: nowOf(clk), KeyFunc: ip.Key,
+		OnDecision: func(_ *http.Request, key string, _ engine.Decision) {
+			mu.Lock()
+			keys = append(keys, key)
+			mu.Unlock()
+		},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	xff := func(v string) int {
+		return get(t, ts.Client(), ts.URL, map[string]string{"X-Forwarded-For": v}).status
+	}
+	assert.Equal(t, 200, xff("203.0.113.7, 10.0.0.2"))
+	assert.Equal(t, 200, xff("203.0.113.7, 10.1.2.3, 10.0.0.2"))
+	assert.Equal(t, 429, xff("203.0.113.7, 10.0.0.2"))
+	assert.Equal(t, 429, xff("198.51.100.1, 203.0.113.7, 10.0.0.2"), "a forged hop left of the client")
+	assert.Equal(t, 200, xff("203.0.113.8, 10.0.0.2"), "another client behind the same proxy")
+	assert.Equal(t, 200, xff(""), "the trusted proxy itself, with no header")
+	assert.Equal(t, []string{
+		"ip:203.0.113.7", "ip:203.0.113.7", "ip:203.0.113.7", "ip:203.0.113.7", "ip:203.0.113.8", "ip:127.0.0.1",
+	}, keys)
+}
+
+func TestIPv6Grouping(t *testing.T) {
+	for _, tc := range []struct {
+		prefix int
+		want   []int
+	}{
+		{64, []int{200, 200, 429, 200}},
+		{0, []int{200, 200, 200, 200}},
+	} {
+		lim, clk := newEngine(t, 2, time.Minute, w0)
+		ip := &httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, IPv6Prefix: tc.prefix}
+		mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk), KeyFunc: ip.Key}
+		ts := serve(t, mw.Wrap(ok))
+		var got []int
+		for _, a := range []string{"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff", "[2001:db8:1:2::3]:4711", "2001:db8:1:3::1"} {
+			got = append(got, get(t, ts.Client(), ts.URL, map[string]string{"X-Forwarded-For": a}).status)
+		}
+		assert.Equal(t, tc.want, got, "IPv6Prefix %d", tc.prefix)
+	}
+}
+
+// Shadow mode decides and reports, but every request passes and the response is untouched.
+func TestShadow(t *testing.T) {
+	lim, clk := newEngine(t, 2, time.Minute, w0)
+	var mu sync.Mutex
+	var decided []bool
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(lim), Now: nowOf(clk), Shadow: true,
+		OnDecision: func(_ *http.Request, _ string, d engine.Decision) {
+			mu.Lock()
+			decided = append(decided, d.Allowed)
+			mu.Unlock()
+		},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	for range 4 {
+		assert.Equal(t, reply{status: 200, body: "ok"}, get(t, ts.Client(), ts.URL, nil))
+	}
+	assert.Equal(t, []bool{true, true, false, false}, decided)
+}
+
+// failing is a Limiter whose store is down; it decides d and returns err.
+type failing struct {
+	d   engine.Decision
+	err error
+}
+
+func (f failing) Take(context.Context, string, int64) (engine.Decision, error) { return f.d, f.err }
+
+func TestErrorModes(t *testing.T) {
+	down := errors.New("store down")
+	refusal := engine.Decision{Limit: 7, RetryAfter: 2500 * time.Millisecond, Reason: engine.ReasonLimited}
+	for _, tc := range []struct {
+		mode   httplimit.ErrorMode
+		shadow bool
+		want   reply
+	}{
+		{httplimit.FailOpen, false, reply{status: 200, policy: `"api";q=7;w=10`, body: "ok"}},
+		{httplimit.FailClosed, false, reply{status: 503, retryAfter: "3", body: "rate limiter unavailable\n"}},
+		{httplimit.TrustDecision, false, reply{429, `"api";q=7;w=10`, `"api";r=0`, "3", "rate limit exceeded\n"}},
+		{httplimit.FailClosed, true, reply{status: 200, body: "ok"}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			var mu sync.Mutex
+			var seen []error
+			mw := &httplimit.Middleware{
+				Limiter:   failing{refusal, down},
+				Quota:     httplimit.Quota{Name: "api", Limit: 7, Window: 10 * time.Second},
+				ErrorMode: tc.mode,
+				Shadow:    tc.shadow,
+				OnError: func(_ *http.Request, _ string, err error) {
+					mu.Lock()
+					seen = append(seen, err)
+					mu.Unlock()
+				},
+			}
+			ts := serve(t, mw.Wrap(ok))
+			assert.Equal(t, tc.want, get(t, ts.Client(), ts.URL, nil))
+			assert.Equal(t, []error{down}, seen)
+		})
+	}
+}
+
+func TestClosedLocalLimiterFailsOpen(t *testing.T) {
+	clk := clock.NewManual(w0)
+	lim, err := engine.New(policy.SlidingCounter{Limit: 1, Window: time.Minute}, engine.WithClock(clk))
+	require.NoError(t, err)
+	require.NoError(t, lim.Close())
+	var got error
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), OnError: func(_ *http.Request, _ string, err error) { got = err }}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	assert.ErrorIs(t, got, httplimit.ErrLimiterClosed)
+}
+
+func TestOnLimitedAndQuotaOverride(t *testing.T) {
+	lim, clk := newEngine(t, 1, 1500*time.Millisecond, w0)
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(lim), Now: nowOf(clk),
+		Quota: httplimit.Quota{Name: `per "ip"`, Limit: 1, Window: 1500 * time.Millisecond},
+		OnLimited: func(w http.ResponseWriter, _ *http.Request, d engine.Decision) {
+			w.WriteHeader(http.StatusTeapot)
+			io.WriteString(w, d.Reason.String())
+		},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	// w0 is a multiple of 1500 ms too (1_699_999_980_000 = 1_133_333_320 × 1500): 1.5 s left.
+	assert.Equal(t, reply{418, `"per \"ip\"";q=1;w=2`, `"per \"ip\"";r=0;t=2`, "2", "limited"}, get(t, ts.Client(), ts.URL, nil))
+}
+
+// Without a Quota and with a Limiter that reports no policy, RateLimit-Policy is left out.
+func TestNoPolicyField(t *testing.T) {
+	mw := &httplimit.Middleware{Limiter: failing{d: engine.Decision{Allowed: true, Limit: 3, Remaining: 2}}}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, reply{status: 200, rateLimit: `"default";r=2`, body: "ok"}, get(t, ts.Client(), ts.URL, nil))
+}
+
+func TestValidate(t *testing.T) {
+	lim := failing{}
+	for _, tc := range []struct {
+		m    httplimit.Middleware
+		want string
+	}{
+		{httplimit.Middleware{}, "Middleware.Limiter is nil"},
+		{httplimit.Middleware{Limiter: lim, Quota: httplimit.Quota{Name: "a\nb"}}, `Middleware.Quota.Name = "a\nb"`},
+		{httplimit.Middleware{Limiter: lim, Quota: httplimit.Quota{Limit: -1}}, "Limit: -1"},
+		{httplimit.Middleware{Limiter: lim, ErrorMode: 9}, "Middleware.ErrorMode = 9"},
+	} {
+		err := tc.m.Validate()
+		if assert.Error(t, err) {
+			assert.Contains(t, err.Error(), tc.want)
+		}
+		assert.PanicsWithError(t, err.Error(), func() { tc.m.Wrap(ok) })
+	}
+	assert.NoError(t, (&httplimit.Middleware{Limiter: lim}).Validate())
+}
+
+func TestQuotaOf(t *testing.T) {
+	for _, tc := range []struct {
+		p    policy.Policy
+		want httplimit.Quota
+	}{
+		{policy.SlidingCounter{Limit: 100, Window: time.Minute}, httplimit.Quota{"n", 100, time.Minute}},
+		{policy.FixedWindow{Limit: 3, Window: time.Second}, httplimit.Quota{"n", 3, time.Second}},
+		{policy.SlidingLog{Limit: 9, Window: time.Hour}, httplimit.Quota{"n", 9, time.Hour}},
+		{policy.TokenBucket{Rate: 10, Burst: 25}, httplimit.Quota{"n", 25, 2500 * time.Millisecond}},
+		{policy.GCRA{Rate: 3, Burst: 10}, httplimit.Quota{"n", 10, 3334 * time.Millisecond}},
+		{policy.LeakyBucket{Rate: 4, Capacity: 8}, httplimit.Quota{"n", 8, 2 * time.Second}},
+		{policy.DualBucket{RequestsPerMin: 60, TokensPerMin: 1000}, httplimit.Quota{"n", 60, time.Minute}},
+	} {
+		assert.Equal(t, tc.want, httplimit.QuotaOf("n", tc.p), "%T", tc.p)
+	}
+}
+
+func TestKeyByHeaderAndPath(t *testing.T) {
+	byKey := httplimit.KeyByHeader("x-api-key", nil)
+	r := httptest.NewRequest(http.MethodGet, "/search?q=1", nil)
+	r.RemoteAddr = "192.0.2.1:5555"
+	assert.Equal(t, "ip:192.0.2.1", byKey(r))
+	r.Header.Set("X-Api-Key", "k1")
+	assert.Equal(t, "h:k1", byKey(r))
+	assert.Equal(t, "path:/search ip:192.0.2.1", httplimit.KeyByPathAndIP(nil)(r))
+	assert.Equal(t, "path:/search h:k1", httplimit.KeyByPathAndIP(byKey)(r))
+	assert.Equal(t, "conn:192.0.2.1:5555", httplimit.KeyByConn(r), "without ConnContext")
+}
+
+// Each connection is its own key when the server tags connections with ConnContext.
+func TestPerConnectionLimit(t *testing.T) {
+	lim, clk := newEngine(t, 2, time.Minute, w0)
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk), KeyFunc: httplimit.KeyByConn}
+	ts := httptest.NewUnstartedServer(mw.Wrap(ok))
+	ts.Config.ConnContext = httplimit.ConnContext
+	ts.Start()
+	t.Cleanup(ts.Close)
+
+	run := func() []int {
+		tr := &http.Transport{MaxConnsPerHost: 1}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Transport: tr}
+		var got []int
+		for range 3 {
+			got = append(got, get(t, c, ts.URL, nil).status)
+		}
+		return got
+	}
+	assert.Equal(t, []int{200, 200, 429}, run())
+	assert.Equal(t, []int{200, 200, 429}, run(), "a new connection starts afresh")
+}
+
+func TestRateLimitFieldNeverNegative(t *testing.T) {
+	// A reset time already past (a store whose clock runs ahead of ours) gives t=0, not t=-1.
+	past := time.UnixMilli(w0 - 1500)
+	mw := &httplimit.Middleware{
+		Limiter: failing{d: engine.Decision{Allowed: true, Limit: 3, Remaining: 1, ResetAt: past}},
+		Now:     func() time.Time { return time.UnixMilli(w0) },
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, `"default";r=1;t=0`, get(t, ts.Client(), ts.URL, nil).rateLimit)
+	assert.False(t, strings.Contains(get(t, ts.Client(), ts.URL, nil).rateLimit, "-"))
+}

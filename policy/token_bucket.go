@@ -1,0 +1,134 @@
+package policy
+
+// TokenBucket holds up to Burst tokens, refilled at Rate tokens per second; a request of cost n
+// takes n tokens. A key idle long enough is full again, so a client can bank an idle period and
+// spend it in one burst.
+//
+// Per key: TokenBucketState, 24 bytes as a Go struct. Its information fits in 32 bits of tokens
+// (<= Burst <= MaxLimit), 10 bits of credit (< 1000) and one timestamp, for a packed cell.
+//
+// The refill is exact integer arithmetic with thousandths of a token carried in Credit (see
+// POLICIES.md): refilling in several steps gives the same bucket as one step over the whole span.
+// Overflow: a gap above 2^30 ms is clamped to FillMs before the multiply, so Rate*dt is below
+// max(2^32 * 2^30, Burst*1000 + Rate) = 2^62, and every intermediate stays below 2^63 for every
+// Rate and Burst up to MaxLimit and every time up to 2^62 ms.
+//
+// A TokenBucket is a plain value: safe to copy and to use from any number of goroutines. Its
+// methods are pure functions of their arguments; a state is owned by its caller, and concurrent
+// Takes on one state must be serialized by the caller (the engine's CAS loop does that).
+type TokenBucket struct {
+	Rate  int64 // tokens added per second, 1 … MaxLimit
+	Burst int64 // the bucket's size, 1 … MaxLimit
+}
+
+// TokenBucketState is one key's bucket: whole tokens, the next token's fraction in thousandths
+// (0 … 999; always 0 when the bucket is full) and the time of the last refill in ms. It is a
+// plain value owned by its holder.
+type TokenBucketState struct {
+	Tokens int64
+	Credit int64
+	Last   int64
+}
+
+// ID returns "token-bucket".
+func (TokenBucket) ID() string { return "token-bucket" }
+
+func (TokenBucket) sealed() {}
+
+// Validate checks Rate and Burst, each 1 … MaxLimit.
+func (p TokenBucket) Validate() error {
+	if err := checkLimit("TokenBucket.Rate", p.Rate); err != nil {
+		return err
+	}
+	return checkLimit("TokenBucket.Burst", p.Burst)
+}
+
+// FillMs returns how long an empty bucket takes to fill: ceil(Burst*1000 / Rate) ms.
+func (p TokenBucket) FillMs() int64 { return divCeil(p.Burst*1000, p.Rate) }
+
+// Fresh returns a new key's state at now: a full bucket.
+func (p TokenBucket) Fresh(now int64) TokenBucketState {
+	return TokenBucketState{Tokens: p.Burst, Last: now}
+}
+
+// Refill brings s forward to now. A state whose Last is at or after now (a racing goroutine read
+// the clock a moment later) is left as it is, so time never runs backwards for a key.
+func (p TokenBucket) Refill(s *TokenBucketState, now int64) {
+	dt := now - s.Last
+	if dt <= 0 {
+		return
+	}
+	// The clamp only avoids overflow, as FillMs of refill already saturates any bucket. Below
+	// 2^30 ms, Rate*dt < 2^62 needs none, which spares a division on the hot path.
+	if dt > 1<<30 {
+		dt = min(dt, p.FillMs())
+	}
+	s.Credit += p.Rate * dt
+	s.Tokens += s.Credit / 1000
+	s.Credit %= 1000
+	if s.Tokens >= p.Burst {
+		s.Tokens, s.Credit = p.Burst, 0
+	}
+	s.Last = now
+}
+
+// Take refills s to now and decides a request of cost tokens, taking them when admitted.
+// Cost 0 is always admitted and takes nothing; a cost above Burst is refused with RetryAfterMs 0;
+// a refused request takes nothing (only the refill, invisible to every decision, remains).
+// Remaining is the whole tokens left; ResetAtMs is when the bucket will be full again (now when
+// it is full). cost must not be negative.
+func (p TokenBucket) Take(s *TokenBucketState, now, cost int64) Result {
+	p.Refill(s, now)
+	r := Result{Limit: p.Burst}
+	if s.Tokens >= cost {
+		s.Tokens -= cost
+		r.Allowed = true
+	} else if cost <= p.Burst {
+		r.RetryAfterMs = p.wait(s, now, cost)
+	}
+	r.Remaining = s.Tokens
+	r.ResetAtMs = p.resetAt(s, now)
+	return r
+}
+
+// Peek refills a copy of s to now and reports what a unit request would get, changing nothing.
+// Probe.Tokens is the whole tokens in the bucket (POLICIES.md's tokensOf).
+func (p TokenBucket) Peek(s TokenBucketState, now int64) (Result, Probe) {
+	p.Refill(&s, now)
+	r := Result{Allowed: s.Tokens >= 1, Limit: p.Burst, Remaining: s.Tokens, ResetAtMs: p.resetAt(&s, now)}
+	if !r.Allowed {
+		r.RetryAfterMs = p.wait(&s, now, 1)
+	}
+	return r, Probe{Tokens: s.Tokens}
+}
+
+// wait solves for the least wait after which cost (Tokens < cost <= Burst) tokens are there,
+// with no other traffic. The refill adds Rate thousandths per ms to Tokens*1000 + Credit, so the
+// need is (cost - Tokens)*1000 - Credit thousandths: ceil(need / Rate) ms after the state's time.
+// For cost 1 and an empty bucket that is POLICIES.md's ceilDiv(1000 - credit, ratePerSec). The
+// need is at most Burst*1000, so the wait is at most FillMs and the clamp in Refill never bites.
+func (p TokenBucket) wait(s *TokenBucketState, now, cost int64) int64 {
+	return max(s.Last-now, 0) + divCeil((cost-s.Tokens)*1000-s.Credit, p.Rate)
+}
+
+// resetAt is when the bucket is full again: its deficit, (Burst - Tokens)*1000 - Credit
+// thousandths, refilled at Rate per ms from the state's time.
+func (p TokenBucket) resetAt(s *TokenBucketState, now int64) int64 {
+	base := max(now, s.Last)
+	if s.Tokens >= p.Burst {
+		return base
+	}
+	return base + divCeil((p.Burst-s.Tokens)*1000-s.Credit, p.Rate)
+}
+
+// Dead reports whether s, at now, is indistinguishable from a new key's state: the bucket has
+// refilled to full by now. Exact because a full bucket holds {Burst, 0} and every later refill
+// leaves it at {Burst, 0, t}, which is Fresh(t); a state stamped after now (Last > now) is
+// kept, since its refill would start later than a fresh key's.
+func (p TokenBucket) Dead(s TokenBucketState, now int64) bool {
+	if s.Last > now {
+		return false
+	}
+	p.Refill(&s, now)
+	return s.Tokens >= p.Burst && s.Credit == 0
+}

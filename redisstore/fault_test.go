@@ -1,0 +1,268 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+)
+
+const (
+	// Longer than the 50ms default, so that a loaded 2-core machine under -race does not time out
+	// healthy calls before the fault.
+	faultTimeout  = 250 * time.Millisecond
+	faultCooldown = 100 * time.Millisecond
+	faultWorkers  = 8
+	faultOutage   = 800 * time.Millisecond
+	// A call must return within its deadline plus this slack: a correctness bound, not a speed
+	// claim. The client's own read and write timeouts are 30s, so a call that did not honour the
+	// limiter's deadline would take 30s; the slack only absorbs scheduling stalls of a loaded
+	// 2-core machine under -race (up to 1.3s seen).
+	faultSlack = 2500 * time.Millisecond
+)
+
+type faultCall struct {
+	phase   int32 // when the call started: 0 healthy, 1 outage, 2 recovering
+	end     time.Time
+	latency time.Duration
+	d       engine.Decision
+	err     error
+}
+
+func startServer(t *testing.T) *redisserver.Server {
+	t.Helper()
+	srv, err := redisserver.Start()
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(int(float64(len(s))*p), len(s)-1)]
+}
+
+// TestFaults kills (SIGKILL) or pauses (SIGSTOP) a real redis-server under load from 8 goroutines
+// and checks, for each failure choice: every call returns within its deadline plus slack and
+// with the choice's decision; the breaker keeps almost all calls off the dead server; the limiter
+// recovers when the server returns; no goroutine is left behind. It logs the latency during the
+// outage.
+func TestFaults(t *testing.T) {
+	for _, fault := range []string{"SIGKILL", "SIGSTOP"} {
+		for _, mode := range []OnFailure{FailOpen, FailClosed, FailFallback} {
+			t.Run(fault+"/fail-"+mode.String(), func(t *testing.T) { runFault(t, fault, mode) })
+		}
+	}
+}
+
+func runFault(t *testing.T, fault string, mode OnFailure) {
+	leaks := goleak.IgnoreCurrent()
+	srv := startServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32, DisableIdentity: true, ContextTimeoutEnabled: true,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	p := policy.SlidingCounter{Limit: 1_000_000, Window: time.Second}
+	opts := []Option{WithTimeout(faultTimeout), WithBreaker(1, faultCooldown), WithOnFailure(mode)}
+	var fb *engine.Limiter
+	if mode == FailFallback {
+		var err error
+		if fb, err = engine.New(policy.SlidingCounter{Limit: 5, Window: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, WithFallback(fb))
+	}
+	l, err := New(client, "fault", p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var phase atomic.Int32
+	var stop atomic.Bool
+	var mu sync.Mutex
+	var calls []faultCall
+	var wg sync.WaitGroup
+	for g := range faultWorkers {
+		wg.Go(func() {
+			key := fmt.Sprint("k", g)
+			var local []faultCall
+			// Bounded in count as well as by the stop flag.
+			for i := 0; i < 200_000 && !stop.Load(); i++ {
+				ph := phase.Load()
+				start := time.Now()
+				d, err := l.Take(context.Background(), key, 1)
+				end := time.Now()
+				local = append(local, faultCall{phase: ph, end: end, latency: end.Sub(start), d: d, err: err})
+				// A little think time, as a real caller has, so that 8 spinning goroutines do not
+				// starve the server on a 2-core machine.
+				time.Sleep(20 * time.Microsecond)
+			}
+			mu.Lock()
+			calls = append(calls, local...)
+			mu.Unlock()
+		})
+	}
+
+	time.Sleep(150 * time.Millisecond)
+	before := l.Stats()
+	faultAt := time.Now()
+	phase.Store(1)
+	switch fault {
+	case "SIGKILL":
+		srv.Kill()
+	case "SIGSTOP":
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(faultOutage)
+	during := l.Stats()
+	phase.Store(2)
+	back := time.Now()
+	switch fault {
+	case "SIGKILL":
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	case "SIGSTOP":
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Recovery: the next probe after the cooldown closes the breaker. Bounded wait.
+	recovered := time.Duration(-1)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if !l.Stats().BreakerOpen {
+			if _, err := l.Take(context.Background(), "probe", 1); err == nil {
+				recovered = time.Since(back)
+				break
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	_ = l.Close()
+	_ = client.Close()
+	if fb != nil {
+		_ = fb.Close()
+	}
+
+	if recovered < 0 {
+		t.Fatalf("no successful call within 5s after the server came back; stats %+v", l.Stats())
+	}
+	var outage []time.Duration
+	var healthyErrs, outageCalls, outageErrs, lateErrs int
+	for _, c := range calls {
+		switch c.phase {
+		case 0:
+			// A call in flight when the fault hit may fail; one that ended before may not.
+			if c.err != nil && c.end.Before(faultAt) {
+				if healthyErrs == 0 {
+					t.Logf("first error before the fault: %v (after %v)", c.err, c.latency)
+				}
+				healthyErrs++
+			}
+		case 1:
+			outageCalls++
+			outage = append(outage, c.latency)
+			if c.latency > faultTimeout+faultSlack {
+				t.Errorf("a call during the outage took %v, more than the %v deadline plus %v", c.latency, faultTimeout, faultSlack)
+			}
+			if c.err == nil {
+				continue
+			}
+			outageErrs++
+			if !errors.Is(c.err, ErrUnavailable) {
+				t.Errorf("outage error %v does not wrap ErrUnavailable", c.err)
+			}
+			switch mode {
+			case FailOpen:
+				if !c.d.Allowed || c.d.Reason != engine.ReasonOK {
+					t.Fatalf("fail-open decided %+v", c.d)
+				}
+			case FailClosed:
+				if c.d.Allowed || c.d.Reason != engine.ReasonLimited || c.d.RetryAfter <= 0 {
+					t.Fatalf("fail-closed decided %+v", c.d)
+				}
+			case FailFallback:
+				if c.d.Limit != 5 {
+					t.Fatalf("fallback decided %+v, not with the fallback limiter (limit 5)", c.d)
+				}
+			}
+		case 2:
+			if c.err != nil {
+				lateErrs++
+			}
+		}
+	}
+	if healthyErrs > 0 {
+		t.Errorf("%d errors before the fault", healthyErrs)
+	}
+	if outageErrs == 0 {
+		t.Fatalf("no call failed during the outage (%d calls): the fault was not seen", outageCalls)
+	}
+	roundTrips := during.RoundTrips - before.RoundTrips
+	failures := during.Failures - before.Failures
+	short := during.ShortCircuits - before.ShortCircuits
+	if during.BreakerOpens == 0 || short == 0 {
+		t.Fatalf("the breaker never opened: %+v", during)
+	}
+	// Without a breaker every outage call would be a failed round trip; with it only the first
+	// wave and one probe per cooldown reach the server.
+	if failures*4 > int64(outageCalls) {
+		t.Errorf("%d of %d outage calls reached the dead server: the breaker is not keeping them off", failures, outageCalls)
+	}
+	t.Logf("%s fail-%s: outage %v, %d calls from %d goroutines: p50 %v p99 %v max %v; %d round trips (%d failed), %d short-circuited; recovered %v after the server returned",
+		fault, mode, faultOutage, outageCalls, faultWorkers, percentile(outage, 0.5), percentile(outage, 0.99), slices.Max(outage),
+		roundTrips, failures, short, recovered.Round(time.Millisecond))
+	srv.Stop()
+	goleak.VerifyNone(t, leaks)
+}
+
+// TestNoBlindRetry sends the script through a proxy that forwards it to the server but drops the
+// connection instead of relaying the reply: the script ran, the client saw EOF. go-redis replays
+// a command on EOF (MaxRetries defaults to 3), which would count the request again; the limiter
+// marks its command not retryable, so the count stays 1.
+func TestNoBlindRetry(t *testing.T) {
+	proxy := startDropProxy(t, testAddr)
+	client := redis.NewClient(&redis.Options{Addr: proxy, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: 3})
+	t.Cleanup(func() { _ = client.Close() })
+	direct := newClient(t, testAddr)
+	ctx := context.Background()
+	// Loaded beforehand, so that the EVALSHA the proxy drops the reply of does run.
+	if err := direct.ScriptLoad(ctx, fixedWindowLua).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(client, "retry", policy.FixedWindow{Limit: 100, Window: time.Hour}, WithClock(clock.NewManual(1_000)), WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Take through a reply-dropping proxy: err = %v, want ErrUnavailable", err)
+	}
+	v, err := direct.Get(ctx, l.Key("k")).Result()
+	if err != nil {
+		t.Fatalf("the script did not run at all: %v", err)
+	}
+	if v != "0 1" {
+		t.Fatalf("state after one dropped reply = %q, want %q (window 0, count 1): the script ran more than once", v, "0 1")
+	}
+}

@@ -1,0 +1,76 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// MaxInlineSubject is the longest subject kept verbatim in a Redis key name; a longer one (or one
+// starting with '#') is replaced by '#' and 32 hex digits of its SHA-256. Every process of a fleet
+// must use the same value, which is why it is a constant.
+const MaxInlineSubject = 128
+
+// keyFor returns the Redis key of one (limiter, subject) pair:
+//
+//	<prefix>{<16 hex digits>}<name>:<subject>
+//
+// The hash tag comes first and is the only braced part Redis reads (it takes the first '{' and the
+// first '}' after it), so whatever braces the subject contains, a cluster hashes the key by the tag
+// alone. The tag is xxhash64 of name and subject: the same in every process (a fleet must agree on
+// the slot), spreading subjects over all slots, and never containing a brace. A collision of tags
+// only puts two keys on one slot; it never merges their counters, because the key name keeps the
+// subject itself.
+//
+// Long subjects are hashed into the name with SHA-256 rather than xxhash: subjects are often
+// chosen by clients (a header, a path), and xxhash collisions can be constructed, which would let a
+// client share, and exhaust, someone else's counter. The '#' marker keeps hashed names apart from
+// verbatim ones, since a verbatim subject never starts with '#'.
+func keyFor(prefix, name, subject string) string {
+	if len(subject) > MaxInlineSubject || strings.HasPrefix(subject, "#") {
+		sum := sha256.Sum256([]byte(subject))
+		subject = "#" + hex.EncodeToString(sum[:16])
+	}
+	d := xxhash.New()
+	_, _ = d.WriteString(name)
+	_, _ = d.WriteString("\x00")
+	_, _ = d.WriteString(subject)
+	var tag [16]byte
+	h := strconv.AppendUint(tag[:0], d.Sum64(), 16)
+	var b strings.Builder
+	b.Grow(len(prefix) + 2 + 16 + len(name) + 1 + len(subject))
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	for range 16 - len(h) {
+		b.WriteByte('0')
+	}
+	b.Write(h)
+	b.WriteByte('}')
+	b.WriteString(name)
+	b.WriteByte(':')
+	b.WriteString(subject)
+	return b.String()
+}
+
+// checkName validates a limiter name or key prefix: printable ASCII without spaces or braces
+// (a prefix may hold colons, a name may not), so that the key layout above stays unambiguous.
+func checkName(field, v string, isPrefix bool, maxLen int) error {
+	allowEmpty := isPrefix
+	if v == "" && !allowEmpty {
+		return fmt.Errorf("redisstore: %s is empty", field)
+	}
+	if len(v) > maxLen {
+		return fmt.Errorf("redisstore: %s = %q is longer than %d bytes", field, v, maxLen)
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c <= ' ' || c > '~' || c == '{' || c == '}' || (c == ':' && !isPrefix) {
+			return fmt.Errorf("redisstore: %s = %q contains %q (allowed: printable ASCII except space and braces; no ':' in a name)", field, v, c)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+var (
+	// The errors are sentinel values, compared with errors.Is; safe to share.
+	//
+	// ErrUnavailable wraps every error from a call that Redis did not decide: a timeout, a
+	// connection error, an error reply, or an open circuit breaker. The Decision returned with it
+	// is the one the failure choice (WithOnFailure) made.
+	ErrUnavailable = errors.New("redisstore: redis unavailable")
+	// ErrCircuitOpen is returned (wrapping ErrUnavailable) while the breaker is open: the call was
+	// decided without trying Redis.
+	ErrCircuitOpen = fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	// ErrClosed is returned by Take after Close.
+	ErrClosed = errors.New("redisstore: limiter closed")
+)
+
+// Limiter decides rate limits on Redis (or Valkey) for a fleet of processes: every process that
+// builds a Limiter with the same name, policy and prefix on the same Redis shares one limit per
+// key. Each decision is one script run in one round trip (EVALSHA, falling back to EVAL only when
+// the server does not know the script yet), over one Redis key per (limiter, key).
+//
+// All methods are safe for concurrent use by any number of goroutines. The Limiter starts no
+// goroutine of its own; Close releases the coarse clock it may hold.
+type Limiter struct {
+	client redis.UniversalClient
+	name   string
+	algo   algo
+	cfg    config
+	clk    *clock.Clock
+	ownClk bool
+	br     *breaker
+	deny   *denyCache
+	// offset is the server's clock minus ours (ms), learned from each reply under WithServerTime,
+	// so that the deny cache can judge "until" in the server's time base.
+	offset atomic.Int64
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	calls, roundTrips, denyHits, failures, shortCircuits *xsync.Counter
+}
+
+// New returns a limiter named name (printable ASCII without spaces, braces or ':', at most 64
+// bytes) applying policy p on client: policy.SlidingCounter, policy.FixedWindow,
+// policy.TokenBucket or policy.GCRA, over the full ranges their Validate accepts. Any
+// redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
+// sentinel-backed client; it must honour the per-call deadline, so a go-redis client needs
+// ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's), and New
+// returns an error naming the option otherwise. The Limiter does not close client.
+func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: client is nil")
+	}
+	if err := checkName("name", name, false, 64); err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.onFailure == FailFallback && cfg.fallback == nil {
+		return nil, errors.New("redisstore: WithOnFailure(FailFallback) needs WithFallback")
+	}
+	a, err := newAlgo(p, cfg.skew.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClient(client, cfg.timeout); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		client: client, name: name, algo: a, cfg: cfg,
+		br:    newBreaker(cfg.threshold, cfg.cooldown),
+		calls: xsync.NewCounter(), roundTrips: xsync.NewCounter(), denyHits: xsync.NewCounter(),
+		failures: xsync.NewCounter(), shortCircuits: xsync.NewCounter(),
+	}
+	if cfg.denyKeys > 0 {
+		l.deny = newDenyCache(cfg.denyKeys)
+	}
+	if l.clk = cfg.clock; l.clk == nil {
+		l.clk, l.ownClk = clock.Acquire(), true
+	}
+	return l, nil
+}
+
+// checkClient refuses a go-redis client that would not honour the per-call deadline: go-redis
+// applies a context's deadline to socket reads and writes only with ContextTimeoutEnabled, and
+// otherwise waits ReadTimeout (3s by default), which is how goroutines pile up behind a paused
+// server. A client of another type (a wrapper) is not checked.
+func checkClient(c redis.UniversalClient, timeout time.Duration) error {
+	var ctxOK bool
+	var rt, wt time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.Ring:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return nil
+	}
+	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
+		return nil
+	}
+	return fmt.Errorf("redisstore: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
+		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", rt, wt, timeout)
+}
+
+// Take decides n units for key and returns the Decision, with the same fields and Reason values
+// as the in-process engine's Take: an admitted request is counted, a refused one writes nothing,
+// n = 0 is a query that is always admitted, a negative n is refused with ReasonNegativeCost
+// (without a round trip), and a cost above the limit is refused with ReasonCostAboveLimit.
+//
+// The call to Redis is bounded by ctx and by the limiter's timeout, whichever ends first, and is
+// never retried. When Redis does not decide (timeout, connection error, error reply, or the
+// breaker is open), Take returns the failure choice's Decision together with an error wrapping
+// ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
+// with it. A key refused recently is decided from the local deny cache with no round trip.
+//
+// Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
+// atomic by Redis, which runs one script at a time.
+func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	l.calls.Inc()
+	if l.closed.Load() {
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
+	}
+	if n < 0 {
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonNegativeCost}, nil
+	}
+	if l.algo.kind == kindGCRA && n > l.algo.limit {
+		// GCRA refuses a cost above its burst before any lookup (POLICIES.md).
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
+	}
+	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
+	cost := min(n, l.algo.limit+1)
+	local := l.clk.Now()
+	now := local
+	if l.cfg.serverTime {
+		now += l.offset.Load()
+	}
+	if now < 0 || now > l.algo.maxTime {
+		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
+	}
+	if l.deny != nil && cost > 0 {
+		if e, ok := l.deny.get(key, now); ok {
+			if r := l.algo.replay(e.st, now, cost); !r.Allowed {
+				l.denyHits.Inc()
+				return l.decision(r, cost), nil
+			}
+		}
+	}
+	ok, probe, wait := l.br.allow()
+	if !ok {
+		l.shortCircuits.Inc()
+		return l.fail(key, n, wait, ErrCircuitOpen)
+	}
+	argNow := now
+	if l.cfg.serverTime {
+		argNow = -1
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	res, err := l.algo.script.run(cctx, l.client, keyFor(l.cfg.prefix, l.name, key), l.algo.args(argNow, cost))
+	cancel()
+	l.roundTrips.Inc()
+	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 8 && res[0] == 0) {
+		err = fmt.Errorf("redisstore: script returned %v, want 5 values when admitting, 8 when refusing", res)
+	}
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The caller gave up: that says nothing about Redis.
+			l.br.abandon(probe)
+			return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err()))
+		}
+		if serverAnswered(err) {
+			// The server is up and refused this one script (a key of another type, say): no
+			// reason to take every other key off Redis.
+			l.br.success(probe)
+		} else {
+			l.br.failure(probe)
+		}
+		l.failures.Inc()
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		if l.cfg.onError != nil {
+			l.cfg.onError(err)
+		}
+		return l.fail(key, n, l.cfg.cooldown, err)
+	}
+	l.br.success(probe)
+	r := policy.Result{Allowed: res[0] == 1, Limit: l.algo.limit, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
+	if l.cfg.serverTime {
+		l.offset.Store(res[4] - local)
+	}
+	if l.deny != nil {
+		switch {
+		case !r.Allowed && r.RetryAfterMs > 0:
+			l.deny.put(key, denyEntry{until: res[4] + r.RetryAfterMs, st: [3]int64{res[5], res[6], res[7]}}, now)
+		case r.Allowed && cost > 0:
+			l.deny.forget(key)
+		}
+	}
+	return l.decision(r, cost), nil
+}
+
+// serverAnswered reports whether err is an error reply about this call alone, as opposed to a
+// transport failure or a reply saying the server cannot serve anything now.
+func serverAnswered(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "NOSCRIPT"} {
+		if redis.HasErrorPrefix(err, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// Allow reports whether one unit for key is admitted, counting it if so; see Take. Safe for
+// concurrent use.
+func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
+	d, err := l.Take(ctx, key, 1)
+	return d.Allowed, err
+}
+
+func (l *Limiter) decision(r policy.Result, cost int64) engine.Decision {
+	d := engine.Decision{
+		Allowed:    r.Allowed,
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond,
+		ResetAt:    time.UnixMilli(r.ResetAtMs),
+	}
+	switch {
+	case r.Allowed:
+		d.Reason = engine.ReasonOK
+	case cost > l.algo.limit:
+		d.Reason = engine.ReasonCostAboveLimit
+	default:
+		d.Reason = engine.ReasonLimited
+	}
+	return d
+}
+
+// fail returns the failure choice's decision, and err.
+func (l *Limiter) fail(key string, n int64, wait time.Duration, err error) (engine.Decision, error) {
+	switch l.cfg.onFailure {
+	case FailClosed:
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonLimited, RetryAfter: max(wait, time.Millisecond)}, err
+	case FailFallback:
+		return l.cfg.fallback.Take(key, n), err
+	}
+	return engine.Decision{Allowed: true, Limit: l.algo.limit, Reason: engine.ReasonOK}, err
+}
+
+// Reset deletes key's state on Redis and forgets it locally, so that its next request is decided
+// as a new key's. Other processes' deny caches may still refuse it until their retry times.
+// Safe for concurrent use; a Take racing with Reset may count before or after it.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.deny != nil {
+		l.deny.forget(key)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	return l.client.Del(cctx, keyFor(l.cfg.prefix, l.name, key)).Err()
+}
+
+// Key returns the Redis key that holds key's state, for inspection and administration. A pure
+// function of the limiter's name and prefix, safe for concurrent use.
+func (l *Limiter) Key(key string) string { return keyFor(l.cfg.prefix, l.name, key) }
+
+// Policy returns the policy the limiter was built with. Safe for concurrent use.
+func (l *Limiter) Policy() policy.Policy {
+	switch l.algo.kind {
+	case kindSlidingCounter:
+		return l.algo.sc
+	case kindFixedWindow:
+		return policy.FixedWindow{Limit: l.algo.limit, Window: time.Duration(l.algo.w) * time.Millisecond}
+	case kindTokenBucket:
+		return policy.TokenBucket{Rate: l.algo.rate, Burst: l.algo.limit}
+	}
+	return policy.GCRA{Rate: l.algo.rate, Burst: l.algo.limit}
+}
+
+// Name returns the limiter's name. Safe for concurrent use.
+func (l *Limiter) Name() string { return l.name }
+
+// Stats counts what the limiter has done since New: a plain value, a snapshot. Counters are read
+// one by one while calls go on, so they are mutually consistent only when the limiter is idle.
+type Stats struct {
+	Calls         int64 // Take calls
+	RoundTrips    int64 // scripts sent to Redis, answered or not
+	DenyCacheHits int64 // refusals decided by the local deny cache, with no round trip
+	Failures      int64 // round trips that Redis did not answer in time or answered with an error
+	ShortCircuits int64 // calls decided by the failure choice because the breaker was open
+	BreakerOpens  int64 // times the breaker opened
+	BreakerOpen   bool  // whether the breaker is open now
+	DenyCacheKeys int   // keys remembered by the deny cache now
+}
+
+// Stats returns the limiter's counters. Safe to call at any time, including after Close.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Calls: l.calls.Value(), RoundTrips: l.roundTrips.Value(), DenyCacheHits: l.denyHits.Value(),
+		Failures: l.failures.Value(), ShortCircuits: l.shortCircuits.Value(),
+		BreakerOpens: int64(l.br.opens.Load()), BreakerOpen: l.br.open(),
+	}
+	if l.deny != nil {
+		s.DenyCacheKeys = l.deny.len()
+	}
+	return s
+}
+
+// Close makes every later Take return ErrClosed and releases the process-wide clock if the
+// limiter acquired it. It does not close the Redis client or the fallback limiter. Idempotent and
+// safe for concurrent use; a Take running concurrently with Close may still complete on Redis.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		if l.ownClk {
+			clock.Release(l.clk)
+		}
+	})
+	return nil
+}

@@ -1,0 +1,207 @@
+package redisstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// Option configures a Limiter at construction. Options are applied in order, once, by New; a
+// later one overrides an earlier one of the same kind. An Option value may be reused.
+type Option func(*config) error
+
+// OnFailure says what Take decides when Redis cannot: on a timeout, a connection error, an error
+// reply, or while the circuit breaker is open. A plain value, safe to copy and share.
+type OnFailure uint8
+
+const (
+	// FailOpen admits every request (Reason ReasonOK, Remaining 0): availability over accuracy.
+	// The default, since a rate limiter that takes the service down with it is usually worse than
+	// one that briefly limits nothing.
+	FailOpen OnFailure = iota
+	// FailClosed refuses every request (Reason ReasonLimited), with RetryAfter set to when the
+	// breaker will next try Redis.
+	FailClosed
+	// FailFallback decides with the in-process engine.Limiter given to WithFallback: each process
+	// then enforces its own limit (size it as the fleet's limit divided by the number of
+	// processes), and the counts it makes are not carried back to Redis.
+	FailFallback
+)
+
+// String returns "open", "closed" or "fallback".
+func (f OnFailure) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("OnFailure(%d)", uint8(f))
+}
+
+// Defaults, constants safe to read from anywhere.
+const (
+	DefaultTimeout          = 50 * time.Millisecond
+	DefaultSkew             = 2 * time.Second
+	DefaultBreakerThreshold = 1
+	DefaultBreakerCooldown  = 500 * time.Millisecond
+	DefaultDenyCacheKeys    = 1 << 16
+	DefaultPrefix           = "sl:"
+)
+
+type config struct {
+	clock      *clock.Clock
+	serverTime bool
+	timeout    time.Duration
+	skew       time.Duration
+	onFailure  OnFailure
+	fallback   *engine.Limiter
+	threshold  int
+	cooldown   time.Duration
+	denyKeys   int
+	prefix     string
+	onError    func(error)
+}
+
+func defaultConfig() config {
+	return config{
+		timeout:   DefaultTimeout,
+		skew:      DefaultSkew,
+		onFailure: FailOpen,
+		threshold: DefaultBreakerThreshold,
+		cooldown:  DefaultBreakerCooldown,
+		denyKeys:  DefaultDenyCacheKeys,
+		prefix:    DefaultPrefix,
+	}
+}
+
+// WithClock makes the limiter send the time read from c with every decision, instead of the
+// process-wide coarse clock (clock.Acquire). Use clock.NewManual to pass explicit times in tests
+// and simulations. The limiter does not stop c. Hosts whose clocks differ by more than a few
+// milliseconds see each other's windows shifted; WithServerTime avoids that.
+func WithClock(c *clock.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return fmt.Errorf("redisstore: WithClock(nil)")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// WithServerTime makes every decision read the time from the Redis server (TIME, inside the
+// script, so still one round trip) instead of the caller's clock, so that hosts with skewed
+// clocks agree. In a cluster, each key's time comes from the node that holds it.
+func WithServerTime() Option {
+	return func(cfg *config) error {
+		cfg.serverTime = true
+		return nil
+	}
+}
+
+// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The
+// caller's context still applies when it is shorter. A call that times out is never retried: the
+// script may have run.
+func WithTimeout(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond || d > time.Minute {
+			return fmt.Errorf("redisstore: WithTimeout(%v): must be in [1ms, 1m]", d)
+		}
+		cfg.timeout = d
+		return nil
+	}
+}
+
+// WithClockSkew sets the clock skew allowed between hosts (default DefaultSkew, 2s), which
+// lengthens each key's TTL so that a host whose clock runs behind still finds the state.
+func WithClockSkew(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < 0 || d > time.Hour || d%time.Millisecond != 0 {
+			return fmt.Errorf("redisstore: WithClockSkew(%v): must be whole milliseconds in [0, 1h]", d)
+		}
+		cfg.skew = d
+		return nil
+	}
+}
+
+// WithOnFailure chooses what Take decides when Redis cannot (default FailOpen). FailFallback
+// needs WithFallback as well.
+func WithOnFailure(f OnFailure) Option {
+	return func(cfg *config) error {
+		if f > FailFallback {
+			return fmt.Errorf("redisstore: WithOnFailure(%d): unknown choice", uint8(f))
+		}
+		cfg.onFailure = f
+		return nil
+	}
+}
+
+// WithFallback sets the in-process limiter that decides while Redis is unavailable, and selects
+// FailFallback. The Limiter does not close l.
+func WithFallback(l *engine.Limiter) Option {
+	return func(cfg *config) error {
+		if l == nil {
+			return fmt.Errorf("redisstore: WithFallback(nil)")
+		}
+		cfg.fallback, cfg.onFailure = l, FailFallback
+		return nil
+	}
+}
+
+// WithBreaker sets the circuit breaker: after threshold consecutive failed calls it opens, and
+// while open every Take decides by the failure choice without touching Redis; after cooldown one
+// call (and only one) tries Redis again, closing the breaker on success. Defaults: threshold 1,
+// cooldown 500ms, so a dead or paused Redis costs one timeout per cooldown, not one per request.
+func WithBreaker(threshold int, cooldown time.Duration) Option {
+	return func(cfg *config) error {
+		if threshold < 1 || threshold > 1<<20 {
+			return fmt.Errorf("redisstore: WithBreaker threshold = %d: must be in [1, 2^20]", threshold)
+		}
+		if cooldown < time.Millisecond || cooldown > time.Hour {
+			return fmt.Errorf("redisstore: WithBreaker cooldown = %v: must be in [1ms, 1h]", cooldown)
+		}
+		cfg.threshold, cfg.cooldown = threshold, cooldown
+		return nil
+	}
+}
+
+// WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
+// 0 turns the cache off. A remembered key is decided in process, with the state Redis returned
+// when it refused it, until its retry time: the policy is replayed on that state, so the answer is
+// the one Redis would give when no other host touches the key, and with other hosts it can only
+// refuse what Redis would refuse too (their requests only add to the count).
+func WithDenyCache(maxKeys int) Option {
+	return func(cfg *config) error {
+		if maxKeys < 0 || maxKeys > 1<<26 {
+			return fmt.Errorf("redisstore: WithDenyCache(%d): must be in [0, 2^26]", maxKeys)
+		}
+		cfg.denyKeys = maxKeys
+		return nil
+	}
+}
+
+// WithPrefix sets the prefix of every key name (default DefaultPrefix, "sl:"): printable ASCII
+// without spaces or braces, at most 64 bytes.
+func WithPrefix(p string) Option {
+	return func(cfg *config) error {
+		if err := checkName("prefix", p, true, 64); err != nil {
+			return err
+		}
+		cfg.prefix = p
+		return nil
+	}
+}
+
+// WithOnError sets a function called with every Redis failure (not with the breaker's short
+// circuits), for logs and metrics. It is called synchronously from Take, possibly from many
+// goroutines at once, and must be fast and safe for concurrent use.
+func WithOnError(f func(error)) Option {
+	return func(cfg *config) error {
+		cfg.onError = f
+		return nil
+	}
+}

@@ -1,0 +1,245 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every script takes one key and ARGV = now, limit (or rate), window (or burst), cost, ttl, extra.
+// It returns five integers when it admits — allowed (1), remaining, retry-after ms (0), reset-at
+// ms, the now it decided at — and eight when it refuses: the same five and the key's state as
+// stored (three integers), so that the local deny cache can replay the key's next requests on
+// exactly what Redis holds, without a round trip. A refused request writes nothing, and so does
+// cost 0: rolling a state forward is invisible to every later decision, so it need not be stored.
+//
+// Exactness. Lua numbers in Redis (and Valkey) are IEEE doubles, exact for integers below 2^53.
+// The Go side admits only: now in [0, 2^50] ms; limits, bursts and rates in [1, 2^32-1]; windows
+// in [1, 2^32] ms; costs clamped to [0, limit+1] (any cost above the limit decides the same way);
+// ttl below 2^44. Under these bounds every value a script forms stays below 2^52:
+//   - Floor division: for integers a >= 0 and b >= 1 with a + b < 2^53, floor(a/b) on doubles is
+//     exact. Let k = floor(a/b) + 1; then a/b <= k - 1/b, and rounding to nearest could only reach
+//     k if 1/b were at most half an ulp of k, 1/b <= k*2^-53, that is k*b >= 2^53; but
+//     k*b <= a + b < 2^53. So Lua's a % b = a - floor(a/b)*b is exact too. (For -b < a < 0 the
+//     quotient lies in (-1, 0) and floors to -1, as it should.)
+//   - muldiv(a, b, c) = floor(a*b/c) for 0 <= a, b <= 2^33 and 1 <= c <= 2^33, without forming a*b
+//     (up to 2^66): with b = bh*2^16 + bl, a*bh < 2^50 gives q1, r1 < c; then r1*2^16 + a*bl < 2^50
+//     gives q2, and floor(a*b/c) = q1*2^16 + q2. This is the engine's uint64 product
+//     previous*(W - elapsed) and W*excess of the sliding counter, exact for every accepted limit
+//     and window.
+//   - Token bucket: credit <= 999 + rate*fillMs <= 999 + burst*1000 + rate < 2^43 (dt is clamped to
+//     fillMs first), tokens <= burst < 2^32.
+//   - GCRA keeps the theoretical arrival time as (ms, remainder < rate) instead of the engine's
+//     now*rate units (up to 2^82, which the engine keeps modulo 2^64): tat - now*rate is formed
+//     only when tat's ms part is at most L/rate ahead of now, L <= burst*1000 < 2^42, so it stays
+//     below 2^43; past that the comparison is decided without the product.
+//
+// Numbers are stored with string.format('%d'), never tostring, which keeps only 14 digits.
+// Globals are read once into locals: in Redis 7 every global read goes through the sandbox's
+// metatable, and the scripts' cost on the server is what bounds a fleet's decisions per second.
+const luaPrelude = `
+local call, tonumber, floor, fmt, match = redis.call, tonumber, math.floor, string.format, string.match
+local A, key = ARGV, KEYS[1]
+local now = tonumber(A[1])
+if now < 0 then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+end
+local cost = tonumber(A[4])
+local v = call('GET', key)
+local s1, s2, s3
+if v then
+  s1, s2, s3 = match(v, '^(%-?%d+) (%-?%d+) ?(%-?%d*)$')
+  if not s1 then return redis.error_reply('redisstore: malformed state at ' .. key) end
+  s1, s2, s3 = tonumber(s1), tonumber(s2), tonumber(s3) or 0
+end
+`
+
+// slidingCounterLua mirrors policy.SlidingCounter.Take (DESIGN.md §1) line for line.
+// ARGV: now, limit, windowMs, cost, ttlMs.
+const slidingCounterLua = luaPrelude + `
+local limit, w = tonumber(A[2]), tonumber(A[3])
+local start = now - now % w
+local win, cur, prev = start, 0, 0
+if v then win, cur, prev = s1, s2, s3 end
+if start > win then
+  if start == win + w then prev = cur else prev = 0 end
+  cur = 0
+  win = start
+end
+local elapsed = now - win
+if elapsed < 0 then elapsed = 0 end
+local est = cur
+if prev > 0 then
+  -- muldiv(prev, w - elapsed, w), inline: a closure per call costs more than the arithmetic.
+  local b = w - elapsed
+  local bl = b % 65536
+  local x = prev * ((b - bl) / 65536)
+  local r1 = x % w
+  est = (x - r1) / w * 65536 + floor((r1 * 65536 + prev * bl) / w) + cur
+end
+if cost == 0 or (cost <= limit and est + cost <= limit) then
+  if cost > 0 then
+    call('SET', key, fmt('%d %d %d', win, cur + cost, prev), 'PX', A[5])
+  end
+  local remaining = limit - est - cost
+  if remaining < 0 then remaining = 0 end
+  return {1, remaining, 0, win + w, now}
+end
+local remaining, retry = limit - est, 0
+if remaining < 0 then remaining = 0 end
+local function muldiv(a, b, c)
+  local bl = b % 65536
+  local x = a * ((b - bl) / 65536)
+  local r1 = x % c
+  return (x - r1) / c * 65536 + floor((r1 * 65536 + a * bl) / c)
+end
+if cost <= limit then
+  local need = limit - cur - cost
+  if need < 0 then
+    local wait = 1
+    local excess = cur - (limit - cost) - 1
+    if excess >= 0 then wait = muldiv(w, excess, cur) + 1 end
+    retry = w - elapsed + wait
+  elseif prev > 0 then
+    local excess = prev - need - 1
+    if excess >= 0 then
+      retry = muldiv(w, excess, prev) + 1 - elapsed
+      if retry < 0 then retry = 0 end
+    end
+  end
+end
+if v then return {0, remaining, retry, win + w, now, s1, s2, s3} end
+return {0, remaining, retry, win + w, now, start, 0, 0}
+`
+
+// fixedWindowLua mirrors policy.FixedWindow.Take: a state from a later window than now's is kept,
+// with now counted as that window's first millisecond. ARGV: now, limit, windowMs, cost, skewMs.
+const fixedWindowLua = luaPrelude + `
+local limit, w = tonumber(A[2]), tonumber(A[3])
+local win, count = now - now % w, 0
+if v and s1 >= win then win, count = s1, s2 end
+if cost == 0 or (cost <= limit and count + cost <= limit) then
+  if cost > 0 then
+    count = count + cost
+    call('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
+  end
+  return {1, limit - count, 0, win + w, now}
+end
+local retry = 0
+if cost <= limit then retry = win + w - now end
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+if v then return {0, remaining, retry, win + w, now, s1, s2, 0} end
+return {0, remaining, retry, win + w, now, win, 0, 0}
+`
+
+// tokenBucketLua mirrors policy.TokenBucket.Take; waits count from the later of now and the
+// state's last refill. ARGV: now, ratePerSec, burst, cost, ttlMs, fillMs.
+const tokenBucketLua = luaPrelude + `
+local rate, burst = tonumber(A[2]), tonumber(A[3])
+local tokens, credit, last = burst, 0, now
+if v then tokens, credit, last = s1, s2, s3 end
+local dt = now - last
+if dt > 0 then
+  local fill = tonumber(A[6])
+  if dt > fill then dt = fill end
+  local c = credit + rate * dt
+  local r = c % 1000
+  tokens, credit, last = tokens + (c - r) / 1000, r, now
+  if tokens >= burst then tokens, credit = burst, 0 end
+end
+local base = now
+if last > now then base = last end
+local reset = base
+if tokens < burst then reset = base + floor(((burst - tokens) * 1000 - credit + rate - 1) / rate) end
+if cost == 0 or (cost <= burst and tokens >= cost) then
+  if cost > 0 then
+    tokens = tokens - cost
+    call('SET', key, fmt('%d %d %d', tokens, credit, last), 'PX', A[5])
+    reset = base + floor(((burst - tokens) * 1000 - credit + rate - 1) / rate)
+  end
+  return {1, tokens, 0, reset, now}
+end
+local retry = 0
+if cost <= burst then retry = base - now + floor(((cost - tokens) * 1000 - credit + rate - 1) / rate) end
+if v then return {0, tokens, retry, reset, now, s1, s2, s3} end
+return {0, tokens, retry, reset, now, burst, 0, now}
+`
+
+// gcraLua mirrors policy.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
+// now*rate would not be exact in a double. ARGV: now, ratePerSec, burst, cost (at most burst: a
+// larger one is refused in Go before any lookup), ttlMs.
+const gcraLua = luaPrelude + `
+local rate, burst = tonumber(A[2]), tonumber(A[3])
+local tm, tr = now, 0
+if v then tm, tr = s1, s2 end
+local dm = tm - now
+-- lag = tat - now*rate, formed only when dm*rate is small; otherwise only its sign and size
+-- against burst*1000 matter: dm < 0 means a full bucket (lag < 0), and dm > burst*1000/rate
+-- means lag > burst*1000 >= every room below.
+local B = burst * 1000
+local lag
+if dm < 0 then lag = -1 elseif dm <= floor(B / rate) then lag = dm * rate + tr else lag = B + 1 end
+local room = (burst - cost) * 1000
+if lag <= room then
+  if cost > 0 then
+    if lag <= 0 then tm, tr = now, 0 end
+    local x = tr + cost * 1000
+    local r = x % rate
+    tm, tr = tm + (x - r) / rate, r
+    call('SET', key, fmt('%d %d', tm, tr), 'PX', A[5])
+    if lag < 0 then lag = 0 end
+    lag = lag + cost * 1000
+  end
+  local remaining, reset = burst, now
+  if lag > 0 then
+    reset = tm
+    if tr > 0 then reset = tm + 1 end
+    remaining = floor((B - lag) / 1000)
+  end
+  return {1, remaining, 0, reset, now}
+end
+-- Refused: ceil((lag - room) / rate) = dm - floor((room - tr) / rate), with room - tr > -rate,
+-- exact even where lag itself was not formed.
+local retry = dm - floor((room - tr) / rate)
+local remaining, reset = 0, tm
+if tr > 0 then reset = tm + 1 end
+if lag < B then remaining = floor((B - lag) / 1000) end
+return {0, remaining, retry, reset, now, tm, tr, 0}
+`
+
+// script is one Lua source and its SHA-1, run with EVALSHA and, only on NOSCRIPT (the server
+// never ran it), once more with EVAL.
+type script struct {
+	src string
+	sha string
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// noRetryCmd marks the script call as not retryable by go-redis: once a request may have reached
+// the server, running it again could count the same request twice. go-redis otherwise replays a
+// command on EOF or a reset connection, which is exactly when a script may already have run.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis never to replay this command.
+func (noRetryCmd) NoRetry() bool { return true }
+
+func (s *script) run(ctx context.Context, c redis.UniversalClient, key string, args []any) ([]int64, error) {
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", s.sha, 1, key}, args...)...)
+	err := c.Process(ctx, noRetryCmd{cmd})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = redis.NewCmd(ctx, append([]any{"eval", s.src, 1, key}, args...)...)
+		err = c.Process(ctx, noRetryCmd{cmd})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Int64Slice()
+}

@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// MaxTimeMs is the largest time (Unix ms, about the year 37,600) a decision accepts; see the
+// exactness proof in scripts.go. A later time makes Take return the failure choice and an error.
+const MaxTimeMs = 1 << 50
+
+type kind uint8
+
+const (
+	kindSlidingCounter kind = iota
+	kindFixedWindow
+	kindTokenBucket
+	kindGCRA
+)
+
+var (
+	slidingCounterScript = newScript(slidingCounterLua)
+	fixedWindowScript    = newScript(fixedWindowLua)
+	tokenBucketScript    = newScript(tokenBucketLua)
+	gcraScript           = newScript(gcraLua)
+)
+
+// algo is one policy's Redis side: its script, its constant arguments (formatted once), and a Go
+// replay of the script's step for the deny cache. Immutable after newAlgo.
+type algo struct {
+	kind   kind
+	sc     policy.SlidingCounter
+	limit  int64 // limit, or burst
+	w      int64 // window ms (window policies)
+	rate   int64 // per second (buckets)
+	fillMs int64 // ms for an empty bucket to fill (buckets)
+	script *script
+	argP1  string // limit, or rate
+	argP2  string // window ms, or burst
+	argTTL string // ttl ms (fixed window: the skew, the script adds the rest of the window)
+	argX   string // token bucket: fillMs
+	// maxTime is the latest time (ms) accepted: MaxTimeMs.
+	maxTime int64
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
+	if p == nil {
+		return algo{}, fmt.Errorf("redisstore: policy is nil")
+	}
+	if err := p.Validate(); err != nil {
+		return algo{}, err
+	}
+	var a algo
+	switch p := p.(type) {
+	case policy.SlidingCounter:
+		a = algo{kind: kindSlidingCounter, sc: p, limit: p.Limit, w: p.WindowMs(), script: slidingCounterScript}
+		// Two whole windows untouched make a state identical to a new key's (DESIGN.md §3).
+		a.argTTL = strconv.FormatInt(2*a.w+skewMs, 10)
+	case policy.FixedWindow:
+		a = algo{kind: kindFixedWindow, limit: p.Limit, w: p.Window.Milliseconds(), script: fixedWindowScript}
+		a.argTTL = strconv.FormatInt(skewMs, 10)
+	case policy.TokenBucket:
+		a = algo{kind: kindTokenBucket, limit: p.Burst, rate: p.Rate, script: tokenBucketScript}
+	case policy.GCRA:
+		a = algo{kind: kindGCRA, limit: p.Burst, rate: p.Rate, script: gcraScript}
+	default:
+		return algo{}, fmt.Errorf("redisstore: policy %q (%T) is not available on Redis; use sliding-counter, fixed-window, token-bucket or gcra", p.ID(), p)
+	}
+	a.maxTime = MaxTimeMs
+	if a.rate > 0 {
+		// After fillMs without a request a bucket is full again: its state is a new key's.
+		a.fillMs = ceilDiv(a.limit*1000, a.rate)
+		a.argP1, a.argP2 = strconv.FormatInt(a.rate, 10), strconv.FormatInt(a.limit, 10)
+		a.argTTL = strconv.FormatInt(a.fillMs+skewMs, 10)
+		a.argX = strconv.FormatInt(a.fillMs, 10)
+	} else {
+		a.argP1, a.argP2 = strconv.FormatInt(a.limit, 10), strconv.FormatInt(a.w, 10)
+	}
+	return a, nil
+}
+
+func (a *algo) args(now, cost int64) []any {
+	return []any{now, a.argP1, a.argP2, cost, a.argTTL, a.argX}
+}
+
+// replay runs the policy's pure step (the engine's own) on a state the script returned, changing
+// nothing. The scripts mirror these steps line for line; the tests compare the two on random
+// sequences.
+func (a *algo) replay(st [3]int64, now, cost int64) policy.Result {
+	switch a.kind {
+	case kindSlidingCounter:
+		s := policy.SlidingCounterState{Window: st[0], Current: st[1], Previous: st[2]}
+		return a.sc.Take(&s, now, cost)
+	case kindFixedWindow:
+		s := policy.FixedWindowState{Window: st[0], Count: st[1]}
+		return policy.FixedWindow{Limit: a.limit, Window: time.Duration(a.w) * time.Millisecond}.Take(&s, now, cost)
+	case kindTokenBucket:
+		s := policy.TokenBucketState{Tokens: st[0], Credit: st[1], Last: st[2]}
+		return policy.TokenBucket{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
+	default:
+		// The engine keeps TAT = ms*rate + remainder modulo 2^64 and reads it only through the lag
+		// TAT - now*rate, which for a refused key (0 < lag <= burst*1000 + rate) is exact.
+		s := policy.GCRAState{TAT: uint64(st[0])*uint64(a.rate) + uint64(st[1])}
+		return policy.GCRA{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
+	}
+}

@@ -1,0 +1,89 @@
+package testvectors_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/slidelimit/slidelimit/testvectors"
+)
+
+// wrap puts steps into a one-case sliding-counter file.
+func wrap(steps string) string {
+	return `{"policy": "rate-limiter/sliding-counter", "version": 1, "cases": [
+  {"name": "c0", "params": {"limit": 5, "windowMs": 1000}, "seed": 1, "steps": [
+    {"call": "allow", "args": [1, 1, 0], "expect": true},` + steps + `]}]}`
+}
+
+func TestParseRejectsMalformedFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string // every one must appear in the error
+	}{
+		{"bad JSON", `{"policy": "rate-limiter/gcra",`, []string{"f.json", "bad JSON at line 1"}},
+		{"not an object", `[1, 2]`, []string{"bad JSON", "value is a JSON array, want an object"}},
+		{"missing policy", `{"version": 1, "cases": []}`, []string{`missing "policy"`}},
+		{"policy without prefix", `{"policy": "gcra", "version": 1, "cases": []}`, []string{`policy "gcra" does not start with "rate-limiter/"`}},
+		{"unknown policy id", `{"policy": "rate-limiter/sliding-window", "version": 1, "cases": []}`, []string{`unknown policy id "sliding-window"`}},
+		{"wrong version", `{"policy": "rate-limiter/gcra", "version": 2, "cases": []}`, []string{"version 2, want 1"}},
+		{"missing cases", `{"policy": "rate-limiter/gcra", "version": 1}`, []string{`missing "cases"`}},
+		{"case without name", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"params": {"ratePerSec": 1, "burst": 1}, "steps": []}]}`,
+			[]string{"case 0", `missing "name"`}},
+		{"missing param", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1}, "steps": []}]}`,
+			[]string{`case 0 "g"`, `missing param "burst"`}},
+		{"unknown param", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1, "burst": 1, "limit": 3}, "steps": []}]}`,
+			[]string{`case 0 "g"`, `unknown param "limit"`}},
+		{"param out of range", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 0, "burst": 1}, "steps": []}]}`,
+			[]string{`case 0 "g"`, "ratePerSec = 0 out of range"}},
+		{"param not an integer", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1.5, "burst": 1}, "steps": []}]}`,
+			[]string{`case 0 "g"`, "param ratePerSec: 1.5 is not an integer"}},
+		{"duplicate case name", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [
+			{"name": "g", "params": {"ratePerSec": 1, "burst": 1}, "steps": []},
+			{"name": "g", "params": {"ratePerSec": 1, "burst": 1}, "steps": []}]}`,
+			[]string{`case 1 "g"`, "same name as case 0"}},
+		{"unknown call", wrap(`{"call": "take", "args": [1, 1, 0], "expect": true}`), []string{`case 0 "c0"`, "step 1", `unknown call "take"`}},
+		{"missing call", wrap(`{"args": [1, 0], "expect": 0}`), []string{`case 0 "c0"`, "step 1", `missing "call"`}},
+		{"call of another policy", wrap(`{"call": "levelOf", "args": [1, 0], "expect": 0}`),
+			[]string{`case 0 "c0"`, "step 1", `call "levelOf" is not defined for policy sliding-counter`}},
+		{"too few args", wrap(`{"call": "allow", "args": [1, 0], "expect": true}`), []string{`case 0 "c0"`, "step 1", "allow: 2 args, want 3"}},
+		{"too many args", wrap(`{"call": "stateSize", "args": [1], "expect": 1}`), []string{"step 1", "stateSize: 1 args, want 0"}},
+		{"float arg", wrap(`{"call": "retryAfter", "args": [1, 1e3], "expect": 0}`), []string{"step 1", "retryAfter: arg 1: 1e3 is not an integer"}},
+		{"string arg", wrap(`{"call": "retryAfter", "args": [1, "0"], "expect": 0}`), []string{"step 1", `"0" is not an integer`}},
+		{"negative now", wrap(`{"call": "estimateOf", "args": [1, -1], "expect": 0}`), []string{"step 1", "now = -1 out of range"}},
+		{"missing expect", wrap(`{"call": "allow", "args": [1, 1, 0]}`), []string{"step 1", `allow: missing "expect"`}},
+		{"bool expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": 1}`), []string{"step 1", "allow: expect 1, want a bool"}},
+		{"integer expected for retryAfter", wrap(`{"call": "retryAfter", "args": [1, 0], "expect": false}`), []string{"step 1", "retryAfter: expect false, want an integer"}},
+		{"step not an object", wrap(`7`), []string{`case 0 "c0"`, "step 1", "bad JSON"}},
+		{"args not an array", wrap(`{"call": "allow", "args": 3, "expect": true}`), []string{"step 1", "args is a JSON number, want an array"}},
+		{"name not a string", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": 3}]}`, []string{"case 0", "name is a JSON number, want a string"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := testvectors.Parse("f.json", []byte(tc.body))
+			if err == nil {
+				t.Fatal("Parse accepted the file")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseAcceptsAWellFormedFile(t *testing.T) {
+	f, err := testvectors.Parse("f.json", []byte(wrap(`{"call": "stateSize", "args": [], "expect": 1}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Cases[0]
+	if f.ID() != "sliding-counter" || c.Name != "c0" || c.Params["limit"] != 5 || len(c.Steps) != 2 ||
+		c.Steps[0].Expect != testvectors.Bool(true) || c.Steps[1].Expect != testvectors.Int(1) {
+		t.Fatalf("parsed %+v", f)
+	}
+}
+
+func TestLoadNamesAMissingFile(t *testing.T) {
+	if _, err := testvectors.Load("no/such/file.json"); err == nil || !strings.Contains(err.Error(), "no/such/file.json") {
+		t.Fatalf("err = %v", err)
+	}
+}
