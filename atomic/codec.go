@@ -35,3 +35,25 @@ type Codec interface {
 	// make room at the key cap: never a key at or over its limit.
 	Stale(w0, w1 uint64, now int64) (ageMs int64, evictable bool)
 }
+
+// Evictor is implemented by codecs whose state lives outside the cell, such as the sliding log,
+// whose cell holds a handle to a ring of timestamps that updates change in place without changing
+// the cell. For them "judge dead, then mark Dead if the cell is unchanged" is not atomic with
+// respect to updates, so the table calls Evict instead, which must judge and mark under whatever
+// excludes updates (a per-key lock); an update must re-check, under that same exclusion, that its
+// cell is still live before it writes.
+type Evictor interface {
+	// Evict marks the cell Dead if its state is dead at now (see Codec.Dead), reports whether it
+	// did, and releases the state's storage when it did.
+	Evict(c *uint64, ref, now int64) bool
+	// Release frees the storage of a state that a rebuild dropped: the cell it came from is
+	// marked Moved, so no update can reach the state any more.
+	Release(w0, w1 uint64)
+}
+
+// CostChecker is implemented by codecs whose policy refuses some costs before any lookup, without
+// creating the key (GCRA refuses a cost above its burst that way).
+type CostChecker interface {
+	// Refuses reports whether cost is refused before any lookup.
+	Refuses(cost int64) bool
+}

@@ -33,10 +33,11 @@ type Limiter struct {
 	seeded   bool // WithSeed: xxhash, deterministic
 	mix      [3]uint64
 
-	pol     policy.Policy
-	limit   int64
-	maxKeys int64
-	atCap   AtCap
+	pol      policy.Policy
+	precheck atomic.CostChecker // nil for most policies
+	limit    int64
+	maxKeys  int64
+	atCap    AtCap
 
 	ownsClock bool
 	sweeper   *evict.Sweeper
@@ -86,6 +87,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	if l.clk == nil {
 		l.clk, l.ownsClock = clock.Acquire(), true
 	}
+	l.precheck, _ = codec.(atomic.CostChecker)
 	l.initHash(cfg)
 	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys, Clock: l.clk}
 	now := l.clk.Now()
@@ -204,6 +206,9 @@ func (l *Limiter) take(h uint64, n int64, full bool) (policy.Result, Reason) {
 	}
 	if l.closed.Load() {
 		return policy.Result{}, ReasonClosed
+	}
+	if l.precheck != nil && l.precheck.Refuses(n) {
+		return policy.Result{Limit: l.limit}, ReasonOK // refused by the policy, with no lookup and no key
 	}
 	now := l.clk.Now()
 	sh := l.shardOf(h, now)

@@ -39,6 +39,12 @@ type Config struct {
 	Clock *clock.Clock
 }
 
+// evictor returns the codec's own eviction, when its state lives outside the cell.
+func (cfg *Config) evictor() atomic.Evictor {
+	ev, _ := cfg.Codec.(atomic.Evictor)
+	return ev
+}
+
 // Init gives the shard an empty table. now starts the sweep horizon.
 func (s *Shard) Init(cfg *Config, now int64) {
 	s.table.Store(newTable(minSlots, cfg.Codec.Words(), cfg.Shift))
@@ -138,6 +144,9 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 		}
 		if cfg.Codec.Dead(w0, w1, ref, now) {
 			if cfg.Evict {
+				if ev := cfg.evictor(); ev != nil {
+					ev.Release(w0, w1)
+				}
 				dropped++
 				continue
 			}
@@ -177,9 +186,17 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 	words := cfg.Codec.Words()
 	ref := s.swept.Load()
 	to = min(to, t.n)
+	ev := cfg.evictor()
 	for i := from; i < to; i++ {
 		k, c := t.Cell(i)
 		if k == 0 {
+			continue
+		}
+		if ev != nil {
+			if cfg.Evict && ev.Evict(c, ref, now) {
+				s.addLive(cfg, -1)
+				evicted++
+			}
 			continue
 		}
 		w0, w1 := atomic.Load(c, words)
