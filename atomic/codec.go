@@ -57,3 +57,19 @@ type CostChecker interface {
 	// Refuses reports whether cost is refused before any lookup.
 	Refuses(cost int64) bool
 }
+
+// Refunder is implemented by codecs whose policy can give units back exactly (see
+// engine.Limiter.Refund).
+type Refunder interface {
+	// Refund gives back up to cost units counted by a request admitted with result ResetAtMs
+	// resetAt, and returns how many it gave back.
+	Refund(c *uint64, now, cost, resetAt int64) (int64, Status)
+}
+
+// LimitTaker is implemented by codecs that can decide a key against its own limit.
+type LimitTaker interface {
+	// TakeLimit is Take with limit in place of the policy's (1 <= limit <= MaxLimit()).
+	TakeLimit(c *uint64, now, cost, limit int64) (policy.Result, Status)
+	// MaxLimit returns the largest limit the cell can hold counts for.
+	MaxLimit() int64
+}

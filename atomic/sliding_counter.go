@@ -32,24 +32,30 @@ import (
 // Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
 // time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
 // wraps, so the horizon is unbounded.
-func NewSlidingCounter(p policy.SlidingCounter) Codec {
+func NewSlidingCounter(p policy.SlidingCounter) Codec { return NewSlidingCounterUpTo(p, p.Limit) }
+
+// NewSlidingCounterUpTo is NewSlidingCounter with cells sized for per-key limits up to maxLimit
+// (at least p.Limit, at most policy.MaxLimit), for TakeLimit.
+func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
 	w := p.WindowMs()
 	rule := p.Compile()
-	b := uint(bits.Len64(uint64(p.Limit)))
+	maxLimit = min(max(maxLimit, p.Limit), policy.MaxLimit)
+	b := uint(bits.Len64(uint64(maxLimit)))
 	if b <= 21 {
 		k := 62 - 2*b
-		c := &slidingCounterWord{p: rule, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1}
+		c := &slidingCounterWord{p: rule, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1, max: maxLimit}
 		c.horizon = math.MaxInt64
 		if k-1+uint(bits.Len64(uint64(w))) < 62 {
 			c.horizon = (int64(1)<<(k-1) - 4) * w
 		}
 		return c
 	}
-	return &slidingCounterPair{p: rule, w: w}
+	return &slidingCounterPair{p: rule, w: w, max: maxLimit}
 }
 
 type slidingCounterWord struct {
 	p       policy.SlidingCounterRule
+	max     int64
 	w       int64
 	b, k    uint
 	cmask   uint64
@@ -85,13 +91,38 @@ func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
 }
 
 func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+	return c.take(cell, now, cost, &c.p)
+}
+
+func (c *slidingCounterWord) MaxLimit() int64 { return c.max }
+
+func (c *slidingCounterWord) TakeLimit(cell *uint64, now, cost, limit int64) (policy.Result, Status) {
+	rule := c.p.WithLimit(limit)
+	return c.take(cell, now, cost, &rule)
+}
+
+func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return 0, statusOf(word)
+		}
+		s, n, at := c.decode(word, now)
+		g := c.p.Refund(&s, n*c.w, cost, resetAt)
+		if g == 0 || c.store(cell, word, s, n, at) {
+			return g, OK
+		}
+	}
+}
+
+func (c *slidingCounterWord) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
 	for {
 		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return policy.Result{}, statusOf(word)
 		}
 		s, n, at := c.decode(word, now)
-		r := c.p.TakeAt(&s, now, n*c.w, cost)
+		r := rule.TakeAt(&s, now, n*c.w, cost)
 		if !r.Allowed || cost == 0 {
 			return r, OK // nothing to count; the roll alone is invisible to every decision
 		}
@@ -165,8 +196,9 @@ func (c *slidingCounterWord) Stale(w0, _ uint64, now int64) (int64, bool) {
 }
 
 type slidingCounterPair struct {
-	p policy.SlidingCounterRule
-	w int64
+	p   policy.SlidingCounterRule
+	max int64
+	w   int64
 }
 
 func (c *slidingCounterPair) Words() int     { return 2 }
@@ -183,6 +215,33 @@ func (c *slidingCounterPair) encode(s policy.SlidingCounterState) (uint64, uint6
 func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
 
 func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+	return c.take(cell, now, cost, &c.p)
+}
+
+func (c *slidingCounterPair) MaxLimit() int64 { return c.max }
+
+func (c *slidingCounterPair) TakeLimit(cell *uint64, now, cost, limit int64) (policy.Result, Status) {
+	rule := c.p.WithLimit(limit)
+	return c.take(cell, now, cost, &rule)
+}
+
+func (c *slidingCounterPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	p := pair(cell)
+	for {
+		w0, w1 := load128(p)
+		if w0&Flags != 0 {
+			return 0, statusOf(w0)
+		}
+		s := c.decode(w0, w1)
+		g := c.p.Refund(&s, c.p.Start(now), cost, resetAt)
+		n0, n1 := c.encode(s)
+		if g == 0 || cas128(p, w0, w1, n0, n1) {
+			return g, OK
+		}
+	}
+}
+
+func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
@@ -190,7 +249,7 @@ func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result,
 			return policy.Result{}, statusOf(w0)
 		}
 		s := c.decode(w0, w1)
-		r := c.p.TakeAt(&s, now, c.p.Start(now), cost)
+		r := rule.TakeAt(&s, now, c.p.Start(now), cost)
 		if !r.Allowed || cost == 0 {
 			return r, OK
 		}

@@ -35,6 +35,8 @@ type Limiter struct {
 
 	pol      policy.Policy
 	precheck atomic.CostChecker // nil for most policies
+	limits   atomic.LimitTaker  // nil where per-key limits are not supported
+	refunds  atomic.Refunder    // nil where refunds are not supported
 	limit    int64
 	maxKeys  int64
 	atCap    AtCap
@@ -71,6 +73,9 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	codec, limit, period, err := codecFor(p)
+	if err == nil {
+		codec, err = sizeForKeyLimits(p, codec, cfg.maxLimit)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +93,8 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 		l.clk, l.ownsClock = clock.Acquire(), true
 	}
 	l.precheck, _ = codec.(atomic.CostChecker)
+	l.limits, _ = codec.(atomic.LimitTaker)
+	l.refunds, _ = codec.(atomic.Refunder)
 	l.initHash(cfg)
 	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys, Clock: l.clk}
 	now := l.clk.Now()
@@ -197,10 +204,19 @@ func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
 	return sh
 }
 
+// op selects what take asks of the codec.
+type op uint8
+
+const (
+	opAdmit     op = iota // the decision only: Allow
+	opTake                // the full result: Take
+	opTakeLimit           // the full result against a per-key limit
+)
+
 // take decides n units for h. It returns the policy's result, or the reason it refused before
-// consulting the policy (ReasonOK when it did consult it). Unless full, only the result's Allowed
-// is computed: the Allow path.
-func (l *Limiter) take(h uint64, n int64, full bool) (policy.Result, Reason) {
+// consulting the policy (ReasonOK when it did consult it). For opAdmit only the result's Allowed
+// is computed.
+func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, Reason) {
 	if n < 0 {
 		return policy.Result{}, ReasonNegativeCost
 	}
@@ -217,10 +233,13 @@ func (l *Limiter) take(h uint64, n int64, full bool) (policy.Result, Reason) {
 		if c != nil {
 			var r policy.Result
 			var st atomic.Status
-			if full {
-				r, st = l.codec.Take(c, now, n)
-			} else {
+			switch mode {
+			case opAdmit:
 				r.Allowed, st = l.codec.Admit(c, now, n)
+			case opTake:
+				r, st = l.codec.Take(c, now, n)
+			default:
+				r, st = l.limits.TakeLimit(c, now, n, limit)
 			}
 			switch st {
 			case atomic.OK:
@@ -242,7 +261,7 @@ func (l *Limiter) take(h uint64, n int64, full bool) (policy.Result, Reason) {
 
 // takeDecision is take with its outcome as a Decision.
 func (l *Limiter) takeDecision(h uint64, n int64) Decision {
-	r, reason := l.take(h, n, true)
+	r, reason := l.take(h, n, opTake, 0)
 	if reason != ReasonOK {
 		return l.refuse(reason)
 	}

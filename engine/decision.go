@@ -18,6 +18,8 @@ const (
 	ReasonKeyCap
 	// ReasonClosed: the limiter has been closed.
 	ReasonClosed
+	// ReasonInvalidLimit: a per-key limit was out of range, or the policy takes none.
+	ReasonInvalidLimit
 )
 
 var reasonNames = [...]string{
@@ -27,6 +29,7 @@ var reasonNames = [...]string{
 	ReasonNegativeCost:   "negative cost",
 	ReasonKeyCap:         "key cap reached",
 	ReasonClosed:         "limiter closed",
+	ReasonInvalidLimit:   "invalid per-key limit",
 }
 
 // String returns a short lower-case description, suitable for logs and metrics labels.

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -57,4 +58,63 @@ func ExampleWithMaxKeys() {
 	l.Allow("b")
 	fmt.Println(l.Take("c", 1).Reason)
 	// Output: key cap reached
+}
+
+func ExampleLimiter_Wait() {
+	// 10 calls per second to an upstream API: callers wait their turn instead of failing.
+	l, _ := engine.New(policy.SlidingCounter{Limit: 10, Window: time.Second})
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.Wait(ctx, "upstream", 1); err != nil {
+		fmt.Println("gave up:", err)
+		return
+	}
+	fmt.Println("calling upstream")
+	// Output: calling upstream
+}
+
+func ExampleLimiter_TakeWithLimit() {
+	clk := clock.NewManual(1_764_000_000_000)
+	// 100 per minute by default; cells sized for tenants allowed up to 10,000.
+	l, _ := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Minute},
+		engine.WithClock(clk), engine.WithMaxLimit(10_000))
+	defer l.Close()
+	fmt.Println(l.Take("tenant:free", 150).Allowed)
+	fmt.Println(l.TakeWithLimit("tenant:premium", 150, 10_000).Allowed)
+	// Output:
+	// false
+	// true
+}
+
+func ExampleLimiter_Refund() {
+	clk := clock.NewManual(1_764_000_000_000)
+	l, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Second}, engine.WithClock(clk))
+	defer l.Close()
+	d := l.Take("user:7", 1)
+	upstreamFailed := true
+	if upstreamFailed {
+		l.Refund("user:7", 1, d) // limit on successes: a failed call costs nothing
+	}
+	fmt.Println(l.Take("user:7", 2).Allowed)
+	// Output: true
+}
+
+func ExampleAll() {
+	clk := clock.NewManual(1_764_000_000_000)
+	perSecond, _ := engine.New(policy.SlidingCounter{Limit: 10, Window: time.Second}, engine.WithClock(clk))
+	defer perSecond.Close()
+	perHour, _ := engine.New(policy.SlidingCounter{Limit: 1000, Window: time.Hour}, engine.WithClock(clk))
+	defer perHour.Close()
+	both, _ := engine.All(perSecond, perHour)
+
+	admitted := 0
+	for range 15 {
+		if both.Allow("api-key-1") {
+			admitted++
+		}
+	}
+	pr, _ := perHour.Inspect("api-key-1")
+	fmt.Println(admitted, pr.Estimate) // the 5 refused requests left nothing charged per hour
+	// Output: 10 10
 }

@@ -14,13 +14,13 @@ import (
 
 // Allow reports whether one unit for key is admitted now, counting it if so.
 func (l *Limiter) Allow(key string) bool {
-	r, _ := l.take(l.hashString(key), 1, false)
+	r, _ := l.take(l.hashString(key), 1, opAdmit, 0)
 	return r.Allowed
 }
 
 // AllowN reports whether n units for key are admitted now, counting them if so.
 func (l *Limiter) AllowN(key string, n int64) bool {
-	r, _ := l.take(l.hashString(key), n, false)
+	r, _ := l.take(l.hashString(key), n, opAdmit, 0)
 	return r.Allowed
 }
 
@@ -36,7 +36,7 @@ func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 // are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
 // the shards. Integer and string keys share one space of 64-bit hashes.
 func (l *Limiter) AllowKey(k uint64, n int64) bool {
-	r, _ := l.take(l.hashKey(k), n, false)
+	r, _ := l.take(l.hashKey(k), n, opAdmit, 0)
 	return r.Allowed
 }
 

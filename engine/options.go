@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // Option configures a Limiter at construction.
@@ -31,6 +32,7 @@ type config struct {
 	sweepInterval time.Duration
 	maxKeys       int
 	atCap         AtCap
+	maxLimit      int64
 }
 
 // DefaultShards is the number of shards when WithShards is not given.
@@ -120,6 +122,19 @@ func WithAtCap(a AtCap) Option {
 			return fmt.Errorf("engine: WithAtCap(%d): unknown choice", a)
 		}
 		cfg.atCap = a
+		return nil
+	}
+}
+
+// WithMaxLimit sizes the limiter's cells for per-key limits up to n (see TakeWithLimit); without
+// it a key's limit can only be lowered below the policy's, not raised above it. Only policies
+// whose codec supports per-key limits accept it (the sliding counter).
+func WithMaxLimit(n int64) Option {
+	return func(cfg *config) error {
+		if n < 1 || n > policy.MaxLimit {
+			return fmt.Errorf("engine: WithMaxLimit(%d): must be in [1, %d]", n, int64(policy.MaxLimit))
+		}
+		cfg.maxLimit = n
 		return nil
 	}
 }

@@ -82,6 +82,37 @@ type SlidingCounterRule struct {
 // Limit returns the policy's limit.
 func (p *SlidingCounterRule) Limit() int64 { return p.limit }
 
+// WithLimit returns the rule with another limit (1 … MaxLimit), for a key whose limit differs
+// from the policy's. A key's counts are units, not fractions of a limit, so a new limit applies to
+// them at once, mid-window: raised, the key may take the difference straight away; lowered below
+// what it has already taken, it is refused until its counts decay under the new limit.
+func (p SlidingCounterRule) WithLimit(limit int64) SlidingCounterRule {
+	p.limit = limit
+	return p
+}
+
+// Refund gives back up to cost units counted by a request admitted with result ResetAtMs resetAt,
+// for a state rolled to the window starting at start, and returns how many it gave back. The units
+// still count while their window is the current one (they are in Current) or the previous one
+// (in Previous, where they weigh on the carried estimate); taking them out leaves the state as if
+// the request had never been admitted. Two windows later they no longer count and nothing is
+// given back.
+func (p *SlidingCounterRule) Refund(s *SlidingCounterState, start, cost, resetAt int64) int64 {
+	p.Roll(s, start)
+	var from *int64
+	switch resetAt - p.w {
+	case s.Window:
+		from = &s.Current
+	case s.Window - p.w:
+		from = &s.Previous
+	default:
+		return 0
+	}
+	g := min(max(cost, 0), *from)
+	*from -= g
+	return g
+}
+
 // WindowMs returns the window in milliseconds.
 func (p *SlidingCounterRule) WindowMs() int64 { return p.w }
 

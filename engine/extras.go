@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/atomic"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// sizeForKeyLimits rebuilds the codec with cells wide enough for per-key limits up to maxLimit.
+func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atomic.Codec, error) {
+	if maxLimit == 0 {
+		return codec, nil
+	}
+	if sc, ok := p.(policy.SlidingCounter); ok {
+		return atomic.NewSlidingCounterUpTo(sc, maxLimit), nil
+	}
+	return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q takes no per-key limits", maxLimit, p.ID())
+}
+
+// TakeWithLimit is Take for a key whose limit is limit rather than the policy's: premium tenants,
+// internal services. Keys taken at the default limit pay nothing for this; a call here costs what
+// Take costs. limit must be at least 1 and at most the policy's limit, or WithMaxLimit's when
+// given; otherwise, or when the policy takes no per-key limits, the request is refused with
+// ReasonInvalidLimit and consumes nothing.
+//
+// The limit is not stored with the key: pass the same one on every call for that key. A key's
+// counts are units, so a changed limit applies at once, mid-window: raised, the key may take the
+// difference straight away; lowered below what it has taken, it is refused until its counts decay
+// under the new limit. With the default key cap option, eviction at the cap judges keys against
+// the policy's limit.
+func (l *Limiter) TakeWithLimit(key string, n, limit int64) Decision {
+	return l.takeWithLimit(l.hashString(key), n, limit)
+}
+
+// TakeKeyWithLimit is TakeWithLimit for an integer key.
+func (l *Limiter) TakeKeyWithLimit(k uint64, n, limit int64) Decision {
+	return l.takeWithLimit(l.hashKey(k), n, limit)
+}
+
+func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
+	if l.limits == nil || limit < 1 || limit > l.limits.MaxLimit() {
+		return l.refuse(ReasonInvalidLimit)
+	}
+	r, reason := l.take(h, n, opTakeLimit, limit)
+	if reason != ReasonOK {
+		return l.refuse(reason)
+	}
+	return l.decision(r, n)
+}
+
+// Refund gives back up to n units that the admitted Decision d counted for key, for a request
+// that then failed upstream, so that a caller limiting on successes is not charged for errors.
+// It returns how many units it gave back: all of them while they still count (for the sliding
+// counter, while the window that counted them is the current or the previous one), fewer if a
+// concurrent refund got there first, 0 once they no longer count, for a refused d, or for a
+// policy that cannot give units back exactly. It never creates a key.
+func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
+	return l.refund(l.hashString(key), n, d)
+}
+
+// RefundKey is Refund for an integer key.
+func (l *Limiter) RefundKey(k uint64, n int64, d Decision) int64 { return l.refund(l.hashKey(k), n, d) }
+
+func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
+	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
+		return 0
+	}
+	now := l.clk.Now()
+	sh := l.shardOf(h, now)
+	for {
+		c := sh.Table().Find(h)
+		if c == nil {
+			return 0
+		}
+		g, st := l.refunds.Refund(c, now, n, d.ResetAt.UnixMilli())
+		switch st {
+		case atomic.OK:
+			return g
+		case atomic.IsDead:
+			return 0 // evicted: its state was a new key's, holding nothing to give back
+		}
+		sh.Wait()
+	}
+}
+
+// Errors returned by Wait for requests that waiting cannot help.
+var (
+	ErrCostAboveLimit = errors.New("engine: cost above the limit can never be admitted")
+	ErrNegativeCost   = errors.New("engine: negative cost")
+	ErrKeyCap         = errors.New("engine: key cap reached")
+	ErrClosed         = errors.New("engine: limiter closed")
+	ErrInvalidLimit   = errors.New("engine: invalid per-key limit")
+)
+
+// Err returns the error Wait reports for a request refused for reason r: nil for ReasonOK and
+// ReasonLimited (which waiting resolves), a sentinel error otherwise.
+func (r Reason) Err() error {
+	switch r {
+	case ReasonCostAboveLimit:
+		return ErrCostAboveLimit
+	case ReasonNegativeCost:
+		return ErrNegativeCost
+	case ReasonKeyCap:
+		return ErrKeyCap
+	case ReasonClosed:
+		return ErrClosed
+	case ReasonInvalidLimit:
+		return ErrInvalidLimit
+	}
+	return nil
+}
+
+// Wait blocks until n units for key are admitted (and counted), or ctx ends. It sleeps the solved
+// RetryAfter between attempts rather than polling, so a waiter costs one decision per wake-up.
+// When ctx ends first it returns ctx's error and has consumed nothing; when ctx's deadline is
+// sooner than the next possible admission it returns context.DeadlineExceeded at once. A request
+// that waiting cannot help (a cost above the limit, a negative cost, the key cap, a closed
+// limiter) returns the matching error at once. Waiters are not queued: under contention a waiter
+// may be overtaken by requests that arrive while it sleeps, as with any rate limiter that
+// decides on arrival.
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	return l.wait(ctx, l.hashString(key), n)
+}
+
+// WaitKey is Wait for an integer key.
+func (l *Limiter) WaitKey(ctx context.Context, k uint64, n int64) error {
+	return l.wait(ctx, l.hashKey(k), n)
+}
+
+func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := l.takeDecision(h, n)
+		if d.Allowed {
+			return nil
+		}
+		if err := d.Reason.Err(); err != nil {
+			return err
+		}
+		// The coarse clock may trail the timer by a tick; the next decision then asks for the
+		// remaining millisecond.
+		sleep := max(d.RetryAfter, time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < sleep {
+			return context.DeadlineExceeded
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// Multi checks one request against several limiters at once (for example 10 per second and 1,000
+// per hour on the same key), all or nothing: when one refuses, the units the others had counted
+// are given back at once, so a refused request leaves none of them charged. Its methods are safe
+// for concurrent use. Between the take and the give-back, a concurrent request may see the units
+// as taken and be refused; that is the price of not holding a lock across limiters.
+type Multi struct {
+	ls []*Limiter
+}
+
+// All returns a Multi over ls, which must be non-empty and all give units back exactly
+// (see Refund): the sliding counter does.
+func All(ls ...*Limiter) (*Multi, error) {
+	if len(ls) == 0 {
+		return nil, errors.New("engine: All: no limiters")
+	}
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("engine: All: limiter %d is nil", i)
+		}
+		if l.refunds == nil {
+			return nil, fmt.Errorf("engine: All: limiter %d (%s) cannot give units back", i, l.pol.ID())
+		}
+	}
+	return &Multi{ls: append([]*Limiter(nil), ls...)}, nil
+}
+
+// Allow reports whether one unit for key is admitted by every limiter.
+func (m *Multi) Allow(key string) bool { return m.Take(key, 1).Allowed }
+
+// Take decides n units for key against every limiter in order. Admitted, it returns the decision
+// of the limiter with the least Remaining; refused, the refusing limiter's decision, after giving
+// back what the earlier limiters counted.
+func (m *Multi) Take(key string, n int64) Decision {
+	return m.take(n, func(l *Limiter) uint64 { return l.hashString(key) })
+}
+
+// TakeKey is Take for an integer key.
+func (m *Multi) TakeKey(k uint64, n int64) Decision {
+	return m.take(n, func(l *Limiter) uint64 { return l.hashKey(k) })
+}
+
+func (m *Multi) take(n int64, hash func(*Limiter) uint64) Decision {
+	var taken [8]Decision // enough for the usual few limits without allocating
+	ds := taken[:0]
+	var tightest Decision
+	for i, l := range m.ls {
+		h := hash(l)
+		d := l.takeDecision(h, n)
+		if !d.Allowed {
+			for j, prev := range ds {
+				m.ls[j].refund(hash(m.ls[j]), n, prev)
+			}
+			return d
+		}
+		ds = append(ds, d)
+		if i == 0 || d.Remaining < tightest.Remaining {
+			tightest = d
+		}
+	}
+	return tightest
+}
