@@ -116,10 +116,27 @@ func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int
 }
 
 func (c *slidingCounterWord) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
+	word := satomic.LoadUint64(cell)
+	fast := true
 	for {
-		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return policy.Result{}, statusOf(word)
+		}
+		if fast {
+			ok, est, done := c.sameWindow(cell, &word, now, cost, rule.Limit())
+			if done {
+				r := policy.Result{Allowed: ok, Limit: rule.Limit(), ResetAtMs: (c.p.Index(now) + 1) * c.w}
+				if ok || cost > rule.Limit() {
+					r.Remaining = remaining(rule.Limit(), est, cost, ok)
+					return r, OK
+				}
+				// A refusal's retry-after is the general path's to solve.
+				fast, word = false, satomic.LoadUint64(cell)
+				continue
+			}
+			if word&Flags != 0 {
+				continue
+			}
 		}
 		s, n, at := c.decode(word, now)
 		r := rule.TakeAt(&s, now, n*c.w, cost)
@@ -129,14 +146,59 @@ func (c *slidingCounterWord) take(cell *uint64, now, cost int64, rule *policy.Sl
 		if c.store(cell, word, s, n, at) {
 			return r, OK
 		}
+		word = satomic.LoadUint64(cell)
 	}
 }
 
-func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
+// remaining is Result.Remaining for a decision against limit with estimate est before it.
+func remaining(limit, est, cost int64, admitted bool) int64 {
+	if admitted {
+		est += cost
+	}
+	return max(limit-est, 0)
+}
+
+// sameWindow is the common case of a decision, kept to a few instructions between the load and
+// the compare-and-swap so that goroutines contending for one hot key retry quickly: the cell is
+// in now's window already, so only Current can change and the carried part of Previous is fixed
+// for this now. It decides cost (> 0) against limit by the contract's rule and counts it.
+// done is false when the cell is not in now's window (or not live): word then holds the cell's
+// latest value for the general path. When done, ok reports the decision and est the estimate
+// before it; word is unspecified.
+func (c *slidingCounterWord) sameWindow(cell *uint64, word *uint64, now, cost, limit int64) (ok bool, est int64, done bool) {
+	n := c.p.Index(now)
+	b := c.b & 63 // masked shifts compile without checks for counts past 63
+	w := *word
+	if w&Flags != 0 || (w>>(2*b&63))&c.kmask != uint64(n)&c.kmask || cost <= 0 {
+		return false, 0, false
+	}
+	carried := c.p.Carried(int64(w>>b&c.cmask), now-n*c.w)
 	for {
-		word := satomic.LoadUint64(cell)
+		est = carried + int64(w&c.cmask)
+		if cost > limit || est+cost > limit {
+			return false, est, true
+		}
+		// cur + cost <= limit < 2^b: the addition stays within Current's bits.
+		if satomic.CompareAndSwapUint64(cell, w, w+uint64(cost)) {
+			return true, est, true
+		}
+		w = satomic.LoadUint64(cell)
+		if w&Flags != 0 || w>>b != *word>>b {
+			*word = w // the window or Previous changed (or the cell died): start over
+			return false, 0, false
+		}
+	}
+}
+func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	word := satomic.LoadUint64(cell)
+	for {
 		if word&Flags != 0 {
 			return false, statusOf(word)
+		}
+		if ok, _, done := c.sameWindow(cell, &word, now, cost, c.p.Limit()); done {
+			return ok, OK
+		} else if word&Flags != 0 {
+			continue
 		}
 		s, n, at := c.decode(word, now)
 		if !c.p.Admit(&s, now, n*c.w, cost) {
@@ -145,6 +207,7 @@ func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status)
 		if cost == 0 || c.store(cell, word, s, n, at) {
 			return true, OK
 		}
+		word = satomic.LoadUint64(cell)
 	}
 }
 

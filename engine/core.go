@@ -111,10 +111,29 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 
 // codecFor picks the packed cell for a policy, the limit reported in refusals made before any
 // lookup, and how often the sweeper should visit every key.
+//
+// Each sweep period is the time after which an untouched key's state is certainly dead, so that
+// it is gone within about three periods: the window for the window policies (the sliding log and
+// the fixed window forget a key one window after its last request), the time to fill (or drain)
+// completely for the buckets, a minute for the dual bucket; clamped as sweepPeriod clamps.
 func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
+	ms := func(v int64) time.Duration { return time.Duration(min(v, int64(time.Hour/time.Millisecond))) * time.Millisecond }
 	switch p := p.(type) {
 	case policy.SlidingCounter:
 		return atomic.NewSlidingCounter(p), p.Limit, sweepPeriod(p.Window), nil
+	case policy.SlidingLog:
+		return atomic.NewSlidingLog(p), p.Limit, sweepPeriod(p.Window), nil
+	case policy.FixedWindow:
+		return atomic.NewFixedWindow(p), p.Limit, sweepPeriod(p.Window), nil
+	case policy.TokenBucket:
+		return atomic.NewTokenBucket(p), p.Burst, sweepPeriod(ms(p.FillMs())), nil
+	case policy.GCRA:
+		fill := policy.TokenBucket{Rate: p.Rate, Burst: p.Burst}.FillMs()
+		return atomic.NewGCRA(p), p.Burst, sweepPeriod(ms(fill)), nil
+	case policy.LeakyBucket:
+		return atomic.NewLeakyBucket(p), p.Capacity, sweepPeriod(ms(p.DrainMs())), nil
+	case policy.DualBucket:
+		return atomic.NewDualBucket(p), p.TokensPerMin, sweepPeriod(policy.DualPeriodMs * time.Millisecond), nil
 	}
 	return nil, 0, 0, fmt.Errorf("engine: New: policy %q is not supported", p.ID())
 }
@@ -196,12 +215,36 @@ func (l *Limiter) decision(r policy.Result, cost int64) Decision {
 }
 
 // shardOf returns h's shard, first sweeping it if its horizon has passed (see atomic.Codec.Horizon).
+// It is small enough to inline; the sweep is not on the common path.
 func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
 	sh := &l.shards[h>>l.shift]
 	if sh.Due(now) {
-		sh.SweepAll(&l.cfg, now)
+		l.sweepDue(sh, now)
 	}
 	return sh
+}
+
+func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now) }
+
+// admit decides n units for h and reports only whether they were admitted: the path of Allow.
+// A tracked key in a shard that needs no sweep is decided here in one codec call; everything else
+// (a new or evicted key, a rebuild under way, a cost the policy refuses before lookup) goes the
+// general way. A first attempt that finds its cell not live has consumed nothing, so handing over
+// to take is safe.
+func (l *Limiter) admit(h uint64, n int64) bool {
+	if n >= 0 && l.precheck == nil && !l.closed.Load() {
+		now := l.clk.Now()
+		sh := &l.shards[h>>l.shift]
+		if !sh.Due(now) {
+			if c := sh.Table().Find(h); c != nil {
+				if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
+					return ok
+				}
+			}
+		}
+	}
+	r, _ := l.take(h, n, opAdmit, 0)
+	return r.Allowed
 }
 
 // op selects what take asks of the codec.

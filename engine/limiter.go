@@ -13,16 +13,10 @@ import (
 )
 
 // Allow reports whether one unit for key is admitted now, counting it if so.
-func (l *Limiter) Allow(key string) bool {
-	r, _ := l.take(l.hashString(key), 1, opAdmit, 0)
-	return r.Allowed
-}
+func (l *Limiter) Allow(key string) bool { return l.admit(l.hashString(key), 1) }
 
 // AllowN reports whether n units for key are admitted now, counting them if so.
-func (l *Limiter) AllowN(key string, n int64) bool {
-	r, _ := l.take(l.hashString(key), n, opAdmit, 0)
-	return r.Allowed
-}
+func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString(key), n) }
 
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
 // a refused one consumes nothing. n = 0 is a query that is always admitted; a negative n is refused
@@ -35,10 +29,7 @@ func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
 // are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
 // the shards. Integer and string keys share one space of 64-bit hashes.
-func (l *Limiter) AllowKey(k uint64, n int64) bool {
-	r, _ := l.take(l.hashKey(k), n, opAdmit, 0)
-	return r.Allowed
-}
+func (l *Limiter) AllowKey(k uint64, n int64) bool { return l.admit(l.hashKey(k), n) }
 
 // TakeKey is Take for an integer key.
 func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.takeDecision(l.hashKey(k), n) }

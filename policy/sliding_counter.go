@@ -149,11 +149,17 @@ func (p *SlidingCounterRule) Roll(s *SlidingCounterState, start int64) {
 // Overflow: Previous <= MaxLimit < 2^32 and 0 < w - elapsed <= w <= MaxWindow = 2^32 ms, so the
 // product is below 2^64 and exact in uint64. The floor of the division is part of the contract.
 func (p *SlidingCounterRule) estimate(s *SlidingCounterState, now int64) int64 {
-	if s.Previous == 0 {
-		return s.Current
+	// A state ahead of now counts as its window's first millisecond.
+	return p.Carried(s.Previous, max(now-s.Window, 0)) + s.Current
+}
+
+// Carried returns the part of the previous window's count that still weighs elapsed ms into the
+// current window (0 <= elapsed < window): floor(previous * (window - elapsed) / window).
+func (p *SlidingCounterRule) Carried(previous, elapsed int64) int64 {
+	if previous == 0 {
+		return 0
 	}
-	elapsed := max(now-s.Window, 0) // a state ahead of now counts as its window's first millisecond
-	return int64(p.div.Div(uint64(s.Previous)*uint64(p.w-elapsed))) + s.Current
+	return int64(p.div.Div(uint64(previous) * uint64(p.w-elapsed)))
 }
 
 // Take rolls s to now and decides a request of cost units, counting it in s when admitted.

@@ -153,6 +153,20 @@ func (p SlidingLog) Take(s *SlidingLogState, now, cost int64) Result {
 	return r
 }
 
+// Admit is Take reduced to the decision, for callers that want only Allowed (the engine's Allow
+// path): it expires s at now and records cost copies of now when admitted, computing no Result.
+// It decides exactly as Take does.
+func (p SlidingLog) Admit(s *SlidingLogState, now, cost int64) bool {
+	p.Expire(s, now)
+	if cost > p.Limit-int64(s.count) {
+		return false
+	}
+	if cost > 0 {
+		p.push(s, now, int(cost))
+	}
+	return true
+}
+
 // push appends n (1 … Limit - count) copies of now, or of the newest entry's time if later.
 func (p SlidingLog) push(s *SlidingLogState, now int64, n int) {
 	if len(s.ring) < int(p.Limit) {

@@ -70,9 +70,17 @@ func (t *Table) home(h uint64) uint64 {
 	return hi
 }
 
-// Find returns the cell of key h, or nil. It takes no lock and writes nothing.
+// Find returns the cell of key h, or nil. It takes no lock and writes nothing. The home slot is
+// checked here, small enough to inline into the hot path; probing on is findFrom's.
 func (t *Table) Find(h uint64) *uint64 {
 	i := t.home(h)
+	if satomic.LoadUint64(t.keyAt(i)) == h {
+		return t.cellOf(i)
+	}
+	return t.findFrom(h, i)
+}
+
+func (t *Table) findFrom(h, i uint64) *uint64 {
 	for {
 		k := satomic.LoadUint64(t.keyAt(i))
 		if k == h {

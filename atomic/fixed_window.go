@@ -1,0 +1,142 @@
+package atomic
+
+import (
+	"math"
+	"math/bits"
+	satomic "sync/atomic"
+
+	"github.com/slidelimit/slidelimit/internal/fastdiv"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// NewFixedWindow returns the codec for p (which must be valid): one word for every Limit and
+// Window. With b = bits.Len(Limit) <= 32 bits of count, k = 62 - b >= 30 bits of window index:
+//
+//	63   62   61 .............. b   b-1 ..... 0
+//	Dead Moved  window index mod 2^k     count
+//
+// The index is decoded as the sliding counter's is: the one nearest to the reader's own window
+// (a racing writer's clock may have moved the state a window ahead), and in Dead the one in
+// [ref's index - 2^(k-2), ref's index + 3*2^(k-2)). A state with a non-zero count is dead as soon
+// as its window has passed, so the shard's sweep leaves only states of its own window or later,
+// and the horizon, 2^(k-2) windows (at least 2^28 ms, three days), leaves a quarter of the index
+// space for writers stalled between their clock reading and their compare-and-swap. A state
+// with a zero count is a new key's, and is judged dead whatever its window; its window is still
+// decoded, so that a reader whose clock is older than a revival counts into the window the cell
+// was revived in, never into one whose counts were evicted. When 2^(k-1) windows exceed 2^62 ms
+// no index ever wraps and the horizon is unbounded.
+func NewFixedWindow(p policy.FixedWindow) Codec {
+	w := p.WindowMs()
+	b := uint(bits.Len64(uint64(p.Limit)))
+	k := 62 - b
+	c := &fixedWindowWord{p: p, limit: p.Limit, w: w, div: fastdiv.New(uint64(w)), b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1}
+	c.horizon = math.MaxInt64
+	if k-1+uint(bits.Len64(uint64(w))) < 63 {
+		c.horizon = int64(1) << (k - 2) * w
+	}
+	return c
+}
+
+type fixedWindowWord struct {
+	p       policy.FixedWindow
+	limit   int64
+	w       int64
+	div     fastdiv.Divisor
+	b, k    uint
+	cmask   uint64
+	kmask   uint64
+	horizon int64
+}
+
+func (c *fixedWindowWord) Words() int     { return 1 }
+func (c *fixedWindowWord) Horizon() int64 { return c.horizon }
+
+func (c *fixedWindowWord) index(t int64) int64 { return int64(c.div.Div(uint64(t))) }
+
+// decode unpacks word at now, rolled to now's window when it is from an earlier one, and returns
+// the index of the state's window, so that encode needs no division.
+func (c *fixedWindowWord) decode(word uint64, now int64) (s policy.FixedWindowState, at int64) {
+	n := c.index(now)
+	d := (uint64(n) - word>>c.b) & c.kmask
+	back := int64(d)
+	if d > c.kmask>>1 {
+		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
+	}
+	if back > 0 {
+		return policy.FixedWindowState{Window: n * c.w}, n // an earlier window: start from zero
+	}
+	at = n - back
+	return policy.FixedWindowState{Window: at * c.w, Count: int64(word & c.cmask)}, at
+}
+
+func (c *fixedWindowWord) encode(idx, count int64) uint64 {
+	return (uint64(idx)&c.kmask)<<c.b | uint64(count)
+}
+
+func (c *fixedWindowWord) Fresh(now int64) (uint64, uint64) { return c.encode(c.index(now), 0), 0 }
+
+func (c *fixedWindowWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return policy.Result{}, statusOf(word)
+		}
+		s, at := c.decode(word, now)
+		r := c.p.Take(&s, now, cost) // s is rolled already: Take's own roll divides nothing
+		if !r.Allowed || cost == 0 {
+			return r, OK // nothing to count; the roll alone is invisible to every decision
+		}
+		if satomic.CompareAndSwapUint64(cell, word, c.encode(at, s.Count)) {
+			return r, OK
+		}
+	}
+}
+
+func (c *fixedWindowWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return false, statusOf(word)
+		}
+		s, at := c.decode(word, now)
+		if cost > c.limit-s.Count {
+			return false, OK
+		}
+		if cost == 0 || satomic.CompareAndSwapUint64(cell, word, c.encode(at, s.Count+cost)) {
+			return true, OK
+		}
+	}
+}
+
+func (c *fixedWindowWord) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
+	word := satomic.LoadUint64(cell)
+	if word&Flags != 0 {
+		return policy.Result{}, policy.Probe{}, statusOf(word)
+	}
+	s, _ := c.decode(word, now)
+	r, pr := c.p.Peek(s, now)
+	return r, pr, OK
+}
+
+func (c *fixedWindowWord) PeekFresh(now int64) (policy.Result, policy.Probe) {
+	return c.p.Peek(c.p.Fresh(now), now)
+}
+
+func (c *fixedWindowWord) Dead(w0, _ uint64, ref, now int64) bool {
+	if w0&c.cmask == 0 {
+		return true
+	}
+	base := c.index(ref) - int64(1)<<(c.k-2)
+	at := base + int64((w0>>c.b-uint64(base))&c.kmask)
+	return at < c.index(now)
+}
+
+func (c *fixedWindowWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
+	f, _ := c.Fresh(now)
+	return f, 0, f != w0
+}
+
+func (c *fixedWindowWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+	s, _ := c.decode(w0, now)
+	return now - s.Window, s.Count < c.limit
+}
