@@ -2,7 +2,11 @@
 
 package atomic
 
-import "golang.org/x/sys/cpu"
+import (
+	satomic "sync/atomic"
+
+	"golang.org/x/sys/cpu"
+)
 
 // hasCAS128 is false only on the first x86-64 processors, which lack CMPXCHG16B.
 var hasCAS128 = cpu.X86.HasCX16
@@ -25,4 +29,21 @@ func load128(p *[2]uint64) (uint64, uint64) {
 		return lockedLoad128(p)
 	}
 	return load16b(p)
+}
+
+// loadRising reads a pair whose first word never returns to a value it held before (a window
+// index that only moves forward, with flags that only ever change it) without a locked
+// instruction: the second word, read between two equal readings of the first, belongs to that
+// first word. Under contention this spares every attempt one cache-line-locking CMPXCHG16B.
+func loadRising(p *[2]uint64) (uint64, uint64) {
+	if !hasCAS128 {
+		return lockedLoad128(p)
+	}
+	for {
+		w0 := satomic.LoadUint64(&p[0])
+		w1 := satomic.LoadUint64(&p[1])
+		if satomic.LoadUint64(&p[0]) == w0 {
+			return w0, w1
+		}
+	}
 }

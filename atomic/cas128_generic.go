@@ -7,3 +7,7 @@ func cas128(p *[2]uint64, old0, old1, new0, new1 uint64) bool {
 }
 
 func load128(p *[2]uint64) (uint64, uint64) { return lockedLoad128(p) }
+
+// loadRising is load128 where pairs are updated under a lock: their words are not written
+// atomically one by one, so only the lock gives a consistent reading.
+func loadRising(p *[2]uint64) (uint64, uint64) { return lockedLoad128(p) }

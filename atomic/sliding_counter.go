@@ -307,7 +307,7 @@ func (c *slidingCounterPair) Refund(cell *uint64, now, cost, resetAt int64) (int
 func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
 	p := pair(cell)
 	for {
-		w0, w1 := load128(p)
+		w0, w1 := loadRising(p) // the window index only rises
 		if w0&Flags != 0 {
 			return policy.Result{}, statusOf(w0)
 		}
@@ -326,7 +326,7 @@ func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.Sl
 func (c *slidingCounterPair) Admit(cell *uint64, now, cost int64) (bool, Status) {
 	p := pair(cell)
 	for {
-		w0, w1 := load128(p)
+		w0, w1 := loadRising(p) // the window index only rises
 		if w0&Flags != 0 {
 			return false, statusOf(w0)
 		}
