@@ -45,7 +45,7 @@ func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
 		k := 62 - 2*b
 		c := &slidingCounterWord{p: rule, w: w, b: b, k: k, cmask: 1<<b - 1, kmask: 1<<k - 1, max: maxLimit}
 		c.horizon = math.MaxInt64
-		if k-1+uint(bits.Len64(uint64(w))) < 62 {
+		if k-1+uint(bits.Len64(uint64(w))) <= 63 { // else 2^(k-1) windows outlast any int64 time
 			c.horizon = (int64(1)<<(k-1) - 4) * w
 		}
 		return c
