@@ -6,10 +6,11 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewDualBucket returns the codec for p (which must be valid). Both layouts store the shared last
+// NewDualBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// and safe for concurrent use; its methods may race on one cell (each update is one CAS). Both layouts store the shared last
 // refill modulo 2^m ms, decoded as the bucket layouts' times are (see token_bucket.go): both
-// buckets are full 60,000 ms after the last refill, so a one-word cell needs m >= 20, which
-// covers that fill time eight times over, and the horizon is 2^(m-2) ms.
+// buckets are full 60,000 ms after the last refill, within the 2^(m-3) ms that argument needs for
+// any m >= 20 (the least a one-word cell takes), and the horizon is 2^(m-2) ms.
 //
 // One word, with bR = bits.Len(RequestsPerMin), bT = bits.Len(TokensPerMin), each credit (in
 // 1/60000) divided by gcd(perMin, 60000) in cR and cT bits, and m = 62 - bR - bT - cR - cT >= 20:
@@ -17,8 +18,9 @@ import (
 //	63   62   61 ... 62-m   ... cT ...     ... cR ...     bR+bT-1 .. bR   bR-1 .. 0
 //	Dead Moved  last mod 2^m  token credit  request credit    tokens        requests
 //
-// For example 500 requests and 30,000 tokens a minute take 9+15+7+1 bits, leaving m = 30; any
-// RequestsPerMin and TokensPerMin up to 2^10 and 2^11 fit whatever their credits.
+// For example 500 requests and 30,000 tokens a minute take 9+15+7+1 bits, leaving m = 30, and
+// 60 and 100,000 take 6+17+10+2, leaving 27; rates coprime with 60000 need 16-bit credits, so
+// then only bR + bT <= 10 fits (31 and 31 do, 31 and 37 do not).
 //
 // Otherwise two words, m = 30 (horizon 2^28 ms, three days):
 //

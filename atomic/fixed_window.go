@@ -10,7 +10,8 @@ import (
 )
 
 // NewFixedWindow returns the codec for p (which must be valid): one word for every Limit and
-// Window. With b = bits.Len(Limit) <= 32 bits of count, k = 62 - b >= 30 bits of window index:
+// Window. Like every Codec it is immutable and safe for concurrent use; its methods may race on
+// one cell (each update is one CAS). With b = bits.Len(Limit) <= 32 bits of count, k = 62 - b >= 30 bits of window index:
 //
 //	63   62   61 .............. b   b-1 ..... 0
 //	Dead Moved  window index mod 2^k     count
@@ -56,17 +57,24 @@ func (c *fixedWindowWord) index(t int64) int64 { return int64(c.div.Div(uint64(t
 // decode unpacks word at now, rolled to now's window when it is from an earlier one, and returns
 // the index of the state's window, so that encode needs no division.
 func (c *fixedWindowWord) decode(word uint64, now int64) (s policy.FixedWindowState, at int64) {
-	n := c.index(now)
-	d := (uint64(n) - word>>c.b) & c.kmask
-	back := int64(d)
-	if d > c.kmask>>1 {
-		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
-	}
+	n, back := c.back(word, now)
 	if back > 0 {
 		return policy.FixedWindowState{Window: n * c.w}, n // an earlier window: start from zero
 	}
 	at = n - back
 	return policy.FixedWindowState{Window: at * c.w, Count: int64(word & c.cmask)}, at
+}
+
+// back returns now's window index and how many windows before it word's window is (negative
+// when a racing writer's clock was ahead of ours).
+func (c *fixedWindowWord) back(word uint64, now int64) (n, back int64) {
+	n = c.index(now)
+	d := (uint64(n) - word>>c.b) & c.kmask
+	back = int64(d)
+	if d > c.kmask>>1 {
+		back -= int64(c.kmask) + 1
+	}
+	return n, back
 }
 
 func (c *fixedWindowWord) encode(idx, count int64) uint64 {
@@ -136,7 +144,8 @@ func (c *fixedWindowWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bo
 	return f, 0, f != w0
 }
 
+// Stale reports the time since the start of the window the state was last counted in.
 func (c *fixedWindowWord) Stale(w0, _ uint64, now int64) (int64, bool) {
-	s, _ := c.decode(w0, now)
-	return now - s.Window, s.Count < c.limit
+	n, back := c.back(w0, now)
+	return now - (n-back)*c.w, back > 0 || int64(w0&c.cmask) < c.limit
 }

@@ -1,13 +1,15 @@
 package atomic
 
 import (
+	"math/bits"
 	satomic "sync/atomic"
 
 	"github.com/slidelimit/slidelimit/policy"
 )
 
 // NewGCRA returns the codec for p (which must be valid): one word for every Rate and Burst, as
-// cheap as the sliding counter's smallest cell.
+// cheap as the sliding counter's smallest cell. Like every Codec it is immutable and safe for
+// concurrent use; its methods may race on one cell (each update is one CAS).
 //
 //	63   62   61 ................................. 0
 //	Dead Moved  TAT mod 2^62 (scaled: 1 ms = Rate, one permit = 1000)
@@ -107,10 +109,20 @@ func (c *gcraWord) PeekFresh(now int64) (policy.Result, policy.Probe) {
 	return c.p.Peek(c.p.Fresh(now), now)
 }
 
+// Dead reads the lag at ref, exact as explained above, and compares it with the refill from ref to
+// now in 128 bits: a sweeper running late (a paused process, a manual clock's jump) may be any
+// distance past ref, where the lag at now would not fit 64 bits. The state is dead iff its lag at
+// now, lagRef - (now - ref)*Rate, is at most 0.
 func (c *gcraWord) Dead(w0, _ uint64, ref, now int64) bool {
 	base := uint64(ref)*c.rate - 1<<60
-	tat := base + (w0-base)&gcraMask
-	return c.p.Dead(policy.GCRAState{TAT: tat}, now)
+	lagRef := int64(base + (w0-base)&gcraMask - uint64(ref)*c.rate) // in [-2^60, 3*2^60)
+	d := now - ref
+	if d < 0 {
+		hi, lo := bits.Mul64(uint64(-d), c.rate)
+		return hi == 0 && lo < 1<<62 && lagRef <= -int64(lo)
+	}
+	hi, lo := bits.Mul64(uint64(d), c.rate)
+	return hi != 0 || lo >= 1<<62 || lagRef <= int64(lo)
 }
 
 // Normalize moves a dead TAT (at or before now*Rate: a full bucket) up to now*Rate, keeping its

@@ -7,12 +7,13 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewLeakyBucket returns the codec for p (which must be valid).
+// NewLeakyBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// and safe for concurrent use; its methods may race on one cell (each update is one CAS).
 //
 // One word when the bucket fits (see bucketWord: the level in b = bits.Len(Capacity) bits, the
 // credit in thousandths divided by gcd(Rate, 1000), the last drain modulo 2^m ms), which needs
-// m = 62 - b - creditBits >= 20 and DrainMs <= 2^(m-3): for example any Capacity up to 2^20 at any
-// Rate whose DrainMs is at most 2^17 ms. Horizon 2^(m-2) ms.
+// m = 62 - b - creditBits >= 20 and DrainMs <= 2^(m-3): for example any Capacity up to 2^20 whose
+// DrainMs is at most 2^28 ms (3.1 days), or Rate = Capacity = 2^32-1. Horizon 2^(m-2) ms.
 //
 // Otherwise two words: word 0 is the last drain in ms (below 2^62 for any epoch time), word 1 is
 // level<<32 | credit. Nothing wraps: the horizon is unbounded.

@@ -9,7 +9,8 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewSlidingLog returns the codec for p (which must be valid). A log's state is up to Limit
+// NewSlidingLog returns the codec for p (which must be valid). It is safe for concurrent use:
+// updates of one key serialize on that key's entry lock, as described below. A log's state is up to Limit
 // timestamps, far too many for a cell, so the codec owns the logs, in a slab of entries each
 // with its own mutex, and a key's one-word cell holds the handle of its entry:
 //
@@ -26,9 +27,9 @@ import (
 // on the decision path; the slab's mutex is taken only by Fresh (under the shard lock, when a
 // key is inserted or revived) and when an entry is freed.
 //
-// Memory per key: the 8-byte cell in a 16-byte slot, a 64-byte entry (mutex and
-// policy.SlidingLogState, padded to a cache line so that hot keys do not share one) and the
-// ring, 4*Limit bytes. A freed entry drops its ring; the slab itself does not shrink, and its
+// Memory per key: the 8-byte cell in a 16-byte slot, a 64-byte entry (mutex,
+// policy.SlidingLogState and the log's creation time, padded to a cache line so that hot keys do
+// not share one) and the ring, 4*Limit bytes. A freed entry drops its ring; the slab itself does not shrink, and its
 // free entries are reused first.
 //
 // Timestamps are full-width (the policy's ring holds them relative to the oldest), so nothing
@@ -44,10 +45,18 @@ func NewSlidingLog(p policy.SlidingLog) Codec {
 }
 
 // logEntry is one key's log and the lock that serializes its updates.
+//
+// floor is the time the log was created (inserted, or revived after an eviction), and every
+// request is decided at no earlier time. A request whose clock reading is older (a goroutine that
+// read the clock, stalled, and found the key evicted and revived meanwhile) would otherwise record
+// its entries at that older time, in a stretch of the window that the evicted log may still
+// have covered, and so count there twice. This is the log's counterpart of the window the sliding
+// counter keeps in a zero-count cell, since an empty policy.SlidingLogState keeps no time.
 type logEntry struct {
-	mu sync.Mutex
-	s  policy.SlidingLogState
-	_  [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(policy.SlidingLogState{})]byte
+	mu    sync.Mutex
+	s     policy.SlidingLogState
+	floor int64
+	_     [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(policy.SlidingLogState{}) - 8]byte
 }
 
 const logChunkLen = 256
@@ -92,7 +101,7 @@ func (c *slidingLog) Fresh(now int64) (uint64, uint64) {
 	c.mu.Unlock()
 	e := c.entry(h)
 	e.mu.Lock()
-	e.s = c.p.Fresh(now)
+	e.s, e.floor = c.p.Fresh(now), now
 	e.mu.Unlock()
 	return h, 0
 }
@@ -129,8 +138,12 @@ func (c *slidingLog) Take(cell *uint64, now, cost int64) (policy.Result, Status)
 	if st != OK {
 		return policy.Result{}, st
 	}
-	r := c.p.Take(&e.s, now, cost)
+	at := max(now, e.floor)
+	r := c.p.Take(&e.s, at, cost)
 	e.mu.Unlock()
+	if r.RetryAfterMs > 0 {
+		r.RetryAfterMs += at - now
+	}
 	return r, OK
 }
 
@@ -139,7 +152,7 @@ func (c *slidingLog) Admit(cell *uint64, now, cost int64) (bool, Status) {
 	if st != OK {
 		return false, st
 	}
-	ok := c.p.Admit(&e.s, now, cost)
+	ok := c.p.Admit(&e.s, max(now, e.floor), cost)
 	e.mu.Unlock()
 	return ok, OK
 }
@@ -149,8 +162,12 @@ func (c *slidingLog) Peek(cell *uint64, now int64) (policy.Result, policy.Probe,
 	if st != OK {
 		return policy.Result{}, policy.Probe{}, st
 	}
-	r, pr := c.p.Peek(e.s, now)
+	at := max(now, e.floor)
+	r, pr := c.p.Peek(e.s, at)
 	e.mu.Unlock()
+	if r.RetryAfterMs > 0 {
+		r.RetryAfterMs += at - now
+	}
 	return r, pr, OK
 }
 

@@ -128,12 +128,13 @@ func (l *bucketWord) unpackSince(w uint64, ref int64) (amount, credit, last int6
 	return int64(w & l.amask), l.credit.unpack(w >> l.b & l.cmask), l.t.from(w>>l.at&l.t.mask, ref-l.horizon)
 }
 
-// NewTokenBucket returns the codec for p (which must be valid).
+// NewTokenBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// and safe for concurrent use; its methods may race on one cell (each update is one CAS).
 //
 // One word when the bucket fits (see bucketWord: tokens in b = bits.Len(Burst) bits, the credit
 // in thousandths divided by gcd(Rate, 1000), the last refill modulo 2^m ms), which needs
-// m = 62 - b - creditBits >= 20 and FillMs <= 2^(m-3): for example any Burst up to 2^20 at any Rate
-// whose FillMs is at most 2^17 ms. Horizon 2^(m-2) ms.
+// m = 62 - b - creditBits >= 20 and FillMs <= 2^(m-3): for example any Burst up to 2^20 whose
+// FillMs is at most 2^28 ms (3.1 days), or Rate = Burst = 2^32-1. Horizon 2^(m-2) ms.
 //
 // Otherwise two words: word 0 is the last refill in ms (below 2^62 for any epoch time), word 1
 // is tokens<<32 | credit. Nothing wraps: the horizon is unbounded.

@@ -117,7 +117,9 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 // the fixed window forget a key one window after its last request), the time to fill (or drain)
 // completely for the buckets, a minute for the dual bucket; clamped as sweepPeriod clamps.
 func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
-	ms := func(v int64) time.Duration { return time.Duration(min(v, int64(time.Hour/time.Millisecond))) * time.Millisecond }
+	ms := func(v int64) time.Duration {
+		return time.Duration(min(v, int64(time.Hour/time.Millisecond))) * time.Millisecond
+	}
 	switch p := p.(type) {
 	case policy.SlidingCounter:
 		return atomic.NewSlidingCounter(p), p.Limit, sweepPeriod(p.Window), nil
@@ -128,8 +130,7 @@ func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
 	case policy.TokenBucket:
 		return atomic.NewTokenBucket(p), p.Burst, sweepPeriod(ms(p.FillMs())), nil
 	case policy.GCRA:
-		fill := policy.TokenBucket{Rate: p.Rate, Burst: p.Burst}.FillMs()
-		return atomic.NewGCRA(p), p.Burst, sweepPeriod(ms(fill)), nil
+		return atomic.NewGCRA(p), p.Burst, sweepPeriod(ms(p.FillMs())), nil
 	case policy.LeakyBucket:
 		return atomic.NewLeakyBucket(p), p.Capacity, sweepPeriod(ms(p.DrainMs())), nil
 	case policy.DualBucket:
@@ -232,7 +233,7 @@ func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now
 // general way. A first attempt that finds its cell not live has consumed nothing, so handing over
 // to take is safe.
 func (l *Limiter) admit(h uint64, n int64) bool {
-	if n >= 0 && l.precheck == nil && !l.closed.Load() {
+	if n >= 0 && (l.precheck == nil || !l.precheck.Refuses(n)) && !l.closed.Load() {
 		now := l.clk.Now()
 		sh := &l.shards[h>>l.shift]
 		if !sh.Due(now) {

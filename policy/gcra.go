@@ -64,6 +64,10 @@ func (p GCRA) Validate() error {
 // The engine calls it before looking the key up and refuses a false one without creating state.
 func (p GCRA) CheckCost(cost int64) bool { return cost <= p.Burst }
 
+// FillMs returns how long an empty bucket takes to fill, ceil(Burst*1000 / Rate) ms, as
+// TokenBucket.FillMs does: FillMs after its last admission a key's state is a new key's.
+func (p GCRA) FillMs() int64 { return divCeil(p.Burst*1000, p.Rate) }
+
 // MaxIdleMs is how long after its last admission a state stays exact: (2^63-1) / Rate ms. See
 // the type's documentation; the engine must forget or refresh a state before it is that old.
 func (p GCRA) MaxIdleMs() int64 { return math.MaxInt64 / p.Rate }

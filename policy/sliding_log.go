@@ -155,7 +155,8 @@ func (p SlidingLog) Take(s *SlidingLogState, now, cost int64) Result {
 
 // Admit is Take reduced to the decision, for callers that want only Allowed (the engine's Allow
 // path): it expires s at now and records cost copies of now when admitted, computing no Result.
-// It decides exactly as Take does.
+// It decides exactly as Take does. Like Take it changes s in place: concurrent use of one state
+// must be serialized by its owner.
 func (p SlidingLog) Admit(s *SlidingLogState, now, cost int64) bool {
 	p.Expire(s, now)
 	if cost > p.Limit-int64(s.count) {
