@@ -149,3 +149,48 @@ func (c *fixedWindowWord) Stale(w0, _ uint64, now int64) (int64, bool) {
 	n, back := c.back(w0, now)
 	return now - (n-back)*c.w, back > 0 || int64(w0&c.cmask) < c.limit
 }
+
+// Refund gives back units counted in the window ending at resetAt while it is the cell's current
+// window (see policy.FixedWindow.Refund). A cell whose window a racing writer moved ahead, or that
+// rolled past resetAt's window, gives nothing back.
+func (c *fixedWindowWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return 0, statusOf(word)
+		}
+		s, at := c.decode(word, now)
+		g := c.p.Refund(&s, now, cost, resetAt)
+		if g == 0 || satomic.CompareAndSwapUint64(cell, word, c.encode(at, s.Count)) {
+			return g, OK
+		}
+	}
+}
+
+// MaxLimit returns the policy's limit: the count field has bits.Len(Limit) bits, and widening it
+// would take window-index bits that this layout cannot spare without shortening the horizon, so
+// per-key limits may only lower the policy's.
+func (c *fixedWindowWord) MaxLimit() int64 { return c.limit }
+
+// TakeLimit is Take against limit (1 <= limit <= MaxLimit) instead of the policy's. The count is
+// in units, so a key counted at a higher limit and then lowered below its count is refused, with
+// Remaining 0 rather than negative, until the next window starts it from zero.
+func (c *fixedWindowWord) TakeLimit(cell *uint64, now, cost, limit int64) (policy.Result, Status) {
+	p := c.p
+	p.Limit = limit // the count never exceeds the limit it was admitted under, so it still fits
+	for {
+		word := satomic.LoadUint64(cell)
+		if word&Flags != 0 {
+			return policy.Result{}, statusOf(word)
+		}
+		s, at := c.decode(word, now)
+		r := p.Take(&s, now, cost)
+		r.Remaining = max(r.Remaining, 0)
+		if !r.Allowed || cost == 0 {
+			return r, OK
+		}
+		if satomic.CompareAndSwapUint64(cell, word, c.encode(at, s.Count)) {
+			return r, OK
+		}
+	}
+}

@@ -141,3 +141,20 @@ func (c *gcraWord) Stale(w0, _ uint64, now int64) (int64, bool) {
 	lag := int64(tat - sc)
 	return (c.p.Burst*1000 - lag) / c.p.Rate, lag <= (c.p.Burst-1)*1000
 }
+
+// Refund moves the TAT back for the permits that policy.GCRA.Refund finds exact. Their lag stays
+// non-negative and at most Burst*1000, well inside the 62-bit cell's exact range.
+func (c *gcraWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	for {
+		w := satomic.LoadUint64(cell)
+		if w&Flags != 0 {
+			return 0, statusOf(w)
+		}
+		tat, _ := c.decode(w, now)
+		s := policy.GCRAState{TAT: tat}
+		g := c.p.Refund(&s, now, cost, resetAt)
+		if g == 0 || satomic.CompareAndSwapUint64(cell, w, s.TAT&gcraMask) {
+			return g, OK
+		}
+	}
+}

@@ -203,3 +203,36 @@ func (c *leakyBucketPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
 	c.p.Drain(&s, now)
 	return age, s.Level < c.p.Capacity
 }
+
+// Refund takes out of the level the units that policy.LeakyBucket.Refund finds exact, drained
+// to now.
+func (c *leakyBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	for {
+		w := satomic.LoadUint64(cell)
+		if w&Flags != 0 {
+			return 0, statusOf(w)
+		}
+		s := c.decode(w, now)
+		g := c.p.Refund(&s, now, cost, resetAt)
+		if g == 0 || satomic.CompareAndSwapUint64(cell, w, c.encode(&s)) {
+			return g, OK
+		}
+	}
+}
+
+// Refund is leakyBucketWord.Refund for the two-word cell.
+func (c *leakyBucketPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	p := pair(cell)
+	for {
+		w0, w1 := load128(p)
+		if w0&Flags != 0 {
+			return 0, statusOf(w0)
+		}
+		s := c.decode(w0, w1)
+		g := c.p.Refund(&s, now, cost, resetAt)
+		n0, n1 := c.encode(&s)
+		if g == 0 || cas128(p, w0, w1, n0, n1) {
+			return g, OK
+		}
+	}
+}

@@ -324,3 +324,35 @@ func (c *tokenBucketPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
 	c.p.Refill(&s, now)
 	return age, s.Tokens >= 1
 }
+
+// Refund gives back the tokens that policy.TokenBucket.Refund finds exact, refilled to now.
+func (c *tokenBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	for {
+		w := satomic.LoadUint64(cell)
+		if w&Flags != 0 {
+			return 0, statusOf(w)
+		}
+		s := c.decode(w, now)
+		g := c.p.Refund(&s, now, cost, resetAt)
+		if g == 0 || satomic.CompareAndSwapUint64(cell, w, c.encode(&s)) {
+			return g, OK
+		}
+	}
+}
+
+// Refund is tokenBucketWord.Refund for the two-word cell.
+func (c *tokenBucketPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+	p := pair(cell)
+	for {
+		w0, w1 := load128(p)
+		if w0&Flags != 0 {
+			return 0, statusOf(w0)
+		}
+		s := c.decode(w0, w1)
+		g := c.p.Refund(&s, now, cost, resetAt)
+		n0, n1 := c.encode(&s)
+		if g == 0 || cas128(p, w0, w1, n0, n1) {
+			return g, OK
+		}
+	}
+}

@@ -32,7 +32,7 @@ type pureCell[S any] struct {
 
 func newPureCell[S any](codec Codec, now int64, fresh func(int64) S, take func(*S, int64, int64) policy.Result,
 	peek func(S, int64) (policy.Result, policy.Probe), writes func(int64) bool) *pureCell[S] {
-	c := &pureCell[S]{codec: codec, cell: aligned(), s: fresh(now), take: take, peek: peek, writes: writes, ref: now}
+	c := &pureCell[S]{codec: codec, cell: aligned(), s: fresh(now), take: take, peek: peek, writes: writes, ref: now, floor: now}
 	f0, f1 := codec.Fresh(now)
 	Store(c.cell, codec.Words(), f0, f1)
 	return c

@@ -54,10 +54,21 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 
 // Refund gives back up to n units that the admitted Decision d counted for key, for a request
 // that then failed upstream, so that a caller limiting on successes is not charged for errors.
-// It returns how many units it gave back: all of them while they still count (for the sliding
-// counter, while the window that counted them is the current or the previous one), fewer if a
-// concurrent refund got there first, 0 once they no longer count, for a refused d, or for a
-// policy that cannot give units back exactly. It never creates a key.
+// It gives back only what leaves the key exactly as if the request had cost that much less, and
+// returns how many units that was: fewer if a concurrent refund got there first, 0 for a refused
+// d, and 0 for a policy that cannot give units back exactly. It never creates a key. By policy:
+//
+//   - sliding counter: all of them while the window that counted them is the current or the
+//     previous one, then 0;
+//   - fixed window: all of them while the window that counted them (ending at d.ResetAt) is the
+//     current one, then 0;
+//   - token bucket, GCRA, leaky bucket: floor((Rate*(ResetAt - now - 1ms) + gcd(Rate, 1000)) /
+//     1000) at most, Rate per second and times in ms: as long as the bucket that never saw them
+//     could not have filled (drained, for the leaky bucket) since, after which refills past full
+//     (drains past empty) have lost track of them. A refund at once gets all of them when Rate
+//     divides 1000, and may get fewer otherwise, as d.ResetAt holds the deficit only to the ms;
+//     what stays charged then is what cannot be told apart from a refill that really happened;
+//   - sliding log, dual bucket: none (they do not implement refunds).
 func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 	return l.refund(l.hashString(key), n, d)
 }
@@ -178,7 +189,11 @@ type Multi struct {
 }
 
 // All returns a Multi over ls, which must be non-empty and all give units back exactly
-// (see Refund): the sliding counter does.
+// (see Refund): the sliding counter, fixed window, token bucket, GCRA and leaky bucket do; the
+// sliding log and dual bucket do not. The window policies give back everything a refused
+// request counted. The buckets give back what is exact (see Refund): everything when the refusal
+// comes within the millisecond of the take and Rate divides 1000, and possibly less otherwise,
+// since a bucket near full may, in the meantime, have refilled past what it could hold.
 func All(ls ...*Limiter) (*Multi, error) {
 	if len(ls) == 0 {
 		return nil, errors.New("engine: All: no limiters")

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	slatomic "github.com/slidelimit/slidelimit/atomic"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
 )
@@ -135,6 +137,268 @@ func TestRefundIsExact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRefundPerPolicyHandWorked checks each policy's refund rule on cases worked by hand.
+func TestRefundPerPolicyHandWorked(t *testing.T) {
+	mk := func(p policy.Policy) (*Limiter, *clock.Clock) {
+		clk := clock.NewManual(start)
+		l, err := New(p, WithClock(clk), WithEviction(false))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l, clk
+	}
+
+	t.Run("fixed-window", func(t *testing.T) {
+		l, clk := mk(policy.FixedWindow{Limit: 5, Window: time.Second})
+		d := l.Take("k", 3)
+		require.Equal(t, int64(3), l.Refund("k", 3, d))
+		require.True(t, l.AllowN("k", 5), "all 5 are free again")
+		clk.Set(start + 999)
+		require.Equal(t, int64(2), l.Refund("k", 2, d), "the charged window is still the current one")
+		clk.Set(start + 1000)
+		d = l.Take("k", 4)
+		clk.Set(start + 2000)
+		require.Equal(t, int64(0), l.Refund("k", 4, d), "the charged window has ended")
+	})
+
+	t.Run("token-bucket", func(t *testing.T) {
+		// Rate 1/s, Burst 10. Take 5 from a full bucket at start: resetAt = start + 5000.
+		l, clk := mk(policy.TokenBucket{Rate: 1, Burst: 10})
+		d := l.Take("k", 5)
+		require.Equal(t, start+5000, d.ResetAt.UnixMilli())
+		require.Equal(t, int64(5), l.Refund("k", 5, d), "at once: all of it")
+		d = l.Take("k", 5)
+		// 2 s on, the bucket that never saw the 5 would have been full since start (losing
+		// 2 tokens of refill); both take 1, leaving it at 9 and the charged one at 5+2-1 = 6.
+		// Only 3 are exact: floor((1*(5000-2000-1) + gcd(1, 1000)) / 1000) = 3, and 6+3 = 9.
+		// Capped at the burst, adding 5 would give 10.
+		clk.Set(start + 2000)
+		require.True(t, l.Take("k", 1).Allowed)
+		require.Equal(t, int64(3), l.Refund("k", 5, d))
+		pr, _ := l.Inspect("k")
+		require.Equal(t, int64(9), pr.Tokens)
+		clk.Set(start + 5000)
+		require.Equal(t, int64(0), l.Refund("k", 5, d), "past resetAt nothing is exact")
+	})
+
+	t.Run("gcra", func(t *testing.T) {
+		// The same case as the token bucket's: GCRA makes the same decisions.
+		l, clk := mk(policy.GCRA{Rate: 1, Burst: 10})
+		d := l.Take("k", 5)
+		require.Equal(t, start+5000, d.ResetAt.UnixMilli())
+		require.Equal(t, int64(5), l.Refund("k", 5, d))
+		d = l.Take("k", 5)
+		clk.Set(start + 2000)
+		require.True(t, l.Take("k", 1).Allowed)
+		require.Equal(t, int64(3), l.Refund("k", 5, d))
+		pr, _ := l.Inspect("k")
+		require.Equal(t, int64(9), pr.Tokens)
+	})
+
+	t.Run("leaky-bucket", func(t *testing.T) {
+		// Rate 1/s, Capacity 10. Add 5 to an empty bucket: resetAt = start + 5000. 2 s on, the
+		// bucket that never saw them would have been empty since start; both add 1, leaving it at
+		// 1 and the charged one at 5-2+1 = 4. Exact: 3 (4-3 = 1); floored at 0, 5 would give 0.
+		l, clk := mk(policy.LeakyBucket{Rate: 1, Capacity: 10})
+		d := l.Take("k", 5)
+		require.Equal(t, start+5000, d.ResetAt.UnixMilli())
+		require.Equal(t, int64(5), l.Refund("k", 5, d))
+		d = l.Take("k", 5)
+		clk.Set(start + 2000)
+		require.True(t, l.Take("k", 1).Allowed)
+		require.Equal(t, int64(3), l.Refund("k", 5, d))
+		pr, _ := l.Inspect("k")
+		require.Equal(t, int64(1), pr.Level)
+	})
+}
+
+// TestRefundIsExactPerPolicy: for every policy that refunds, a limiter that admitted requests and
+// then refunded them is, from then on, indistinguishable from one that saw only the admitted
+// requests, each refunded one with its cost less what the refund gave back. That second limiter
+// is rebuilt by replaying the log on its own clock: reduced costs only leave more room, so every
+// logged request must be admitted again.
+func TestRefundIsExactPerPolicy(t *testing.T) {
+	cases := []struct {
+		p     policy.Policy
+		words int   // the cell width the case exercises
+		tick  int64 // the largest step of the clock, ms
+	}{
+		{policy.FixedWindow{Limit: 5, Window: time.Second}, 1, 700},
+		{policy.TokenBucket{Rate: 7, Burst: 5}, 1, 400},  // 7 does not divide 1000: partial refunds
+		{policy.TokenBucket{Rate: 1000, Burst: 5}, 1, 3}, // 1 token a ms
+		{policy.TokenBucket{Rate: 3, Burst: 1 << 22}, 2, 1_000_000_000},
+		{policy.GCRA{Rate: 7, Burst: 5}, 1, 400},
+		{policy.GCRA{Rate: 1000, Burst: 5}, 1, 3},
+		{policy.LeakyBucket{Rate: 7, Capacity: 5}, 1, 400},
+		{policy.LeakyBucket{Rate: 3, Capacity: 1 << 22}, 2, 1_000_000_000},
+	}
+	for _, tc := range cases {
+		var codec slatomic.Codec
+		var limit int64
+		switch p := tc.p.(type) {
+		case policy.FixedWindow:
+			codec, limit = slatomic.NewFixedWindow(p), p.Limit
+		case policy.TokenBucket:
+			codec, limit = slatomic.NewTokenBucket(p), p.Burst
+		case policy.GCRA:
+			codec, limit = slatomic.NewGCRA(p), p.Burst
+		case policy.LeakyBucket:
+			codec, limit = slatomic.NewLeakyBucket(p), p.Capacity
+		}
+		require.Equal(t, tc.words, codec.Words(), "%+v", tc.p)
+		_, ok := codec.(slatomic.Refunder)
+		require.True(t, ok, "%+v", tc.p)
+
+		t.Run(fmt.Sprintf("%s/%+v", tc.p.ID(), tc.p), func(t *testing.T) {
+			var given atomic.Int64
+			rapid.Check(t, func(rt *rapid.T) {
+				clk := clock.NewManual(start)
+				a, err := New(tc.p, WithClock(clk), WithEviction(false))
+				require.NoError(rt, err)
+				defer a.Close()
+				type req struct{ at, cost int64 }
+				var log []req // admitted requests, at their cost net of refunds
+				var pending []struct {
+					d   Decision
+					idx int
+				}
+				for i := range rapid.IntRange(1, 60).Draw(rt, "ops") {
+					clk.Advance(time.Duration(rapid.Int64Range(0, tc.tick).Draw(rt, "tick")) * time.Millisecond)
+					now := clk.Now()
+					switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
+					case op < 2: // a request, refunded later when op is 1
+						cost := rapid.Int64Range(0, limit).Draw(rt, "cost")
+						d := a.Take("k", cost)
+						if d.Allowed {
+							log = append(log, req{now, cost})
+							if op == 1 && cost > 0 {
+								pending = append(pending, struct {
+									d   Decision
+									idx int
+								}{d, len(log) - 1})
+							}
+						}
+					default:
+						for _, p := range pending {
+							c := log[p.idx].cost
+							g := a.Refund("k", c, p.d)
+							require.GreaterOrEqual(rt, g, int64(0))
+							require.LessOrEqual(rt, g, c)
+							log[p.idx].cost -= g
+							given.Add(g)
+						}
+						pending = pending[:0]
+						rclk := clock.NewManual(start)
+						b, err := New(tc.p, WithClock(rclk), WithEviction(false))
+						require.NoError(rt, err)
+						for j, r := range log {
+							rclk.Set(r.at)
+							require.True(rt, b.Take("k", r.cost).Allowed, "op %d: replayed request %d", i, j)
+						}
+						rclk.Set(now)
+						require.Equal(rt, b.Peek("k"), a.Peek("k"), "op %d: after the refunds a and the replay must agree", i)
+						pa, _ := a.Inspect("k")
+						pb, _ := b.Inspect("k")
+						require.Equal(rt, pb, pa, "op %d", i)
+						b.Close()
+					}
+				}
+			})
+			// Without this, a refund that never gives anything back would pass the replay.
+			require.Positive(t, given.Load(), "some refund gave units back")
+		})
+	}
+}
+
+// TestMultiMixedPolicies: over a token bucket per second and a fixed window per hour, in either
+// order, a request one of them refuses leaves no unit charged in the other.
+func TestMultiMixedPolicies(t *testing.T) {
+	clk := clock.NewManual(start)
+	mk := func(p policy.Policy) *Limiter {
+		l, err := New(p, WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	tb := mk(policy.TokenBucket{Rate: 10, Burst: 10})
+	fw := mk(policy.FixedWindow{Limit: 5, Window: time.Hour})
+	m, err := All(tb, fw)
+	require.NoError(t, err)
+
+	// start is a whole hour (1,764,000,000,000 ms = 490,000 h): the window holds 5 this hour.
+	require.True(t, m.Take("k", 3).Allowed)
+	require.True(t, m.Take("k", 2).Allowed)
+	d := m.Take("k", 1)
+	require.False(t, d.Allowed)
+	require.Equal(t, int64(5), d.Limit, "the hourly window refused")
+	pr, _ := tb.Inspect("k")
+	require.Equal(t, int64(5), pr.Tokens, "the bucket gave its token back: 10 - 5 admitted")
+
+	// A second later the bucket is full again; the window still refuses, and the bucket keeps
+	// its 10 through any number of refused requests.
+	clk.Set(start + 1000)
+	for range 20 {
+		require.False(t, m.Take("k", 2).Allowed)
+	}
+	pr, _ = tb.Inspect("k")
+	require.Equal(t, int64(10), pr.Tokens)
+
+	// The other order: the bucket refuses and the window gives back what it counted.
+	fw2 := mk(policy.FixedWindow{Limit: 100, Window: time.Hour})
+	m2, err := All(fw2, tb)
+	require.NoError(t, err)
+	require.True(t, tb.Take("j", 10).Allowed) // empty j's bucket outside the Multi
+	for range 3 {
+		d = m2.Take("j", 2)
+		require.False(t, d.Allowed)
+		require.Equal(t, int64(10), d.Limit, "the empty bucket refused")
+	}
+	fp, _ := fw2.Inspect("j")
+	require.Equal(t, int64(0), fp.Count, "the window kept nothing of the 3 refused requests")
+	clk.Set(start + 1000 + 100) // 100 ms at 10 a second: one token
+	require.True(t, m2.Take("j", 1).Allowed)
+	fp, _ = fw2.Inspect("j")
+	require.Equal(t, int64(1), fp.Count, "only the admitted unit is counted")
+}
+
+// TestTakeWithLimitFixedWindow: the fixed window takes per-key limits up to its own.
+func TestTakeWithLimitFixedWindow(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.FixedWindow{Limit: 10, Window: time.Second}, WithClock(clk))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range 3 {
+		d := l.TakeWithLimit("small", 1, 3)
+		require.True(t, d.Allowed, "request %d", i)
+		require.Equal(t, int64(3), d.Limit)
+		require.Equal(t, int64(2-i), d.Remaining)
+	}
+	d := l.TakeWithLimit("small", 1, 3)
+	require.False(t, d.Allowed)
+	require.Equal(t, ReasonLimited, d.Reason)
+	require.Equal(t, time.Second, d.RetryAfter, "the window ends at start + 1000")
+	require.True(t, l.Take("small", 7).Allowed, "at the policy's limit the key has 10 - 3 left")
+
+	// Counted at 10, then lowered to 5: refused with nothing remaining until the next window.
+	require.True(t, l.Take("big", 8).Allowed)
+	d = l.TakeWithLimit("big", 1, 5)
+	require.False(t, d.Allowed)
+	require.Equal(t, int64(0), d.Remaining)
+	clk.Set(start + 1000)
+	d = l.TakeWithLimit("big", 5, 5)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(0), d.Remaining)
+
+	require.Equal(t, ReasonInvalidLimit, l.TakeWithLimit("x", 1, 11).Reason, "above the policy's limit")
+	require.Equal(t, ReasonInvalidLimit, l.TakeWithLimit("x", 1, 0).Reason)
+	_, tracked := l.Inspect("x")
+	require.False(t, tracked)
+
+	// Refunds work at a per-key limit too: the count is units, whatever the limit.
+	d = l.TakeWithLimit("r", 2, 2)
+	require.Equal(t, int64(2), l.Refund("r", 2, d))
+	require.True(t, l.TakeWithLimit("r", 2, 2).Allowed)
 }
 
 func TestWait(t *testing.T) {

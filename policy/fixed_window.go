@@ -101,3 +101,18 @@ func (p FixedWindow) Dead(s FixedWindowState, now int64) bool {
 	start := now - now%p.WindowMs()
 	return s.Window < start || (s.Window == start && s.Count == 0)
 }
+
+// Refund rolls s to now and takes out of the count up to cost units counted by a request
+// admitted with result ResetAtMs resetAt (the end of the window that counted it), returning how
+// many it took out. While that window is s's current one the units are in Count, and taking them
+// out leaves s exactly as if the request had never been admitted; once it has ended they count
+// no more and nothing is given back.
+func (p FixedWindow) Refund(s *FixedWindowState, now, cost, resetAt int64) int64 {
+	p.Roll(s, now)
+	if resetAt != s.Window+p.WindowMs() {
+		return 0
+	}
+	g := min(max(cost, 0), s.Count)
+	s.Count -= g
+	return g
+}

@@ -142,3 +142,24 @@ func (p GCRA) tokens(lag int64) int64 {
 // max(lag, 0) or through comparisons with non-negative bounds, which any lag <= 0 passes alike, at
 // now and at every later time (the lag only falls as time passes, until MaxIdleMs).
 func (p GCRA) Dead(s GCRAState, now int64) bool { return int64(s.TAT-p.scaled(now)) <= 0 }
+
+// Refund moves s's TAT back for up to cost permits taken by a request admitted at result
+// ResetAtMs resetAt, and returns how many it gave back. The lag is the equivalent token
+// bucket's deficit, so the token bucket's rule applies as it is (see refundable): moving the TAT
+// back by 1000 per permit is exact while the bucket that never saw the request cannot have
+// filled, which also keeps the TAT at or after now*Rate; past that, lowering it to
+// max(TAT - cost*1000, now*Rate) would, like the token bucket's capped add, credit permits that
+// bucket has since lost.
+func (p GCRA) Refund(s *GCRAState, now, cost, resetAt int64) int64 {
+	sc := p.scaled(now)
+	lag := int64(s.TAT - sc)
+	g := refundable(p.Rate, p.FillMs(), resetAt, now, cost)
+	// The exact bound keeps the lag non-negative; the clamp only guards a resetAt that no
+	// admission returned.
+	g = min(g, max(lag, 0)/1000)
+	if g <= 0 {
+		return 0
+	}
+	s.TAT = sc + uint64(lag-g*1000)
+	return g
+}

@@ -135,3 +135,25 @@ func (p LeakyBucket) Dead(s LeakyBucketState, now int64) bool {
 	p.Drain(&s, now)
 	return s.Level == 0 && s.Credit == 0
 }
+
+// Refund drains s to now and takes out of the level up to cost units added by a request admitted
+// with result ResetAtMs resetAt, returning how many it took out. It gives back exactly what leaves
+// s as if the request had cost that much less (see refundable, with the water's room below
+// Capacity as the amount).
+//
+// Taking the units out floored at 0 is not exact in general, for the token bucket's reason
+// mirrored: the bucket that never saw the request may have drained empty (Level, Credit
+// saturate to {0, 0}) and filled again with later requests, and the floored difference would
+// then leave less water than it holds.
+func (p LeakyBucket) Refund(s *LeakyBucketState, now, cost, resetAt int64) int64 {
+	p.Drain(s, now)
+	g := refundable(p.Rate, p.DrainMs(), resetAt, s.Last, cost)
+	// The exact bound keeps the water at or above zero; the clamp only guards a resetAt that no
+	// admission returned. Level - g reaches 0 only when Credit is 0, so the state stays canonical.
+	g = min(g, (s.Level*1000-s.Credit)/1000)
+	if g <= 0 {
+		return 0
+	}
+	s.Level -= g
+	return g
+}

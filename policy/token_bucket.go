@@ -132,3 +132,63 @@ func (p TokenBucket) Dead(s TokenBucketState, now int64) bool {
 	p.Refill(&s, now)
 	return s.Tokens >= p.Burst && s.Credit == 0
 }
+
+// Refund refills s to now and gives back up to cost tokens taken by a request admitted with
+// result ResetAtMs resetAt, returning how many it gave back. The tokens given back are exactly
+// those that leave s as if the request had cost that much less; see refundable for the rule.
+//
+// Adding the tokens back capped at Burst is not exact in general: in the bucket that never saw
+// the request, a refill that reached Burst lost the overflow (Tokens, Credit saturate to
+// {Burst, 0}), and a later take both buckets made draws that bucket below Burst again, so the
+// capped sum would then hold more than it does. Example: Burst 10, Rate 1, full; the request
+// takes 5; 2 s later both buckets would be full and the charged one holds 7; both take 1 (9 and
+// 6): adding 5 back capped gives 10, not 9.
+func (p TokenBucket) Refund(s *TokenBucketState, now, cost, resetAt int64) int64 {
+	p.Refill(s, now)
+	g := refundable(p.Rate, p.FillMs(), resetAt, s.Last, cost)
+	// The exact bound keeps the bucket at most full; the clamp only guards a resetAt that no
+	// admission returned. Tokens + g == Burst only when Credit is 0, so the state stays canonical.
+	g = min(g, (p.Burst*1000-s.Tokens*1000-s.Credit)/1000)
+	if g <= 0 {
+		return 0
+	}
+	s.Tokens += g
+	return g
+}
+
+// refundable is how many of cost units, admitted with result ResetAtMs resetAt, a bucket
+// (token bucket, GCRA, leaky bucket) with rate and fill time fillMs can give back exactly at the
+// state's time t.
+//
+// In thousandths, the three share one shape: the amount x (a token bucket's tokens*1000+credit,
+// a GCRA's Burst*1000 - lag, a leaky bucket's Capacity*1000 - water) grows by rate a ms and
+// saturates at full; an admission of c takes 1000c from it. The bucket that never saw the
+// request holds x + 1000k (k units not taken) until the first time that sum would have passed
+// full; from then on the difference is lost in a way the state does not record. Other
+// admissions only lower both, and other exact refunds are worlds without those requests, so the
+// unseen bucket's sum at t is at most x0 + 1000k + rate*(t - t0), where x0 and t0 are the amount
+// and time right after the admission. It cannot have saturated while that is at most full:
+// rate*(t - t0) <= D - 1000k with D = full - x0, the admission's deficit.
+//
+// The admission reported resetAt = t0 + ceil(D/rate), so D > rate*(resetAt - t0 - 1); D is a
+// multiple of q = gcd(rate, 1000) (the credit only ever moves by rate modulo 1000), as is
+// rate*(resetAt - t0 - 1), so D >= rate*(resetAt - t0 - 1) + q. Then the condition holds when
+// rate*(resetAt - t - 1) + q >= 1000k, in which t0 cancels out. So the largest exact k is
+// floor((rate*(resetAt - t - 1) + q) / 1000): all of cost for a refund soon enough after the
+// admission (at once, always when rate divides 1000), fewer or none later. Giving back k leaves
+// the state exactly as if the request had cost k less.
+func refundable(rate, fillMs, resetAt, t, cost int64) int64 {
+	span := resetAt - t - 1
+	if span < 0 || cost <= 0 {
+		return 0
+	}
+	span = min(span, fillMs) // a real resetAt is at most fillMs ahead; this only bounds rate*span
+	return min(cost, (rate*span+gcd(rate, 1000))/1000)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
