@@ -268,7 +268,7 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		return policy.Result{}, ReasonClosed
 	}
 	if l.precheck != nil && l.precheck.Refuses(n) {
-		return policy.Result{Limit: l.limit}, ReasonOK // refused by the policy, with no lookup and no key
+		return policy.Result{}, ReasonCostAboveLimit // refused by the policy, with no lookup and no key
 	}
 	now := l.clk.Now()
 	sh := l.shardOf(h, now)

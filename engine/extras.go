@@ -18,7 +18,7 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 	if sc, ok := p.(policy.SlidingCounter); ok {
 		return atomic.NewSlidingCounterUpTo(sc, maxLimit), nil
 	}
-	return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q takes no per-key limits", maxLimit, p.ID())
+	return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q cannot size its cells for per-key limits above its own", maxLimit, p.ID())
 }
 
 // TakeWithLimit is Take for a key whose limit is limit rather than the policy's: premium tenants,

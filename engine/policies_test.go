@@ -217,7 +217,14 @@ func TestPoliciesMatchPure(t *testing.T) {
 					case 0, 1:
 						cost := drawCost(rt, limit)
 						want := m.take(key, now, cost)
-						requireDecision(rt, want, cost, l.TakeKey(key, cost), "op %d: take(%d, %d) at %d", i, key, cost, now)
+						d := l.TakeKey(key, cost)
+						if _, gcra := p.(policy.GCRA); gcra && cost > limit {
+							// Refused before any lookup: no state, so no reset time.
+							require.True(rt, d.ResetAt.IsZero(), "op %d: GCRA refusal before lookup has a ResetAt", i)
+							want.ResetAtMs = 0
+							d.ResetAt = time.UnixMilli(0)
+						}
+						requireDecision(rt, want, cost, d, "op %d: take(%d, %d) at %d", i, key, cost, now)
 					case 2:
 						cost := drawCost(rt, limit)
 						want := m.take(key, now, cost)

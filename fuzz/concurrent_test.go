@@ -31,7 +31,7 @@ import (
 // ones overflow the budget), lost updates, and refusals that no order explains. Afterwards the
 // key's state, which depends only on the admitted total, must read the same on both sides.
 //
-// As the brief's plain form of it: where all of a key's requests have one cost, every serial order
+// The plainer form of the same check: where all of a key's requests have one cost, every serial order
 // admits the same number (the budget divided by the cost, or all of them), so the total admitted
 // must equal that of a serial run in the requests' input order through a second model.
 //

@@ -70,6 +70,8 @@ if start > win then
   win = start
 end
 local elapsed = now - win
+-- signed: a state a racing writer moved ahead of now also makes the wait cover the gap
+local since = elapsed
 if elapsed < 0 then elapsed = 0 end
 local est = cur
 if prev > 0 then
@@ -102,11 +104,11 @@ if cost <= limit then
     local wait = 1
     local excess = cur - (limit - cost) - 1
     if excess >= 0 then wait = muldiv(w, excess, cur) + 1 end
-    retry = w - elapsed + wait
+    retry = w - since + wait
   elseif prev > 0 then
     local excess = prev - need - 1
     if excess >= 0 then
-      retry = muldiv(w, excess, prev) + 1 - elapsed
+      retry = muldiv(w, excess, prev) + 1 - since
       if retry < 0 then retry = 0 end
     end
   end
