@@ -73,3 +73,11 @@ type LimitTaker interface {
 	// MaxLimit returns the largest limit the cell can hold counts for.
 	MaxLimit() int64
 }
+
+// LiveFilter is implemented by codecs that can tell most live states apart by one mask test on
+// the first word, so that a sweep over millions of keys skips them without decoding each:
+// a state w0 with w0&mask == a or w0&mask == b (for the pattern at now) is certainly not dead.
+// Anything else goes to Dead as usual.
+type LiveFilter interface {
+	LivePattern(now int64) (mask, a, b uint64)
+}

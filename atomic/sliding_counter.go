@@ -63,7 +63,16 @@ type slidingCounterWord struct {
 	horizon int64
 }
 
-func (c *slidingCounterWord) Words() int     { return 1 }
+func (c *slidingCounterWord) Words() int { return 1 }
+
+// LivePattern matches a state written in now's window or the one before (with no flag set):
+// such a state is dead only if both its counts are zero, a fresh key's, which a later sweep
+// evicts once its window is older.
+func (c *slidingCounterWord) LivePattern(now int64) (mask, a, b uint64) {
+	n := uint64(c.p.Index(now))
+	shift := 2 * c.b
+	return Flags | c.kmask<<shift, (n & c.kmask) << shift, ((n - 1) & c.kmask) << shift
+}
 func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
 
 // decode unpacks word at now. It also returns now's window index n and the state's own index,

@@ -91,7 +91,8 @@ func WithEviction(on bool) Option {
 }
 
 // WithSweepInterval sets how often the sweeper takes one bounded step over the shards (default
-// 100ms). It visits every key at least once per second in any case.
+// 100ms). Whatever the interval, it visits every key about once per window (at least once a minute),
+// pacing itself to at most evict.MaxSlotsPerSecond slots a second.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {

@@ -27,6 +27,7 @@ type Sweeper struct {
 	period   time.Duration
 
 	evicted satomic.Int64
+	round   uint64 // slots per tick for the current round (the sweeper goroutine's own)
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -62,7 +63,15 @@ func (s *Sweeper) run() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.Step(s.budget())
+			// The budget never falls within a round, so that shards shrunk early in a round do
+			// not slow the rest of it down (dead keys would otherwise go in ever smaller steps);
+			// it still rises at once when tables grow.
+			b := s.budget()
+			if s.cur == 0 && s.table == nil {
+				s.round = b
+			}
+			s.round = max(s.round, b)
+			s.Step(s.round)
 		}
 	}
 }
@@ -73,8 +82,14 @@ func (s *Sweeper) budget() uint64 {
 		slots += s.shards[i].Table().Slots()
 	}
 	ticks := uint64(s.period / s.interval)
-	return max((slots+ticks-1)/ticks, MinBudget)
+	limit := uint64(MaxSlotsPerSecond * s.interval / time.Second)
+	return max(min((slots+ticks-1)/ticks, limit), MinBudget)
 }
+
+// MaxSlotsPerSecond bounds the sweeper's pace. A visit costs a few nanoseconds, most of it the
+// memory the table streams through, so this keeps the sweeper near 1% of a core however large the
+// tables grow; a table of more slots than this takes more than one sweep period to visit.
+const MaxSlotsPerSecond = 1_500_000
 
 // Step visits up to budget slots, continuing where the last step stopped. The sweeper's goroutine
 // calls it on every tick; it must not be called concurrently with itself (tests that drive a

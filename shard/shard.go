@@ -188,10 +188,22 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 	ref := s.swept.Load()
 	to = min(to, t.n)
 	ev := cfg.evictor()
+	var mask, a, b uint64
+	// The pattern reads window bits as now's: exact only while the shard is within its horizon.
+	lf, filter := cfg.Codec.(atomic.LiveFilter)
+	filter = filter && !s.Due(now)
+	if filter {
+		mask, a, b = lf.LivePattern(now)
+	}
 	for i := from; i < to; i++ {
 		k, c := t.Cell(i)
 		if k == 0 {
 			continue
+		}
+		if filter {
+			if w0 := satomic.LoadUint64(c); w0&mask == a || w0&mask == b {
+				continue // live for certain: no decoding
+			}
 		}
 		if ev != nil {
 			if cfg.Evict && ev.Evict(c, ref, now) {

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs the comparison suite on a 16-core machine in under 6 minutes, without the network, and
+# writes to bench/results/<UTC date>-16core/ (or the directory given as $1) the same files as
+# run-2core.sh: machine.txt, bench.txt (BenchmarkLimiters at -cpu 1,2,4,8,16), memory.txt,
+# benchstat-vs-floor.txt, benchstat-vs-slidelimit.txt, targets.md (including the 1->16-core
+# scaling target) and the PNG charts.
+#
+# It builds from vendored modules, so the machine needs Go and nothing else. bench/vendor/ is
+# not committed (it is in .gitignore); make it first, on any machine with the module proxy:
+#
+#   cd bench && GOWORK=off go mod vendor
+#
+# then copy the working tree, vendor/ included, to the 16-core machine and run
+#
+#   bench/scripts/run-16core.sh
+#
+# benchstat is built from the vendored golang.org/x/perf as well (a tool of the bench module).
+# The go.work at the repository root is switched off (GOWORK=off): with it, Go would ignore
+# vendor/. Environment: ROUNDS (1), COUNT (3), BENCHTIME (0.1s), CPUS (1,2,4,8,16),
+# MEMKEYS (10000000). The time budget is an estimate: no 16-core machine has run it yet.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+cd "$here"
+if [ ! -f vendor/modules.txt ]; then
+	echo "run-16core.sh: bench/vendor is missing; run 'cd bench && GOWORK=off go mod vendor' first (needs the network once)" >&2
+	exit 1
+fi
+export GOWORK=off GOFLAGS=-mod=vendor GOPROXY=off GOTOOLCHAIN=local
+out=${1:-results/$(date -u +%Y-%m-%d)-16core}
+mkdir -p "$out"
+rounds=${ROUNDS:-1}
+count=${COUNT:-3}
+benchtime=${BENCHTIME:-0.1s}
+cpus=${CPUS:-1,2,4,8,16}
+memkeys=${MEMKEYS:-10000000}
+start=$SECONDS
+if [ "$(nproc)" -lt 16 ]; then
+	echo "warning: this machine has $(nproc) cores; GOMAXPROCS above that measures oversubscription" >&2
+fi
+
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
+	echo "go: $(go version)"
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+	echo "cores: $(nproc)"
+	echo "kernel: $(uname -srm)"
+	echo "suite: $rounds rounds x -count $count, -benchtime $benchtime, -cpu $cpus; memory at 1M and $memkeys keys"
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go test -c -o "$bin/peers.test" ./peers
+go build -o "$bin/memory" ./cmd/memory
+go build -o "$bin/charts" ./cmd/charts
+go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+
+: >"$out/bench.txt"
+for r in $(seq "$rounds"); do
+	echo "round $r/$rounds ($((SECONDS - start))s)"
+	"$bin/peers.test" -test.run '^$' -test.bench '^BenchmarkLimiters$' -test.benchmem \
+		-test.count "$count" -test.benchtime "$benchtime" -test.cpu "$cpus" | tee -a "$out/bench.txt" | grep -c '^Benchmark' | sed 's/^/  results: /'
+done
+
+echo "memory ($((SECONDS - start))s)"
+"$bin/memory" -keys "$memkeys" -limiter all -bench -parallel 4 | tee "$out/memory.txt"
+
+"$bin/benchstat" -col /limiter "$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-floor.txt"
+"$bin/benchstat" -col '/limiter@(slidelimit floor go-limiter httprate throttled ulule x-time-rate)' \
+	"$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-slidelimit.txt"
+"$bin/charts" -o "$out" -table "$out/tables.md" -targets "$out/targets.md" "$out/bench.txt" "$out/memory.txt"
+cat "$out/targets.md"
+echo "done in $((SECONDS - start))s: $out"
