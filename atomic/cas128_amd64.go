@@ -11,18 +11,24 @@ import (
 // hasCAS128 is false only on the first x86-64 processors, which lack CMPXCHG16B.
 var hasCAS128 = cpu.X86.HasCX16
 
+// risingOK says whether loadRising's three plain loads read a pair consistently: only where
+// pairs are written by CMPXCHG16B, both words at once.
+var risingOK = hasCAS128
+
 //go:noescape
 func cmpxchg16b(p *[2]uint64, old0, old1, new0, new1 uint64) bool
 
 //go:noescape
 func load16b(p *[2]uint64) (w0, w1 uint64)
 
-func cas128(p *[2]uint64, old0, old1, new0, new1 uint64) bool {
-	if !hasCAS128 {
-		return lockedCAS128(p, old0, old1, new0, new1)
+// cas128 is CMPXCHG16B where the CPU has it, the striped lock elsewhere: chosen once, so that a
+// compare-and-swap on the hot path is one call straight into the instruction's wrapper.
+var cas128 = func() func(p *[2]uint64, old0, old1, new0, new1 uint64) bool {
+	if hasCAS128 {
+		return cmpxchg16b
 	}
-	return cmpxchg16b(p, old0, old1, new0, new1)
-}
+	return lockedCAS128
+}()
 
 func load128(p *[2]uint64) (uint64, uint64) {
 	if !hasCAS128 {
@@ -36,6 +42,15 @@ func load128(p *[2]uint64) (uint64, uint64) {
 // instruction: the second word, read between two equal readings of the first, belongs to that
 // first word. Under contention this spares every attempt one cache-line-locking CMPXCHG16B.
 func loadRising(p *[2]uint64) (uint64, uint64) {
+	w0 := satomic.LoadUint64(&p[0])
+	w1 := satomic.LoadUint64(&p[1])
+	if hasCAS128 && satomic.LoadUint64(&p[0]) == w0 {
+		return w0, w1 // small enough to inline: the common case costs three loads
+	}
+	return loadRisingSlow(p)
+}
+
+func loadRisingSlow(p *[2]uint64) (uint64, uint64) {
 	if !hasCAS128 {
 		return lockedLoad128(p)
 	}

@@ -198,7 +198,29 @@ func (c *slidingCounterWord) sameWindow(cell *uint64, word *uint64, now, cost, l
 		}
 	}
 }
+// Admit decides cost units at now and counts them when admitted: the path of Allow. The common
+// case, a live cell already in now's window and a unit cost within the limit, is decided here in
+// one load and one compare-and-swap; anything else, or a lost race, goes the general way.
 func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	word := satomic.LoadUint64(cell)
+	n := c.p.Index(now)
+	b := c.b & 63 // masked shifts compile without checks for counts past 63
+	// The flags sit just above the window index, so this one compare also finds the cell live.
+	for word>>(2*b&63) == uint64(n)&c.kmask && uint64(cost-1) < uint64(c.p.Limit()) {
+		est := c.p.Carried(int64(word>>b&c.cmask), now-n*c.w) + int64(word&c.cmask)
+		if est+cost > c.p.Limit() {
+			return false, OK
+		}
+		// cur + cost <= limit < 2^b: the addition stays within Current's bits.
+		if satomic.CompareAndSwapUint64(cell, word, word+uint64(cost)) {
+			return true, OK
+		}
+		word = satomic.LoadUint64(cell) // lost a race: most often to a request in the same window
+	}
+	return c.admit(cell, now, cost)
+}
+
+func (c *slidingCounterWord) admit(cell *uint64, now, cost int64) (bool, Status) {
 	word := satomic.LoadUint64(cell)
 	for {
 		if word&Flags != 0 {
@@ -332,7 +354,30 @@ func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.Sl
 	}
 }
 
+// Admit is slidingCounterWord.Admit for the two-word cell: the common case in one consistent
+// read and one 16-byte compare-and-swap, the rest the general way.
 func (c *slidingCounterPair) Admit(cell *uint64, now, cost int64) (bool, Status) {
+	p := pair(cell)
+	w0 := satomic.LoadUint64(&p[0])
+	w1 := satomic.LoadUint64(&p[1])
+	n := c.p.Index(now)
+	// w0 holds the flags above the window index: equal to n, the cell is live and in now's window.
+	// Read again unchanged, it owns w1 (loadRising, written out here to keep it inline).
+	for w0 == uint64(n) && uint64(cost-1) < uint64(c.p.Limit()) && risingOK && satomic.LoadUint64(&p[0]) == w0 {
+		est := c.p.Carried(int64(w1>>32), now-n*c.w) + int64(w1&math.MaxUint32)
+		if est+cost > c.p.Limit() {
+			return false, OK
+		}
+		// cur + cost <= limit < 2^32: the addition stays within Current's half.
+		if cas128(p, w0, w1, w0, w1+uint64(cost)) {
+			return true, OK
+		}
+		w0, w1 = satomic.LoadUint64(&p[0]), satomic.LoadUint64(&p[1]) // lost a race
+	}
+	return c.admit(cell, now, cost)
+}
+
+func (c *slidingCounterPair) admit(cell *uint64, now, cost int64) (bool, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := loadRising(p) // the window index only rises

@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math/bits"
+	mrand "math/rand/v2"
 	"sync"
 	satomic "sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/slidelimit/slidelimit/atomic"
@@ -24,13 +25,14 @@ import (
 // by any number of goroutines. A Limiter must not be copied.
 type Limiter struct {
 	shards []shard.Shard
-	shift  uint // a hash's top bits choose its shard: h >> shift
+	shift  uint // a hash's top bits choose its shard: h >> 1 >> shift (a lone shard takes all 64)
 	cfg    shard.Config
 	codec  atomic.Codec
 	clk    *clock.Clock
 
-	hashSeed maphash.Seed
-	seeded   bool // WithSeed: xxhash, deterministic
+	// hash is memhash under a random hashSeed, or seededHash under WithSeed's.
+	hash     func(p unsafe.Pointer, seed, n uintptr) uintptr
+	hashSeed uintptr
 	mix      [3]uint64
 
 	pol      policy.Policy
@@ -81,7 +83,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{
 		shards:  make([]shard.Shard, cfg.shards),
-		shift:   uint(64 - bits.TrailingZeros(uint(cfg.shards))),
+		shift:   uint(63 - bits.TrailingZeros(uint(cfg.shards))),
 		codec:   codec,
 		pol:     p,
 		limit:   limit,
@@ -96,7 +98,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	l.limits, _ = codec.(atomic.LimitTaker)
 	l.refunds, _ = codec.(atomic.Refunder)
 	l.initHash(cfg)
-	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 64 - l.shift, Keys: &l.keys, Clock: l.clk}
+	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, Clock: l.clk}
 	now := l.clk.Now()
 	for i := range l.shards {
 		l.shards[i].Init(&l.cfg, now)
@@ -160,8 +162,10 @@ func (l *Limiter) initHash(cfg config) {
 	for i := range l.mix {
 		l.mix[i] = binary.LittleEndian.Uint64(seed[8*i:])
 	}
-	l.hashSeed = maphash.MakeSeed()
-	l.seeded = cfg.seeded
+	l.hash, l.hashSeed = memhash, uintptr(mrand.Uint64())
+	if cfg.seeded {
+		l.hash, l.hashSeed = seededHash, uintptr(l.mix[0])
+	}
 }
 
 // fmix is MurmurHash3's 64-bit finaliser: a bijection with full avalanche.
@@ -183,11 +187,16 @@ func nonzero(h uint64) uint64 {
 	return h
 }
 
+// hashString hashes a string key. It inlines into every caller, leaving one call, straight into
+// the hash function.
 func (l *Limiter) hashString(key string) uint64 {
-	if l.seeded {
-		return nonzero(fmix(xxhash.Sum64String(key) ^ l.mix[0]))
-	}
-	return nonzero(maphash.String(l.hashSeed, key))
+	return hashOf(l.hash(unsafe.Pointer(unsafe.StringData(key)), l.hashSeed, uintptr(len(key))))
+}
+
+// seededHash is WithSeed's hash of n bytes at p, in memhash's shape so that either fills
+// Limiter.hash: xxhash, the same in every process, mixed with the seed.
+func seededHash(p unsafe.Pointer, seed, n uintptr) uintptr {
+	return uintptr(fmix(xxhash.Sum64(unsafe.Slice((*byte)(p), n)) ^ uint64(seed)))
 }
 
 // hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential
@@ -218,11 +227,20 @@ func (l *Limiter) decision(r policy.Result, cost int64) Decision {
 // shardOf returns h's shard, first sweeping it if its horizon has passed (see atomic.Codec.Horizon).
 // It is small enough to inline; the sweep is not on the common path.
 func (l *Limiter) shardOf(h uint64, now int64) *shard.Shard {
-	sh := &l.shards[h>>l.shift]
+	sh := l.shard(h)
 	if sh.Due(now) {
 		l.sweepDue(sh, now)
 	}
 	return sh
+}
+
+// shard returns h's shard: the top log2(len(shards)) bits of h. Shifting twice keeps each shift
+// below 64 (so it compiles without a check) even for a single shard, where all 64 bits go; the
+// index is then below len(shards) for every h, so indexing by pointer leaves the bounds check off
+// the hot path.
+func (l *Limiter) shard(h uint64) *shard.Shard {
+	i := h >> 1 >> (l.shift & 63)
+	return (*shard.Shard)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(l.shards)), uintptr(i)*unsafe.Sizeof(shard.Shard{})))
 }
 
 func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now) }
@@ -233,17 +251,29 @@ func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now
 // general way. A first attempt that finds its cell not live has consumed nothing, so handing over
 // to take is safe.
 func (l *Limiter) admit(h uint64, n int64) bool {
-	if n >= 0 && (l.precheck == nil || !l.precheck.Refuses(n)) && !l.closed.Load() {
-		now := l.clk.Now()
-		sh := &l.shards[h>>l.shift]
-		if !sh.Due(now) {
-			if c := sh.Table().Find(h); c != nil {
-				if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
-					return ok
-				}
-			}
-		}
+	if n < 0 || l.closed.Load() || (l.precheck != nil && l.precheck.Refuses(n)) {
+		return l.admitSlow(h, n)
 	}
+	now := l.clk.Now()
+	sh := l.shard(h)
+	if sh.Due(now) {
+		return l.admitSlow(h, n)
+	}
+	c := sh.Table().Find(h)
+	if c == nil {
+		return l.admitSlow(h, n)
+	}
+	ok, st := l.codec.Admit(c, now, n)
+	if st != atomic.OK {
+		return l.admitSlow(h, n)
+	}
+	return ok
+}
+
+// admitSlow is admit's general way, kept out of line so that admit's frame stays small.
+//
+//go:noinline
+func (l *Limiter) admitSlow(h uint64, n int64) bool {
 	r, _ := l.take(h, n, opAdmit, 0)
 	return r.Allowed
 }

@@ -189,10 +189,10 @@ func TestHashFlooding(t *testing.T) {
 	var ints []uint64
 	for i := 0; len(strs) < want || len(ints) < want; i++ {
 		s := fmt.Sprintf("client-%d", i)
-		if len(strs) < want && known.hashString(s)>>known.shift == 0 {
+		if len(strs) < want && known.shard(known.hashString(s)) == &known.shards[0] {
 			strs = append(strs, s)
 		}
-		if len(ints) < want && known.hashKey(uint64(i))>>known.shift == 0 {
+		if len(ints) < want && known.shard(known.hashKey(uint64(i))) == &known.shards[0] {
 			ints = append(ints, uint64(i))
 		}
 	}

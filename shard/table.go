@@ -23,12 +23,15 @@ import (
 // home slot found by multiplying the hash into [0, n), so n need not be a power of two and the
 // table can be sized to hold its keys at a steady load (between 0.7 and 0.875).
 type Table struct {
-	words  []uint64
-	base   uint64
-	n      uint64
-	stride uint64
-	cellAt uint64
-	shift  uint
+	// slots points at slot 0; slot i is at slots + i<<slotShift, its cell cellOff bytes further.
+	// Addressing by pointer keeps bounds checks off the lookup, which every decision makes; i < n
+	// holds wherever a slot is addressed, because home maps into [0, n) and probes wrap at n.
+	slots     unsafe.Pointer
+	n         uint64
+	slotShift uint
+	cellOff   uintptr
+	shift     uint
+	words     []uint64 // the memory behind slots
 }
 
 const (
@@ -42,16 +45,16 @@ const (
 
 func newTable(n uint64, cellWords int, shift uint) *Table {
 	n = max(n, minSlots)
-	stride, cellAt := uint64(2), uint64(1)
+	stride, slotShift, cellOff := uint64(2), uint(4), uintptr(8)
 	if cellWords == 2 {
-		stride, cellAt = 4, 2
+		stride, slotShift, cellOff = 4, 5, 16
 	}
 	words := make([]uint64, n*stride+1)
-	base := uint64(0)
+	base := 0
 	if uintptr(unsafe.Pointer(&words[0]))&15 != 0 {
 		base = 1 // two-word cells need 16-byte alignment for CMPXCHG16B
 	}
-	return &Table{words: words, base: base, n: n, stride: stride, cellAt: cellAt, shift: shift}
+	return &Table{slots: unsafe.Pointer(&words[base]), n: n, slotShift: slotShift, cellOff: cellOff, shift: shift, words: words}
 }
 
 // sizeFor returns the slot count that holds keys at the target load.
@@ -63,32 +66,26 @@ func (t *Table) Slots() uint64 { return t.n }
 // Bytes returns the memory held by the table's slots.
 func (t *Table) Bytes() uint64 { return uint64(len(t.words)) * 8 }
 
-func (t *Table) keyAt(i uint64) *uint64  { return &t.words[t.base+i*t.stride] }
-func (t *Table) cellOf(i uint64) *uint64 { return &t.words[t.base+i*t.stride+t.cellAt] }
+func (t *Table) keyAt(i uint64) *uint64 { return (*uint64)(unsafe.Add(t.slots, i<<(t.slotShift&63))) }
+func (t *Table) cellOf(i uint64) *uint64 {
+	return (*uint64)(unsafe.Add(t.slots, uintptr(i<<(t.slotShift&63))+t.cellOff))
+}
 
 // home maps h to a slot. The shard index took h's top bits, so they are shifted out first.
 func (t *Table) home(h uint64) uint64 {
-	hi, _ := bits.Mul64(h<<t.shift, t.n)
+	hi, _ := bits.Mul64(h<<(t.shift&63), t.n)
 	return hi
 }
 
-// Find returns the cell of key h, or nil. It takes no lock and writes nothing. The home slot is
-// checked here, small enough to inline into the hot path; probing on is findFrom's.
+// Find returns the cell of key h, or nil. It takes no lock and writes nothing. It is small enough
+// to inline into the hot path: no call at all for a lookup.
 func (t *Table) Find(h uint64) *uint64 {
 	i := t.home(h)
-	if satomic.LoadUint64(t.keyAt(i)) == h {
-		return t.cellOf(i)
-	}
-	return t.findFrom(h, i)
-}
-
-func (t *Table) findFrom(h, i uint64) *uint64 {
 	for {
-		k := satomic.LoadUint64(t.keyAt(i))
-		if k == h {
-			return t.cellOf(i)
-		}
-		if k == 0 {
+		p := t.keyAt(i)
+		if k := satomic.LoadUint64(p); k == h {
+			return (*uint64)(unsafe.Add(unsafe.Pointer(p), t.cellOff))
+		} else if k == 0 {
 			return nil
 		}
 		if i++; i == t.n {
