@@ -13,4 +13,3 @@ import (
 //go:noescape
 //go:linkname memhash runtime.memhash
 func memhash(p unsafe.Pointer, seed, n uintptr) uintptr
-
