@@ -52,7 +52,7 @@ type fixedWindowWord struct {
 func (c *fixedWindowWord) Words() int     { return 1 }
 func (c *fixedWindowWord) Horizon() int64 { return c.horizon }
 
-func (c *fixedWindowWord) index(t int64) int64 { return int64(c.div.Div(uint64(t))) }
+func (c *fixedWindowWord) index(t int64) int64 { return int64(c.div.Div62(uint64(t))) }
 
 // decode unpacks word at now, rolled to now's window when it is from an earlier one, and returns
 // the index of the state's window, so that encode needs no division.

@@ -2,7 +2,8 @@
 // functions from (state, now, cost) to (new state, result).
 //
 // Everything here is integer arithmetic on int64 milliseconds: no floats, no clocks, no allocation,
-// no concurrency. The engine packs these states into atomic cells and runs these functions inside
+// no concurrency. Times are in [0, 2^62), the engine's range (some 146 million years of Unix
+// milliseconds); the arithmetic relies on it. The engine packs these states into atomic cells and runs these functions inside
 // its CAS loops, so a function here may run several times for one decision and must not have side
 // effects beyond the state it is given. All types are plain values and safe to copy and to share
 // between goroutines; the state structs are owned by whoever holds them.

@@ -116,8 +116,9 @@ func (p *SlidingCounterRule) Refund(s *SlidingCounterState, start, cost, resetAt
 // WindowMs returns the window in milliseconds.
 func (p *SlidingCounterRule) WindowMs() int64 { return p.w }
 
-// Index returns the number of the window that contains t (t / window); t must not be negative.
-func (p *SlidingCounterRule) Index(t int64) int64 { return int64(p.div.Div(uint64(t))) }
+// Index returns the number of the window that contains t (t / window); t must be in [0, 2^62),
+// the engine's time range.
+func (p *SlidingCounterRule) Index(t int64) int64 { return int64(p.div.Div62(uint64(t))) }
 
 // Fresh returns a new key's state at now.
 func (p *SlidingCounterRule) Fresh(now int64) SlidingCounterState {
@@ -159,7 +160,11 @@ func (p *SlidingCounterRule) Carried(previous, elapsed int64) int64 {
 	if previous == 0 {
 		return 0
 	}
-	return int64(p.div.Div(uint64(previous) * uint64(p.w-elapsed)))
+	x := uint64(previous) * uint64(p.w-elapsed)
+	if x < 1<<62 { // always, for one-word cells (previous < 2^21, window <= 2^32 ms)
+		return int64(p.div.Div62(x))
+	}
+	return int64(p.div.Div(x))
 }
 
 // Take rolls s to now and decides a request of cost units, counting it in s when admitted.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	satomic "sync/atomic"
+	"unsafe"
 
 	"github.com/slidelimit/slidelimit/atomic"
 	"github.com/slidelimit/slidelimit/clock"
@@ -17,14 +18,18 @@ type Shard struct {
 	table   satomic.Pointer[Table]
 	horizon satomic.Int64 // a decision at or after this time must sweep the shard first
 	swept   satomic.Int64 // when the last complete sweep began (see Codec.Dead)
-	_       cpu.CacheLinePad
+	_       [lineSize - 24]byte
 
 	mu     sync.Mutex
 	used   uint64 // slots holding a key in the current table; under mu
 	cursor uint64 // where the next bounded reclaim starts; under mu
 	live   satomic.Int64
-	_      cpu.CacheLinePad
+	_      [lineSize - 32]byte
 }
+
+// lineSize is the cache line's size. Shards are exactly two lines long, so that in an array of
+// them (whose start the allocator aligns) the fields every lookup reads share one line.
+const lineSize = unsafe.Sizeof(cpu.CacheLinePad{})
 
 // Config is what every shard of one engine shares. It is read-only after Init.
 type Config struct {
