@@ -200,7 +200,7 @@ func (c *slidingCounterWord) sameWindow(cell *uint64, word *uint64, now, cost, l
 }
 
 // Admit decides cost units at now and counts them when admitted: the path of Allow. The common
-// case, a live cell already in now's window and a unit cost within the limit, is decided here in
+// case, a live cell already in now's window and a cost within the limit, is decided here in
 // one load and one compare-and-swap; anything else, or a lost race, goes the general way.
 func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
 	word := satomic.LoadUint64(cell)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -145,5 +146,26 @@ func BenchmarkWide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Allow("hot")
+	}
+}
+
+var hashSink uint64
+
+// BenchmarkHash compares the engine's string hash with hash/maphash.String, which computes the
+// same function (the runtime's memhash) through three more calls.
+func BenchmarkHash(b *testing.B) {
+	l := newBench(b)
+	seed := maphash.MakeSeed()
+	for _, k := range []string{"10.1.2.3", "client-123456", "user:0123456789abcdef0123456789abcdef"} {
+		b.Run("engine/len="+strconv.Itoa(len(k)), func(b *testing.B) {
+			for b.Loop() {
+				hashSink += l.hashString(k)
+			}
+		})
+		b.Run("maphash/len="+strconv.Itoa(len(k)), func(b *testing.B) {
+			for b.Loop() {
+				hashSink += maphash.String(seed, k)
+			}
+		})
 	}
 }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Compares slidelimit's BenchmarkLimiters results at two commits in one run: builds the bench
+# test binary at each (git worktrees in a temporary directory), alternates them ROUNDS times so
+# that both see the same machine load, and prints benchstat with BEFORE as the base column.
+#
+#   bench/scripts/before-after.sh BEFORE [AFTER]     (AFTER: the working tree when not given)
+#
+# Environment: ROUNDS (5), BENCH (the regexp, default every slidelimit workload), BENCHTIME (0.2s),
+# CPUS (1,2). The raw outputs are kept next to the worktrees; the script prints where.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+before=${1:?usage: bench/scripts/before-after.sh BEFORE [AFTER]}
+after=${2:-}
+rounds=${ROUNDS:-5}
+bench=${BENCH:-Limiters/limiter=slidelimit/}
+benchtime=${BENCHTIME:-0.2s}
+cpus=${CPUS:-1,2}
+tmp=$(mktemp -d)
+repo=$(git -C "$here" rev-parse --show-toplevel)
+
+build() { # build NAME REV: a test binary of the bench module at REV (the working tree if empty)
+	local dir="$here"
+	if [ -n "$2" ]; then
+		git -C "$repo" worktree add --detach -q "$tmp/$1-tree" "$2"
+		dir="$tmp/$1-tree/bench"
+	fi
+	(cd "$dir" && go test -c -o "$tmp/$1.test" ./peers)
+}
+cleanup() {
+	for n in before after; do
+		[ ! -d "$tmp/$n-tree" ] || git -C "$repo" worktree remove --force "$tmp/$n-tree"
+	done
+}
+trap cleanup EXIT
+
+build before "$before"
+build after "$after"
+for i in $(seq "$rounds"); do
+	echo "round $i/$rounds" >&2
+	for n in before after; do
+		"$tmp/$n.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime" -test.cpu "$cpus" >>"$tmp/$n.txt"
+	done
+done
+cd "$here"
+go tool benchstat "before=$tmp/before.txt" "after=$tmp/after.txt"
+echo "raw results: $tmp/before.txt $tmp/after.txt" >&2
