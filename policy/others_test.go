@@ -265,6 +265,9 @@ func TestStateSizes(t *testing.T) {
 		{"DualBucketState", unsafe.Sizeof(DualBucketState{}), 40},
 		{"SlidingLogState", unsafe.Sizeof(SlidingLogState{}), SlidingLogHeaderBytes},
 	} {
+		if c.name == "SlidingLogState" && unsafe.Sizeof(uintptr(0)) != 8 {
+			continue // SlidingLogHeaderBytes is documented for 64-bit platforms, where slices are 24 bytes
+		}
 		if c.got != c.want {
 			t.Errorf("unsafe.Sizeof(%s) = %d, want %d", c.name, c.got, c.want)
 		}
