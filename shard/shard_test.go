@@ -14,7 +14,7 @@ import (
 
 const now = int64(1_764_000_000_000)
 
-func newShard(t *testing.T, limit int64, evict bool) (*Shard, *Config) {
+func newShard(t testing.TB, limit int64, evict bool) (*Shard, *Config) {
 	t.Helper()
 	cfg := &Config{
 		Codec: atomic.NewSlidingCounter(policy.SlidingCounter{Limit: limit, Window: time.Second}),

@@ -1,0 +1,58 @@
+package shard
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"unsafe"
+)
+
+// BenchmarkProbeLines measures what a lookup of a tracked key touches in a table filled the way
+// the engine fills it (random 64-bit hashes; rebuilds at 7/8 to a 4/5 load): slots probed, and
+// cache lines from the home slot's line to the key's own, the first touch of each being a miss
+// when the table is not cached. It reports these figures; its ns/op is only the loop's cost.
+func BenchmarkProbeLines(b *testing.B) {
+	const line = unsafe.Sizeof([8]uint64{})
+	for _, keys := range []int{1 << 14, 1 << 16} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			s, cfg := newShard(b, 10, false)
+			r := rand.New(rand.NewPCG(uint64(keys), 1))
+			hs := make([]uint64, keys)
+			for i := range hs {
+				hs[i] = r.Uint64() | 1
+				s.Acquire(cfg, hs[i], now)
+			}
+			t := s.Table()
+			lineOf := func(i uint64) uintptr { return uintptr(unsafe.Pointer(t.keyAt(i))) / line }
+			var probes, lines, multi float64
+			for b.Loop() {
+				probes, lines, multi = 0, 0, 0
+				for _, h := range hs {
+					i, found := t.slot(h)
+					if !found {
+						b.Fatalf("key %x not found", h)
+					}
+					j, l, last := t.home(h), 1.0, lineOf(t.home(h))
+					probes++
+					for ; j != i; probes++ {
+						if j++; j == t.n {
+							j = 0
+						}
+						if lineOf(j) != last {
+							l, last = l+1, lineOf(j)
+						}
+					}
+					lines += l
+					if l > 1 {
+						multi++
+					}
+				}
+			}
+			n := float64(len(hs))
+			b.ReportMetric(n/float64(t.n), "load")
+			b.ReportMetric(probes/n, "slots/lookup")
+			b.ReportMetric(lines/n, "lines/lookup")
+			b.ReportMetric(multi/n, "multi-line-share")
+		})
+	}
+}
