@@ -17,11 +17,11 @@ import "math/bits"
 
 // Divisor divides by a fixed d. It is a plain value, safe to copy and share.
 type Divisor struct {
-	d      uint64
-	m      uint64
-	s1, s2 uint8
-	l      uint8  // ceil(log2 d)
 	m62    uint64 // ceil(2^(62+l) / d)
+	m      uint64
+	l      uint8 // ceil(log2 d)
+	s1, s2 uint8
+	d      uint64
 }
 
 // New returns a Divisor for d, which must be positive.
@@ -69,16 +69,16 @@ func magic62(d uint64) (uint8, uint64) {
 }
 
 // D returns the divisor.
-func (v Divisor) D() uint64 { return v.d }
+func (v *Divisor) D() uint64 { return v.d }
 
 // Div returns n / d.
-func (v Divisor) Div(n uint64) uint64 {
+func (v *Divisor) Div(n uint64) uint64 {
 	t, _ := bits.Mul64(v.m, n)
 	return (t + (n-t)>>(v.s1&63)) >> (v.s2 & 63) // masked: no check for shifts past 63
 }
 
 // Div62 returns n / d for n < 2^62 (larger n give wrong quotients): one multiply and one shift.
-func (v Divisor) Div62(n uint64) uint64 {
+func (v *Divisor) Div62(n uint64) uint64 {
 	hi, _ := bits.Mul64(n<<2, v.m62)
 	return hi >> (v.l & 63)
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Counts the instructions of one Allow on a tracked key, with callgrind (valgrind), for the
+# one-word and the two-word sliding-counter cell: engine's BenchmarkAllowSteady, whose state does
+# not depend on the machine's speed, run at 500,000 and 1,500,000 decisions; the difference over
+# 1,000,000 is the cost of one decision, the benchmark loop's few included.
+#
+#   bench/scripts/instructions.sh [REV]   (REV: count a commit instead of the working tree; the
+#                                          benchmark's file is copied into a worktree of it)
+#
+# Needs valgrind. GODEBUG=asyncpreemptoff=1 keeps the runtime's preemption signals from upsetting
+# callgrind; GOMAXPROCS=1 keeps the count to the benchmark's goroutine.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+rev=${1:-}
+tmp=$(mktemp -d)
+dir=$repo
+cleanup() { [ -z "$rev" ] || git -C "$repo" worktree remove --force "$tmp/tree"; }
+trap cleanup EXIT
+if [ -n "$rev" ]; then
+	git -C "$repo" worktree add --detach -q "$tmp/tree" "$rev"
+	cp "$repo/engine/steady_bench_test.go" "$tmp/tree/engine/"
+	dir=$tmp/tree
+fi
+(cd "$dir" && go test -c -o "$tmp/engine.test" ./engine)
+count() { # count CELL N: total instructions collected in steadyLoop
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --toggle-collect='*steadyLoop' \
+		--callgrind-out-file="$tmp/cg.$1.$2" "$tmp/engine.test" -test.run '^$' \
+		-test.bench "BenchmarkAllowSteady/cell=$1\$" -test.benchtime "${2}x" >/dev/null 2>&1
+	awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.$1.$2"
+}
+for cell in word pair; do
+	a=$(count "$cell" 500000)
+	b=$(count "$cell" 1500000)
+	echo "${rev:-working tree} cell=$cell: $(((b - a) / 1000000)) instructions per Allow"
+done
