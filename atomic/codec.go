@@ -51,11 +51,12 @@ type Evictor interface {
 	Release(w0, w1 uint64)
 }
 
-// CostChecker is implemented by codecs whose policy refuses some costs before any lookup, without
-// creating the key (GCRA refuses a cost above its burst that way).
+// CostChecker is implemented by codecs whose policy refuses the costs above a bound before any
+// lookup, without creating the key (GCRA refuses a cost above its burst that way).
 type CostChecker interface {
-	// Refuses reports whether cost is refused before any lookup.
-	Refuses(cost int64) bool
+	// MaxCost returns the largest cost that is looked up; a larger one is refused before any
+	// lookup. The engine keeps it as a number, so that the check on its hot path is one compare.
+	MaxCost() int64
 }
 
 // Refunder is implemented by codecs whose policy can give units back exactly (see

@@ -25,7 +25,7 @@ import (
 // now < ref + horizon the lag exceeds -2^60. Dead decodes relative to the sweep instead, into
 // [ref*Rate - 2^60, ref*Rate + 3*2^60).
 //
-// A state is created only on admission: Refuses(cost) tells the engine to refuse a cost above
+// A state is created only on admission: MaxCost tells the engine to refuse a cost above
 // Burst before any lookup, and a new key's bucket is full, so it admits any other cost.
 func NewGCRA(p policy.GCRA) Codec {
 	h := int64(1<<59) / p.Rate
@@ -43,8 +43,9 @@ type gcraWord struct {
 func (c *gcraWord) Words() int     { return 1 }
 func (c *gcraWord) Horizon() int64 { return c.horizon }
 
-// Refuses reports a cost above Burst, which GCRA refuses before any lookup, creating no state.
-func (c *gcraWord) Refuses(cost int64) bool { return !c.p.CheckCost(cost) }
+// MaxCost returns Burst: GCRA refuses a larger cost before any lookup, creating no state
+// (policy.GCRA.CheckCost).
+func (c *gcraWord) MaxCost() int64 { return c.p.Burst }
 
 // decode returns the TAT modulo 2^64 that w holds, read at now, and now*Rate.
 func (c *gcraWord) decode(w uint64, now int64) (tat, sc uint64) {

@@ -64,10 +64,11 @@ func TestGCRARefusesAboveBurstBeforeLookup(t *testing.T) {
 	codec := NewGCRA(policy.GCRA{Rate: 10, Burst: 5})
 	cc, ok := codec.(CostChecker)
 	require.True(t, ok)
-	require.False(t, cc.Refuses(0))
-	require.False(t, cc.Refuses(5))
-	require.True(t, cc.Refuses(6))
-	require.True(t, cc.Refuses(math.MaxInt64))
+	require.Equal(t, int64(5), cc.MaxCost())
+	for _, cost := range []int64{0, 1, 4, 5, 6, 7, math.MaxInt64} {
+		p := policy.GCRA{Rate: 10, Burst: 5}
+		require.Equal(t, p.CheckCost(cost), cost <= cc.MaxCost(), "cost %d", cost)
+	}
 	for _, other := range []Codec{
 		NewTokenBucket(policy.TokenBucket{Rate: 10, Burst: 5}),
 		NewFixedWindow(policy.FixedWindow{Limit: 5, Window: 1e9}),

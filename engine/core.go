@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	mrand "math/rand/v2"
 	"sync"
@@ -36,7 +37,9 @@ type Limiter struct {
 	mix      [3]uint64
 
 	pol      policy.Policy
-	precheck atomic.CostChecker // nil for most policies
+	// maxCost is the largest cost looked up (math.MaxInt64 unless the codec is a CostChecker); as
+	// a uint64 compare it also sends a negative cost the slow way.
+	maxCost int64
 	limits   atomic.LimitTaker  // nil where per-key limits are not supported
 	refunds  atomic.Refunder    // nil where refunds are not supported
 	limit    int64
@@ -94,7 +97,10 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	if l.clk == nil {
 		l.clk, l.ownsClock = clock.Acquire(), true
 	}
-	l.precheck, _ = codec.(atomic.CostChecker)
+	l.maxCost = math.MaxInt64
+	if cc, ok := codec.(atomic.CostChecker); ok {
+		l.maxCost = cc.MaxCost()
+	}
 	l.limits, _ = codec.(atomic.LimitTaker)
 	l.refunds, _ = codec.(atomic.Refunder)
 	l.initHash(cfg)
@@ -251,7 +257,7 @@ func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now
 // general way. A first attempt that finds its cell not live has consumed nothing, so handing over
 // to take is safe.
 func (l *Limiter) admit(h uint64, n int64) bool {
-	if n < 0 || l.closed.Load() || (l.precheck != nil && l.precheck.Refuses(n)) {
+	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
 		return l.admitSlow(h, n)
 	}
 	now := l.clk.Now()
@@ -297,7 +303,7 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 	if l.closed.Load() {
 		return policy.Result{}, ReasonClosed
 	}
-	if l.precheck != nil && l.precheck.Refuses(n) {
+	if n > l.maxCost {
 		return policy.Result{}, ReasonCostAboveLimit // refused by the policy, with no lookup and no key
 	}
 	now := l.clk.Now()

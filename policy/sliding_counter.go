@@ -157,15 +157,15 @@ func (p *SlidingCounterRule) estimate(s *SlidingCounterState, now int64) int64 {
 // Carried returns the part of the previous window's count that still weighs elapsed ms into the
 // current window (0 <= elapsed < window): floor(previous * (window - elapsed) / window).
 func (p *SlidingCounterRule) Carried(previous, elapsed int64) int64 {
-	if previous == 0 {
-		return 0
-	}
 	x := uint64(previous) * uint64(p.w-elapsed)
-	if x < 1<<62 { // always, for one-word cells (previous < 2^21, window <= 2^32 ms)
-		return int64(p.div.Div62(x))
+	if x >= 1<<62 { // never for one-word cells (previous < 2^21, window <= 2^32 ms)
+		return p.carriedWide(x)
 	}
-	return int64(p.div.Div(x))
+	return int64(p.div.Div62(x)) // small enough to inline: one multiply and one shift
 }
+
+// carriedWide is Carried's division for products of 2^62 and more, out of line.
+func (p *SlidingCounterRule) carriedWide(x uint64) int64 { return int64(p.div.Div(x)) }
 
 // Take rolls s to now and decides a request of cost units, counting it in s when admitted.
 // Cost 0 is always admitted and counts nothing; a cost above Limit is refused; a refused request
