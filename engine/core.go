@@ -30,21 +30,21 @@ type Limiter struct {
 	cfg    shard.Config
 	codec  atomic.Codec
 	clk    *clock.Clock
+	// maxCost is the largest cost looked up (math.MaxInt64 unless the codec is a CostChecker); as
+	// a uint64 compare it also sends a negative cost the slow way.
+	maxCost int64
 
 	// hash is memhash under a random hashSeed, or seededHash under WithSeed's.
 	hash     func(p unsafe.Pointer, seed, n uintptr) uintptr
 	hashSeed uintptr
 	mix      [3]uint64
 
-	pol      policy.Policy
-	// maxCost is the largest cost looked up (math.MaxInt64 unless the codec is a CostChecker); as
-	// a uint64 compare it also sends a negative cost the slow way.
-	maxCost int64
-	limits   atomic.LimitTaker  // nil where per-key limits are not supported
-	refunds  atomic.Refunder    // nil where refunds are not supported
-	limit    int64
-	maxKeys  int64
-	atCap    AtCap
+	pol     policy.Policy
+	limits  atomic.LimitTaker // nil where per-key limits are not supported
+	refunds atomic.Refunder   // nil where refunds are not supported
+	limit   int64
+	maxKeys int64
+	atCap   AtCap
 
 	ownsClock bool
 	sweeper   *evict.Sweeper
