@@ -21,7 +21,7 @@ import (
 // a one-word cell makes a 16-byte slot, a two-word cell a 32-byte slot whose cell is 16-byte
 // aligned. Key 0 marks an empty slot (the engine never uses hash 0). Probing is linear from a
 // home slot found by multiplying the hash into [0, n), so n need not be a power of two and the
-// table can be sized to hold its keys at a steady load (between 0.7 and 0.875).
+// table can be sized to hold its keys at a steady load (between 0.8 and 0.875).
 type Table struct {
 	// slots points at slot 0; slot i is at slots + i<<slotShift, its cell cellOff bytes further.
 	// Addressing by pointer keeps bounds checks off the lookup, which every decision makes; i < n
