@@ -11,10 +11,6 @@ import (
 // hasCAS128 is false only on the first x86-64 processors, which lack CMPXCHG16B.
 var hasCAS128 = cpu.X86.HasCX16
 
-// risingOK says whether loadRising's three plain loads read a pair consistently: only where
-// pairs are written by CMPXCHG16B, both words at once.
-var risingOK = hasCAS128
-
 //go:noescape
 func cmpxchg16b(p *[2]uint64, old0, old1, new0, new1 uint64) bool
 
@@ -42,23 +38,21 @@ func load128(p *[2]uint64) (uint64, uint64) {
 // instruction: the second word, read between two equal readings of the first, belongs to that
 // first word. Under contention this spares every attempt one cache-line-locking CMPXCHG16B.
 func loadRising(p *[2]uint64) (uint64, uint64) {
-	w0 := satomic.LoadUint64(&p[0])
-	w1 := satomic.LoadUint64(&p[1])
-	if hasCAS128 && satomic.LoadUint64(&p[0]) == w0 {
-		return w0, w1 // small enough to inline: the common case costs three loads
-	}
-	return loadRisingSlow(p)
-}
-
-func loadRisingSlow(p *[2]uint64) (uint64, uint64) {
 	if !hasCAS128 {
 		return lockedLoad128(p)
 	}
 	for {
-		w0 := satomic.LoadUint64(&p[0])
-		w1 := satomic.LoadUint64(&p[1])
-		if satomic.LoadUint64(&p[0]) == w0 {
+		if w0, w1, ok := tryLoadRising(p); ok {
 			return w0, w1
 		}
 	}
+}
+
+// tryLoadRising is one attempt of loadRising, small enough to inline into a hot path: three plain
+// loads, ok when they read the pair consistently. Never ok where pairs are written under the
+// lock, whose words are stored one by one.
+func tryLoadRising(p *[2]uint64) (w0, w1 uint64, ok bool) {
+	w0 = satomic.LoadUint64(&p[0])
+	w1 = satomic.LoadUint64(&p[1])
+	return w0, w1, hasCAS128 && satomic.LoadUint64(&p[0]) == w0
 }

@@ -12,5 +12,5 @@ func load128(p *[2]uint64) (uint64, uint64) { return lockedLoad128(p) }
 // atomically one by one, so only the lock gives a consistent reading.
 func loadRising(p *[2]uint64) (uint64, uint64) { return lockedLoad128(p) }
 
-// risingOK is false: the lock writes a pair's words one by one, so plain loads may tear.
-const risingOK = false
+// tryLoadRising never succeeds: the lock writes a pair's words one by one, so plain loads may tear.
+func tryLoadRising(*[2]uint64) (w0, w1 uint64, ok bool) { return 0, 0, false }

@@ -201,7 +201,8 @@ func (c *slidingCounterWord) sameWindow(cell *uint64, word *uint64, now, cost, l
 
 // Admit decides cost units at now and counts them when admitted: the path of Allow. The common
 // case, a live cell already in now's window and a cost within the limit, is decided here in
-// one load and one compare-and-swap; anything else, or a lost race, goes the general way.
+// one load and one compare-and-swap (sameWindow's loop, written out so that Allow makes no
+// further call); anything else goes the general way.
 func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status) {
 	word := satomic.LoadUint64(cell)
 	n := c.p.Index(now)
@@ -221,16 +222,14 @@ func (c *slidingCounterWord) Admit(cell *uint64, now, cost int64) (bool, Status)
 	return c.admit(cell, now, cost)
 }
 
+// admit is Admit's general way: a cell not live or not in now's window, a cost of 0 or above the
+// limit, or a race lost to a window change. Admit has just tried the same-window case, so this
+// goes straight to the policy.
 func (c *slidingCounterWord) admit(cell *uint64, now, cost int64) (bool, Status) {
 	word := satomic.LoadUint64(cell)
 	for {
 		if word&Flags != 0 {
 			return false, statusOf(word)
-		}
-		if ok, _, done := c.sameWindow(cell, &word, now, cost, c.p.Limit()); done {
-			return ok, OK
-		} else if word&Flags != 0 {
-			continue
 		}
 		s, n, at := c.decode(word, now)
 		if !c.p.Admit(&s, now, n*c.w, cost) {
@@ -359,12 +358,10 @@ func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.Sl
 // read and one 16-byte compare-and-swap, the rest the general way.
 func (c *slidingCounterPair) Admit(cell *uint64, now, cost int64) (bool, Status) {
 	p := pair(cell)
-	w0 := satomic.LoadUint64(&p[0])
-	w1 := satomic.LoadUint64(&p[1])
+	w0, w1, ok := tryLoadRising(p)
 	n := c.p.Index(now)
 	// w0 holds the flags above the window index: equal to n, the cell is live and in now's window.
-	// Read again unchanged, it owns w1 (loadRising, written out here to keep it inline).
-	for w0 == uint64(n) && uint64(cost-1) < uint64(c.p.Limit()) && risingOK && satomic.LoadUint64(&p[0]) == w0 {
+	for ok && w0 == uint64(n) && uint64(cost-1) < uint64(c.p.Limit()) {
 		est := c.p.Carried(int64(w1>>32), now-n*c.w) + int64(w1&math.MaxUint32)
 		if est+cost > c.p.Limit() {
 			return false, OK
@@ -373,7 +370,7 @@ func (c *slidingCounterPair) Admit(cell *uint64, now, cost int64) (bool, Status)
 		if cas128(p, w0, w1, w0, w1+uint64(cost)) {
 			return true, OK
 		}
-		w0, w1 = satomic.LoadUint64(&p[0]), satomic.LoadUint64(&p[1]) // lost a race
+		w0, w1, ok = tryLoadRising(p) // lost a race
 	}
 	return c.admit(cell, now, cost)
 }
