@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/atomic"
 	"github.com/slidelimit/slidelimit/policy"
 )
@@ -98,32 +99,15 @@ func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
 	}
 }
 
-// Errors returned by Wait for requests that waiting cannot help.
+// Errors returned by Wait for requests that waiting cannot help: the root package's, so that
+// errors.Is works whichever backend returned them.
 var (
-	ErrCostAboveLimit = errors.New("engine: cost above the limit can never be admitted")
-	ErrNegativeCost   = errors.New("engine: negative cost")
-	ErrKeyCap         = errors.New("engine: key cap reached")
-	ErrClosed         = errors.New("engine: limiter closed")
-	ErrInvalidLimit   = errors.New("engine: invalid per-key limit")
+	ErrCostAboveLimit = slidelimit.ErrCostAboveLimit
+	ErrNegativeCost   = slidelimit.ErrNegativeCost
+	ErrKeyCap         = slidelimit.ErrKeyCap
+	ErrClosed         = slidelimit.ErrClosed
+	ErrInvalidLimit   = slidelimit.ErrInvalidLimit
 )
-
-// Err returns the error Wait reports for a request refused for reason r: nil for ReasonOK and
-// ReasonLimited (which waiting resolves), a sentinel error otherwise.
-func (r Reason) Err() error {
-	switch r {
-	case ReasonCostAboveLimit:
-		return ErrCostAboveLimit
-	case ReasonNegativeCost:
-		return ErrNegativeCost
-	case ReasonKeyCap:
-		return ErrKeyCap
-	case ReasonClosed:
-		return ErrClosed
-	case ReasonInvalidLimit:
-		return ErrInvalidLimit
-	}
-	return nil
-}
 
 // Wait blocks until n units for key are admitted (and counted), or ctx ends. It sleeps the solved
 // RetryAfter between attempts rather than polling, so a waiter costs one decision per wake-up.

@@ -89,7 +89,7 @@ func bucketTarget(id string, params [2]string, period func(p [2]int64) int64, le
 	}
 }
 
-// fillMs is POLICIES.md's fillMs (token bucket, GCRA) and drainMs (leaky bucket).
+// fillMs is docs/policies.md's fillMs (token bucket, GCRA) and drainMs (leaky bucket).
 func fillMs(p [2]int64) int64 { return ceilDiv(p[1]*1000, p[0]) }
 
 func tokensLeft(m *reference.Model, _ [2]int64, key, now int64) int64 {

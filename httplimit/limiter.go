@@ -13,46 +13,30 @@
 package httplimit
 
 import (
-	"context"
-	"errors"
 	"math"
 	"time"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// Limiter decides n units for key. An admitted request is counted; a refused one consumes
-// nothing. A non-nil error means the limiter could not decide (its store is unreachable, it is
-// closed); the Decision returned with it is whatever the implementation chose to decide in that
-// case, which ErrorMode says whether to trust.
-//
-// Implementations must be safe for concurrent use: the middleware calls Take from every request's
-// goroutine at once. engine.Limiter (through Local) and redisstore.Limiter implement it.
-type Limiter interface {
-	Take(ctx context.Context, key string, n int64) (engine.Decision, error)
-}
+// Limiter is the root package's interface: Take(ctx, key, n) (Decision, error). The in-process
+// engine (through Local or (*engine.Limiter).AsLimiter), redisstore.Limiter and the batched fleet
+// mode all implement it, safely for concurrent use: the middleware calls Take from every
+// request's goroutine at once.
+type Limiter = slidelimit.Limiter
 
-// ErrLimiterClosed is returned by a Local limiter whose engine.Limiter has been closed.
-var ErrLimiterClosed = errors.New("httplimit: limiter closed")
+// ErrLimiterClosed is returned by a Local limiter whose engine.Limiter has been closed; it is
+// engine.ErrClosed (and slidelimit.ErrClosed), so errors.Is matches any of the three.
+var ErrLimiterClosed = engine.ErrClosed
 
-// Local adapts an in-process engine limiter to Limiter. Its Take ignores ctx (an in-process
-// decision never waits) and returns an error only once l is closed (ErrLimiterClosed). The
-// adapter also reports l's policy, from which the middleware derives its RateLimit-Policy field.
-// Safe for concurrent use, as l is.
-func Local(l *engine.Limiter) Limiter { return local{l} }
-
-type local struct{ l *engine.Limiter }
-
-func (a local) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
-	d := a.l.Take(key, n)
-	if d.Reason == engine.ReasonClosed {
-		return d, ErrLimiterClosed
-	}
-	return d, nil
-}
-
-func (a local) Policy() policy.Policy { return a.l.Policy() }
+// Local adapts an in-process engine limiter to Limiter: it is l.AsLimiter(). Its Take ignores ctx
+// (an in-process decision never waits) and returns an error only once l is closed
+// (ErrLimiterClosed). The adapter also reports l's policy, from which the middleware derives its
+// RateLimit-Policy field. Safe for concurrent use, as l is. Local(nil) returns nil, which
+// Middleware.Validate reports.
+func Local(l *engine.Limiter) Limiter { return l.AsLimiter() }
 
 // policyReporter is what Local and redisstore.Limiter offer beyond Take, letting the middleware
 // describe the quota without being told.

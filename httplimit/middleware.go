@@ -7,40 +7,27 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 )
 
 // ErrorMode says what the middleware (or the Listener) does with a request (or a connection) when
-// the Limiter returns an error. It is a plain value, safe to copy and share.
-type ErrorMode uint8
+// the Limiter returns an error: the root package's FailureMode. FailOpen (the default) serves the
+// request as if it were admitted, without a RateLimit field, after calling OnError. FailClosed
+// answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter rounded up, at least
+// 1 second), after calling OnError. FailLocal (TrustDecision) uses the Decision returned with the
+// error as if there had been no error, after calling OnError: right for a Limiter that decides
+// something sensible itself when its store fails, such as redisstore with a fallback limiter.
+type ErrorMode = slidelimit.FailureMode
 
+// The error modes, as in the root package.
 const (
-	// FailOpen serves the request as if it were admitted, without a RateLimit field (there is no
-	// decision to report), after calling OnError. The default: a limiter that cannot reach its
-	// store should not take the service down with it.
-	FailOpen ErrorMode = iota
-	// FailClosed answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter
-	// rounded up, at least 1 second), after calling OnError. The request never reaches the next
-	// handler.
-	FailClosed
-	// TrustDecision uses the Decision returned with the error as if there had been no error, after
-	// calling OnError: right for a Limiter that decides something sensible itself when its store
-	// fails, such as redisstore with a fallback limiter.
-	TrustDecision
+	FailOpen   = slidelimit.FailOpen
+	FailClosed = slidelimit.FailClosed
+	FailLocal  = slidelimit.FailLocal
+	// TrustDecision is FailLocal's earlier name.
+	TrustDecision = slidelimit.FailLocal
 )
-
-// String returns "fail-open", "fail-closed" or "trust-decision".
-func (m ErrorMode) String() string {
-	switch m {
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	case TrustDecision:
-		return "trust-decision"
-	}
-	return "ErrorMode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // Middleware limits the requests that reach a handler. Fill in the fields, then call Wrap; every
 // field but Limiter may be left zero, and a nil hook means the default its comment states.

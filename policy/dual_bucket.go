@@ -15,7 +15,7 @@ const DualPeriodMs = 60_000
 // Per key: DualBucketState, 40 bytes as a Go struct. Its information fits in 2×32 bits of counts,
 // 2×16 bits of credit (< 60000) and one timestamp, for a packed cell.
 //
-// Exact integer arithmetic, with sixty-thousandths carried in the credits (see POLICIES.md).
+// Exact integer arithmetic, with sixty-thousandths carried in the credits (see docs/policies.md).
 // Overflow: dt is clamped to DualPeriodMs, so perMin*dt < 2^32 * 2^16 = 2^48.
 //
 // A DualBucket is a plain value: safe to copy and to use from any number of goroutines. Its
@@ -99,7 +99,7 @@ func (p DualBucket) Take(s *DualBucketState, now, cost int64) Result {
 }
 
 // Peek refills a copy of s to now and reports what a call of one token would get, changing
-// nothing. Probe.Requests and Probe.Tokens are POLICIES.md's requestsOf and tokensOf.
+// nothing. Probe.Requests and Probe.Tokens are docs/policies.md's requestsOf and tokensOf.
 func (p DualBucket) Peek(s DualBucketState, now int64) (Result, Probe) {
 	p.Refill(&s, now)
 	r := Result{
@@ -123,7 +123,7 @@ func (p DualBucket) remaining(s *DualBucketState) int64 {
 
 // wait solves for the least wait until one request and cost tokens are both there: each bucket's
 // own solved wait (as the token bucket's, in sixty-thousandths) and the larger of the two, since
-// both only grow. For cost 1 that is POLICIES.md's rule. Each need is at most perMin*60000, so
+// both only grow. For cost 1 that is docs/policies.md's rule. Each need is at most perMin*60000, so
 // each wait is at most DualPeriodMs and the clamp in Refill never bites.
 func (p DualBucket) wait(s *DualBucketState, now, cost int64) int64 {
 	return max(s.Last-now, 0) + max(

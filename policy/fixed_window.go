@@ -51,7 +51,7 @@ func (p FixedWindow) Fresh(now int64) FixedWindowState {
 
 // Roll moves s to the window that contains now, counting from zero. A state from a later window
 // than now's (a racing goroutine read the clock a moment later) is left as it is and now is
-// treated as that window's first millisecond, so time never runs backwards for a key. (POLICIES.md
+// treated as that window's first millisecond, so time never runs backwards for a key. (docs/policies.md
 // resets on any different window; the two agree whenever time does not run backwards.)
 func (p FixedWindow) Roll(s *FixedWindowState, now int64) {
 	w := p.WindowMs()
@@ -80,7 +80,7 @@ func (p FixedWindow) Take(s *FixedWindowState, now, cost int64) Result {
 	return r
 }
 
-// Peek reports what a unit request would get at now, changing nothing. As POLICIES.md says, the
+// Peek reports what a unit request would get at now, changing nothing. As docs/policies.md says, the
 // fixed window's probes only read: a state from an earlier window reads as zero, without being
 // rolled. Probe.Count is the units counted in now's window (countOf).
 func (p FixedWindow) Peek(s FixedWindowState, now int64) (Result, Probe) {

@@ -4,7 +4,7 @@ import "math"
 
 // GCRA is the generic cell rate algorithm: the token bucket's decisions from one 64-bit word per
 // key, the theoretical arrival time (TAT). Time is scaled so that 1 ms = Rate units and one permit
-// = 1000 units (POLICIES.md); the bucket's deficit, in thousandths of a permit, is the lag
+// = 1000 units (docs/policies.md); the bucket's deficit, in thousandths of a permit, is the lag
 // TAT - now*Rate when positive, and the bucket is full when the lag is zero or negative.
 // With the same Rate and Burst, GCRA and TokenBucket admit and refuse exactly the same requests
 // and report the same Result on any sequence with non-decreasing times. On a time earlier than a
@@ -22,7 +22,7 @@ import "math"
 // and every now >= 0 are accepted.
 //
 // What the engine must do: (1) refuse a cost that CheckCost rejects before looking the key up,
-// creating no state (POLICIES.md); GCRA creates state only on admission. (2) Never read a state
+// creating no state (docs/policies.md); GCRA creates state only on admission. (2) Never read a state
 // more than MaxIdleMs after its last admission: forget it (it is Dead long before, as soon as the
 // bucket is full) or replace it by Fresh(now), which changes no decision. The evictor does this
 // for free; with eviction off the engine must still visit GCRA keys at least every MaxIdleMs. For
@@ -79,7 +79,7 @@ func (p GCRA) scaled(now int64) uint64 { return uint64(now) * uint64(p.Rate) }
 func (p GCRA) Fresh(now int64) GCRAState { return GCRAState{TAT: p.scaled(now)} }
 
 // Take decides a request of cost permits at now, advancing TAT by cost*1000 when admitted.
-// POLICIES.md's "refuse iff s < tat - tolerance + (cost-1)*1000" is, in terms of the lag,
+// docs/policies.md's "refuse iff s < tat - tolerance + (cost-1)*1000" is, in terms of the lag,
 // "refuse iff lag > (Burst - cost)*1000", and "store max(s, tat) + cost*1000" is
 // "store s + max(lag, 0) + cost*1000". Cost 0 is admitted (for any non-decreasing time); a cost
 // above Burst is refused, changes nothing, and has RetryAfterMs 0; a refused request changes
@@ -107,9 +107,9 @@ func (p GCRA) Take(s *GCRAState, now, cost int64) Result {
 }
 
 // Peek reports what a unit request would get at now, changing nothing. Probe.Tokens is
-// POLICIES.md's tokensOf.
+// docs/policies.md's tokensOf.
 //
-// RetryAfterMs is POLICIES.md's ceilDiv(target, rate) - now with target = TAT - (Burst-1)*1000;
+// RetryAfterMs is docs/policies.md's ceilDiv(target, rate) - now with target = TAT - (Burst-1)*1000;
 // as now*Rate is a whole number of ms, that is ceil((lag - (Burst-1)*1000) / Rate). It equals the
 // token bucket's ceil((1000 - credit) / Rate) because the lag is exactly the bucket's deficit.
 func (p GCRA) Peek(s GCRAState, now int64) (Result, Probe) {
@@ -123,7 +123,7 @@ func (p GCRA) Peek(s GCRAState, now int64) (Result, Probe) {
 	return r, Probe{Tokens: tokens}
 }
 
-// tokens is POLICIES.md's tokensOf: avail = s - (tat - Burst*1000) = Burst*1000 - lag, whole
+// tokens is docs/policies.md's tokensOf: avail = s - (tat - Burst*1000) = Burst*1000 - lag, whole
 // permits, at most Burst. A lag at or below zero is a full bucket (and must not be subtracted:
 // it may be near -2^63).
 func (p GCRA) tokens(lag int64) int64 {

@@ -8,7 +8,7 @@ package policy
 // (<= Capacity <= MaxLimit), 10 bits of credit (< 1000) and one timestamp, for a packed cell.
 //
 // The drain is exact integer arithmetic with the thousandths already drained from the next unit
-// carried in Credit (see POLICIES.md): the water in the bucket is Level*1000 - Credit thousandths,
+// carried in Credit (see docs/policies.md): the water in the bucket is Level*1000 - Credit thousandths,
 // and it falls by exactly Rate per ms until empty, so draining in several steps gives the same
 // bucket as one step over the whole span. Overflow: a gap above 2^30 ms is clamped to DrainMs
 // before the multiply, so Rate*dt is below max(2^32 * 2^30, Capacity*1000 + Rate) = 2^62 for every
@@ -94,7 +94,7 @@ func (p LeakyBucket) Take(s *LeakyBucketState, now, cost int64) Result {
 }
 
 // Peek drains a copy of s to now and reports what a unit request would get, changing nothing.
-// Probe.Level is the level (POLICIES.md's levelOf).
+// Probe.Level is the level (docs/policies.md's levelOf).
 func (p LeakyBucket) Peek(s LeakyBucketState, now int64) (Result, Probe) {
 	p.Drain(&s, now)
 	r := Result{Allowed: s.Level < p.Capacity, Limit: p.Capacity, Remaining: p.Capacity - s.Level, ResetAtMs: p.resetAt(&s, now)}
@@ -108,7 +108,7 @@ func (p LeakyBucket) Peek(s LeakyBucketState, now int64) (Result, Probe) {
 // with no other traffic. The level after draining is ceil(water / 1000) with water =
 // Level*1000 - Credit - Rate*dt, so the cost fits once water <= (Capacity - cost)*1000, that is
 // after ceil(((Level + cost - Capacity)*1000 - Credit) / Rate) ms from the state's time. For
-// cost 1 and a full bucket that is POLICIES.md's ceilDiv(1000 - credit, ratePerSec). The need is
+// cost 1 and a full bucket that is docs/policies.md's ceilDiv(1000 - credit, ratePerSec). The need is
 // at most Capacity*1000, so the wait is at most DrainMs and the clamp in Drain never bites.
 func (p LeakyBucket) wait(s *LeakyBucketState, now, cost int64) int64 {
 	return max(s.Last-now, 0) + divCeil((s.Level+cost-p.Capacity)*1000-s.Credit, p.Rate)

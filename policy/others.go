@@ -20,7 +20,7 @@ package policy
 // over the whole span gives. That is what makes a refill on a refused request, or on a probe,
 // invisible to every later decision.
 
-// divCeil returns ceil(a / b) for a >= 0 and b > 0: POLICIES.md's ceilDiv, (a + b - 1) / b,
+// divCeil returns ceil(a / b) for a >= 0 and b > 0: docs/policies.md's ceilDiv, (a + b - 1) / b,
 // written so that it cannot overflow for any a.
 func divCeil(a, b int64) int64 {
 	q := a / b

@@ -13,7 +13,7 @@ import (
 
 // This file holds what the six policies' tests share: a property harness that replays random
 // request sequences through a policy and checks every promise the policies make in common, and
-// plain reference models written from POLICIES.md in a different form from the code under test
+// plain reference models written from docs/policies.md in a different form from the code under test
 // (total thousandths instead of units plus credit, a slice of int64 instead of a packed ring),
 // with overflow-proof arithmetic, so that they can check the code at the extremes.
 
@@ -209,7 +209,7 @@ func subFloored(v, a, b int64) int64 {
 }
 
 // refBucket is a token bucket as total thousandths (or sixty-thousandths) of a unit, filling at
-// rate per ms up to size. POLICIES.md's tokens+credit state is the same quantity split in two.
+// rate per ms up to size. docs/policies.md's tokens+credit state is the same quantity split in two.
 type refBucket struct {
 	unit, rate, size int64 // size in units
 	have, last       int64 // have in 1/unit

@@ -9,7 +9,7 @@ import (
 // SlidingCounter is the sliding window counter: per key, the current window's count and the
 // previous window's, the latter weighted by how much of it still overlaps the trailing window.
 // Windows are aligned to the Unix epoch, so every process (and Redis) agrees on where they start.
-// The rules are exact and integer (see DESIGN.md §1): the carried weight is floored, a gap of two
+// The rules are exact and integer (see docs/policies.md ("Sliding window counter")): the carried weight is floored, a gap of two
 // windows clears both counts, ties admit, and RetryAfter is solved rather than searched.
 type SlidingCounter struct {
 	Limit  int64         // units admitted per window, 1 … MaxLimit

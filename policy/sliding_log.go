@@ -134,7 +134,7 @@ func (p SlidingLog) Expire(s *SlidingLogState, now int64) {
 // stricter, never more lenient.
 //
 // RetryAfterMs for a refused cost is solved: it needs k = count + cost - Limit entries gone, so
-// it is the k-th oldest entry's time + Window - now; for cost 1 on a full log that is POLICIES.md's
+// it is the k-th oldest entry's time + Window - now; for cost 1 on a full log that is docs/policies.md's
 // oldest + windowMs - now, with no extra millisecond.
 func (p SlidingLog) Take(s *SlidingLogState, now, cost int64) Result {
 	p.Expire(s, now)

@@ -132,7 +132,7 @@ func TestSlidingLogValidate(t *testing.T) {
 	}
 }
 
-// refLog is the literal log of POLICIES.md, with full int64 timestamps.
+// refLog is the literal log of docs/policies.md, with full int64 timestamps.
 type refLog struct {
 	limit, w int64
 	times    []int64

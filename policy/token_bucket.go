@@ -8,7 +8,7 @@ package policy
 // (<= Burst <= MaxLimit), 10 bits of credit (< 1000) and one timestamp, for a packed cell.
 //
 // The refill is exact integer arithmetic with thousandths of a token carried in Credit (see
-// POLICIES.md): refilling in several steps gives the same bucket as one step over the whole span.
+// docs/policies.md): refilling in several steps gives the same bucket as one step over the whole span.
 // Overflow: a gap above 2^30 ms is clamped to FillMs before the multiply, so Rate*dt is below
 // max(2^32 * 2^30, Burst*1000 + Rate) = 2^62, and every intermediate stays below 2^63 for every
 // Rate and Burst up to MaxLimit and every time up to 2^62 ms.
@@ -92,7 +92,7 @@ func (p TokenBucket) Take(s *TokenBucketState, now, cost int64) Result {
 }
 
 // Peek refills a copy of s to now and reports what a unit request would get, changing nothing.
-// Probe.Tokens is the whole tokens in the bucket (POLICIES.md's tokensOf).
+// Probe.Tokens is the whole tokens in the bucket (docs/policies.md's tokensOf).
 func (p TokenBucket) Peek(s TokenBucketState, now int64) (Result, Probe) {
 	p.Refill(&s, now)
 	r := Result{Allowed: s.Tokens >= 1, Limit: p.Burst, Remaining: s.Tokens, ResetAtMs: p.resetAt(&s, now)}
@@ -105,7 +105,7 @@ func (p TokenBucket) Peek(s TokenBucketState, now int64) (Result, Probe) {
 // wait solves for the least wait after which cost (Tokens < cost <= Burst) tokens are there,
 // with no other traffic. The refill adds Rate thousandths per ms to Tokens*1000 + Credit, so the
 // need is (cost - Tokens)*1000 - Credit thousandths: ceil(need / Rate) ms after the state's time.
-// For cost 1 and an empty bucket that is POLICIES.md's ceilDiv(1000 - credit, ratePerSec). The
+// For cost 1 and an empty bucket that is docs/policies.md's ceilDiv(1000 - credit, ratePerSec). The
 // need is at most Burst*1000, so the wait is at most FillMs and the clamp in Refill never bites.
 func (p TokenBucket) wait(s *TokenBucketState, now, cost int64) int64 {
 	return max(s.Last-now, 0) + divCeil((cost-s.Tokens)*1000-s.Credit, p.Rate)

@@ -120,7 +120,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	}
 
 	time.Sleep(150 * time.Millisecond)
-	before := l.Stats()
+	before := statsOf(l)
 	faultAt := time.Now()
 	phase.Store(1)
 	switch fault {
@@ -132,7 +132,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 		}
 	}
 	time.Sleep(faultOutage)
-	during := l.Stats()
+	during := statsOf(l)
 	phase.Store(2)
 	back := time.Now()
 	switch fault {
@@ -148,7 +148,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	// Recovery: the next probe after the cooldown closes the breaker. Bounded wait.
 	recovered := time.Duration(-1)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if !l.Stats().BreakerOpen {
+		if !statsOf(l).BreakerOpen {
 			if _, err := l.Take(context.Background(), "probe", 1); err == nil {
 				recovered = time.Since(back)
 				break
@@ -165,7 +165,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	}
 
 	if recovered < 0 {
-		t.Fatalf("no successful call within 5s after the server came back; stats %+v", l.Stats())
+		t.Fatalf("no successful call within 5s after the server came back; stats %+v", statsOf(l))
 	}
 	var outage []time.Duration
 	var healthyErrs, outageCalls, outageErrs, lateErrs int

@@ -150,7 +150,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonNegativeCost}, nil
 	}
 	if l.algo.kind == kindGCRA && n > l.algo.limit {
-		// GCRA refuses a cost above its burst before any lookup (POLICIES.md).
+		// GCRA refuses a cost above its burst before any lookup (docs/policies.md).
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
 	}
 	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
@@ -320,9 +320,10 @@ type Stats struct {
 	DenyCacheKeys int   // keys remembered by the deny cache now
 }
 
-// Stats returns the limiter's counters. Safe to call at any time, including after Close.
-func (l *Limiter) Stats() Stats {
-	s := Stats{
+// Stats fills s with the limiter's counters, allocating nothing, as engine.Limiter.Stats does.
+// Safe to call at any time, including after Close.
+func (l *Limiter) Stats(s *Stats) {
+	*s = Stats{
 		Calls: l.calls.Value(), RoundTrips: l.roundTrips.Value(), DenyCacheHits: l.denyHits.Value(),
 		Failures: l.failures.Value(), ShortCircuits: l.shortCircuits.Value(),
 		BreakerOpens: int64(l.br.opens.Load()), BreakerOpen: l.br.open(),
@@ -330,7 +331,6 @@ func (l *Limiter) Stats() Stats {
 	if l.deny != nil {
 		s.DenyCacheKeys = l.deny.len()
 	}
-	return s
 }
 
 // Close makes every later Take return ErrClosed and releases the process-wide clock if the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -13,35 +14,23 @@ import (
 type Option func(*config) error
 
 // OnFailure says what Take decides when Redis cannot: on a timeout, a connection error, an error
-// reply, or while the circuit breaker is open. A plain value, safe to copy and share.
-type OnFailure uint8
+// reply, or while the circuit breaker is open. It is the root package's FailureMode:
+//   - FailOpen (the default) admits every request (Reason ReasonOK, Remaining 0);
+//   - FailClosed refuses every request (Reason ReasonLimited), with RetryAfter set to when the
+//     breaker will next try Redis;
+//   - FailLocal (FailFallback) decides with the in-process engine.Limiter given to WithFallback:
+//     each process then enforces its own limit (size it as the fleet's limit divided by the number
+//     of processes), and the counts it makes are not carried back to Redis.
+type OnFailure = slidelimit.FailureMode
 
+// The failure modes, as in the root package.
 const (
-	// FailOpen admits every request (Reason ReasonOK, Remaining 0): availability over accuracy.
-	// The default, since a rate limiter that takes the service down with it is usually worse than
-	// one that briefly limits nothing.
-	FailOpen OnFailure = iota
-	// FailClosed refuses every request (Reason ReasonLimited), with RetryAfter set to when the
-	// breaker will next try Redis.
-	FailClosed
-	// FailFallback decides with the in-process engine.Limiter given to WithFallback: each process
-	// then enforces its own limit (size it as the fleet's limit divided by the number of
-	// processes), and the counts it makes are not carried back to Redis.
-	FailFallback
+	FailOpen   = slidelimit.FailOpen
+	FailClosed = slidelimit.FailClosed
+	FailLocal  = slidelimit.FailLocal
+	// FailFallback is FailLocal's earlier name.
+	FailFallback = slidelimit.FailLocal
 )
-
-// String returns "open", "closed" or "fallback".
-func (f OnFailure) String() string {
-	switch f {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	case FailFallback:
-		return "fallback"
-	}
-	return fmt.Sprintf("OnFailure(%d)", uint8(f))
-}
 
 // Defaults, constants safe to read from anywhere.
 const (

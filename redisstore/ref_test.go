@@ -16,7 +16,7 @@ import (
 // The reference is the engine's own decision function: the policy package's pure step per key,
 // with the engine's mapping to a Decision (engine/core.go). Two checks that do not trust it run
 // alongside: every solved RetryAfter is compared with a search for the least wait on copies of
-// the state, and GCRA is also run through a literal math/big reading of POLICIES.md (TAT in
+// the state, and GCRA is also run through a literal math/big reading of docs/policies.md (TAT in
 // now*rate units, which overflow neither there nor in the scripts' (ms, remainder) form).
 
 type refModel interface {
@@ -95,7 +95,7 @@ func (m *stepModel[S]) take(key int, now, cost int64) engine.Decision {
 	d := dec(r, cost)
 	if m.big != nil {
 		if b := m.big.take(key, now, cost); !sameDecision(b, d) {
-			m.t.Fatalf("GCRA at %d cost %d: policy step %+v, literal POLICIES.md %+v", now, cost, d, b)
+			m.t.Fatalf("GCRA at %d cost %d: policy step %+v, literal docs/policies.md %+v", now, cost, d, b)
 		}
 	}
 	return d
@@ -341,14 +341,14 @@ func TestScriptsMatchReference(t *testing.T) {
 					}
 				}
 			}
-			if st := cached.Stats(); st.DenyCacheHits == 0 {
+			if st := statsOf(cached); st.DenyCacheHits == 0 {
 				t.Logf("deny cache answered none of %d calls", st.Calls)
 			}
 		})
 	}
 }
 
-// TestRetryAfterIsExact checks, on Redis itself, the property DESIGN.md §1 asks of every policy:
+// TestRetryAfterIsExact checks, on Redis itself, the property docs/policies.md ("Sliding window counter") asks of every policy:
 // with no other traffic, a request refused with RetryAfter r is still refused at r-1 ms (r is the
 // least wait) and admitted at r. A refused request writes nothing, so probing changes nothing;
 // the admitted probe is counted, and the rest of the sequence is shifted past it so that time

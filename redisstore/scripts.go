@@ -57,7 +57,7 @@ if v then
 end
 `
 
-// slidingCounterLua mirrors policy.SlidingCounter.Take (DESIGN.md §1) line for line.
+// slidingCounterLua mirrors policy.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
 // ARGV: now, limit, windowMs, cost, ttlMs.
 const slidingCounterLua = luaPrelude + `
 local limit, w = tonumber(A[2]), tonumber(A[3])

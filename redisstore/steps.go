@@ -59,7 +59,7 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	switch p := p.(type) {
 	case policy.SlidingCounter:
 		a = algo{kind: kindSlidingCounter, sc: p, limit: p.Limit, w: p.WindowMs(), script: slidingCounterScript}
-		// Two whole windows untouched make a state identical to a new key's (DESIGN.md §3).
+		// Two whole windows untouched make a state identical to a new key's (docs/design.md ("Eviction")).
 		a.argTTL = strconv.FormatInt(2*a.w+skewMs, 10)
 	case policy.FixedWindow:
 		a = algo{kind: kindFixedWindow, limit: p.Limit, w: p.Window.Milliseconds(), script: fixedWindowScript}

@@ -1,5 +1,5 @@
 // Package testvectors reads, writes and runs vector files in the policy registry's format
-// (TRACES.md, "Vector files"): per policy, a list of cases, each a fresh limiter with integer
+// (docs/testing.md, "Vector files"): per policy, a list of cases, each a fresh limiter with integer
 // parameters and a list of calls with their expected results.
 //
 // Load and Parse check a file completely before anything runs, and name the case and step of

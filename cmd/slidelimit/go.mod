@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/slidelimit/slidelimit v0.0.0
-	github.com/slidelimit/slidelimit/redisstore v0.0.0
+	github.com/slidelimit/slidelimit v0.1.0
+	github.com/slidelimit/slidelimit/redisstore v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
@@ -25,9 +25,4 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
-)
-
-replace (
-	github.com/slidelimit/slidelimit => ../..
-	github.com/slidelimit/slidelimit/redisstore => ../../redisstore
 )

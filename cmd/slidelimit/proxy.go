@@ -353,16 +353,16 @@ func newRedisLimiter(c *proxyConfig, pol policy.Policy, local *engine.Limiter, r
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_errors_total",
 			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
-		}, func() float64 { return float64(lim.Stats().Failures) }),
+		}, func() float64 { return float64(statsOf(lim).Failures) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
 			Help: "Requests decided by the in-process fallback because Redis failed or its circuit breaker was open.",
-		}, func() float64 { s := lim.Stats(); return float64(s.Failures + s.ShortCircuits) }),
+		}, func() float64 { s := statsOf(lim); return float64(s.Failures + s.ShortCircuits) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_redis_breaker_open",
 			Help: "1 while the circuit breaker in front of Redis is open.",
 		}, func() float64 {
-			if lim.Stats().BreakerOpen {
+			if statsOf(lim).BreakerOpen {
 				return 1
 			}
 			return 0
@@ -446,4 +446,11 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	}
 	logger.Printf("stopped")
 	return nil
+}
+
+// statsOf returns the Redis limiter's counters as a value.
+func statsOf(l *redisstore.Limiter) redisstore.Stats {
+	var s redisstore.Stats
+	l.Stats(&s)
+	return s
 }

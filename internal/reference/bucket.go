@@ -2,7 +2,7 @@ package reference
 
 import "math/big"
 
-// This file holds the bucket policies of POLICIES.md: token bucket, GCRA, leaky bucket and dual
+// This file holds the bucket policies of docs/policies.md: token bucket, GCRA, leaky bucket and dual
 // bucket. Each follows its text line by line.
 
 // bucket is one refilling (or draining) dimension: whole units and a credit in fractions of a
@@ -11,7 +11,7 @@ type bucket struct {
 	have, credit int64
 }
 
-// tokenBucket is POLICIES.md "token bucket".
+// tokenBucket is docs/policies.md "token bucket".
 type tokenBucket struct {
 	rate, burst, fillMs int64
 	keys                map[int64]*tbState
@@ -79,7 +79,7 @@ func (p *tokenBucket) probe(_ string, key, now int64) int64 {
 
 func (p *tokenBucket) size() int { return len(p.keys) }
 
-// gcra is POLICIES.md "GCRA". Scaled time (1 ms = rate units, one permit = 1000 units) reaches
+// gcra is docs/policies.md "GCRA". Scaled time (1 ms = rate units, one permit = 1000 units) reaches
 // now*rate, about 2^94 at the extremes of the documented ranges, so every scaled quantity is a
 // big.Int.
 type gcra struct {
@@ -158,7 +158,7 @@ func (p *gcra) probe(_ string, key, now int64) int64 {
 
 func (p *gcra) size() int { return len(p.keys) }
 
-// leakyBucket is POLICIES.md "leaky bucket"; bucket.have is the level.
+// leakyBucket is docs/policies.md "leaky bucket"; bucket.have is the level.
 type leakyBucket struct {
 	rate, capacity, drainMs int64
 	keys                    map[int64]*tbState
@@ -222,7 +222,7 @@ func (p *leakyBucket) probe(_ string, key, now int64) int64 {
 
 func (p *leakyBucket) size() int { return len(p.keys) }
 
-// dualBucket is POLICIES.md "dual bucket": two token buckets over a 60,000 ms period sharing
+// dualBucket is docs/policies.md "dual bucket": two token buckets over a 60,000 ms period sharing
 // one last, credits in 1/60000 of a unit.
 type dualBucket struct {
 	reqPerMin, tokPerMin int64

@@ -1,5 +1,5 @@
 // Package reference is a plain, deliberately unoptimised model of every policy that slidelimit
-// implements, written straight from the text of DESIGN.md §1 and POLICIES.md. It is the oracle that
+// implements, written straight from the text of docs/policies.md ("Sliding window counter") and docs/policies.md. It is the oracle that
 // the vector generator, the vector tests and the differential fuzz targets compare the engine
 // against, so it imports nothing from the engine or policy packages and favours the obvious over
 // the fast: one Go map per model, arbitrary-precision products (math/big) wherever a product could
@@ -20,7 +20,7 @@
 // count and the fixed window its count); vectors never rely on that.
 //
 // A negative cost is refused before the key is looked up: it creates nothing and consumes
-// nothing (DESIGN.md §1 says only that it is refused and consumes nothing).
+// nothing (docs/policies.md ("Sliding window counter") says only that it is refused and consumes nothing).
 //
 // Keys are never forgotten, as in the registry: StateSize counts every key ever created.
 //
@@ -187,7 +187,7 @@ func (m *Model) Probe(call string, key, now int64) (int64, error) {
 // StateSize returns the number of keys tracked: every key ever created.
 func (m *Model) StateSize() int { return m.r.size() }
 
-// ceilDiv is ceilDiv(a, b) = (a + b - 1) / b of POLICIES.md, for a >= 0 and b > 0.
+// ceilDiv is ceilDiv(a, b) = (a + b - 1) / b of docs/policies.md, for a >= 0 and b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // mulDiv returns floor(a*b/c) for a, b >= 0 and c > 0, exact whatever the size of a*b. It panics

@@ -319,7 +319,7 @@ func TestNegativeCostCreatesNothing(t *testing.T) {
 	}
 }
 
-// TestTokenBucketEqualsGCRA checks POLICIES.md's claim on seeded random walks: the two make the
+// TestTokenBucketEqualsGCRA checks docs/policies.md's claim on seeded random walks: the two make the
 // same decision on every request.
 func TestTokenBucketEqualsGCRA(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -340,7 +340,7 @@ func TestTokenBucketEqualsGCRA(t *testing.T) {
 	}
 }
 
-// TestSlidingCounterRetryAfterIsHonoured checks DESIGN.md §1's property on seeded random walks:
+// TestSlidingCounterRetryAfterIsHonoured checks docs/policies.md ("Sliding window counter")'s property on seeded random walks:
 // with one key and no other traffic, a unit request made exactly RetryAfter later is admitted,
 // and (where the wait is positive) one made 1 ms earlier is refused.
 func TestSlidingCounterRetryAfterIsHonoured(t *testing.T) {

@@ -1,9 +1,9 @@
 package reference
 
-// This file holds the three window policies: sliding counter (DESIGN.md §1), sliding log and
-// fixed window (POLICIES.md). Each follows its text line by line.
+// This file holds the three window policies: sliding counter (docs/policies.md ("Sliding window counter")), sliding log and
+// fixed window (docs/policies.md). Each follows its text line by line.
 
-// slidingCounter is DESIGN.md §1.
+// slidingCounter is docs/policies.md ("Sliding window counter").
 type slidingCounter struct {
 	limit, w int64
 	keys     map[int64]*scState

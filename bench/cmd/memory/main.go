@@ -9,7 +9,7 @@
 // that keeps the key string pays for it; one that keeps only a hash does not.
 //
 // Every limiter gets the sliding counter's limit of 2^20 per window (slidelimit's one-word cell;
-// see DESIGN.md §2) with a ten-minute window, so that no limiter forgets a key before it is
+// see docs/design.md ("The hot path")) with a ten-minute window, so that no limiter forgets a key before it is
 // counted. -limiter all measures every limiter in the bench/peers package except the floor, whose
 // array is sized to the next power of two and holds no keys. -bench prints Go benchmark-format
 // lines (BenchmarkMemory/limiter=NAME/keys=N 1 X bytes/key ...) for benchstat and cmd/charts.

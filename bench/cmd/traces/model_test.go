@@ -11,7 +11,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// counterModel is a sliding window counter written from the contract alone (DESIGN.md §1), with
+// counterModel is a sliding window counter written from the contract alone (docs/policies.md ("Sliding window counter")), with
 // a plain map and no packing, as the reference the engine's replay must match event for event.
 type counterModel struct {
 	limit, windowMs int64

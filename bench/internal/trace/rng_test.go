@@ -2,7 +2,7 @@ package trace
 
 import "testing"
 
-// The checkpoints of TRACES.md: the registry's own first outputs for seeds 1 and 2.
+// The checkpoints of docs/testing.md: the registry's own first outputs for seeds 1 and 2.
 func TestRNGCheckpoints(t *testing.T) {
 	r := NewRNG(1)
 	for i, want := range []uint32{393288148, 2174103013, 3814759091} {

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The checkpoints of TRACES.md.
+// The checkpoints of docs/testing.md.
 func TestTraceCheckpoints(t *testing.T) {
 	for _, c := range []struct {
 		name      string

@@ -7,7 +7,7 @@ func rateBurst(rate, burst int64) map[string]int64 {
 }
 
 // bucketWalks are the random walks shared by the token bucket and GCRA files: the same seeds
-// give the same calls, so the allow steps of the two files must agree (POLICIES.md: the two
+// give the same calls, so the allow steps of the two files must agree (docs/policies.md: the two
 // make the same decision on every request). Each file adds its own walk at its largest rate.
 func bucketWalks(s *set) {
 	s.walk("random-walk-rate-10-burst-5", rateBurst(10, 5), 131, walkSpec{keys: 2, start: T, maxDt: 80, jumpDt: 2000, maxCost: 3, steps: 80})
@@ -18,7 +18,7 @@ func bucketWalks(s *set) {
 	s.honourWalk("retryAfter-honoured-rate-3-burst-4", rateBurst(3, 4), 232, T, 900)
 }
 
-// tokenBucket pins POLICIES.md "token bucket". Unless a case says otherwise: rate 10/s, burst
+// tokenBucket pins docs/policies.md "token bucket". Unless a case says otherwise: rate 10/s, burst
 // 5, so fillMs = ceilDiv(5000, 10) = 500; credit is in thousandths of a token.
 func tokenBucket(s *set) {
 	const tok = reference.CallTokensOf
@@ -107,7 +107,7 @@ func tokenBucket(s *set) {
 	s.walk("random-walk-rate-max-burst-max", rateBurst(MaxCount, MaxCount), 134, walkSpec{keys: 2, start: T, maxDt: 2, jumpDt: 2000, maxCost: MaxCount, steps: 60})
 }
 
-// gcra pins POLICIES.md "GCRA". Unless a case says otherwise: rate 10/s, burst 5. Scaled time:
+// gcra pins docs/policies.md "GCRA". Unless a case says otherwise: rate 10/s, burst 5. Scaled time:
 // 1 ms = 10 units, one permit = 1000, tolerance = (5-1)*1000 = 4000; s = now*10.
 func gcra(s *set) {
 	const tok = reference.CallTokensOf
@@ -190,7 +190,7 @@ func rateCap(rate, capacity int64) map[string]int64 {
 	return map[string]int64{"ratePerSec": rate, "capacity": capacity}
 }
 
-// leakyBucket pins POLICIES.md "leaky bucket". Unless a case says otherwise: rate 10/s, capacity
+// leakyBucket pins docs/policies.md "leaky bucket". Unless a case says otherwise: rate 10/s, capacity
 // 3, so drainMs = ceilDiv(3000, 10) = 300.
 func leakyBucket(s *set) {
 	const lvl = reference.CallLevelOf
@@ -278,7 +278,7 @@ func perMin(requests, tokens int64) map[string]int64 {
 	return map[string]int64{"requestsPerMin": requests, "tokensPerMin": tokens}
 }
 
-// dualBucket pins POLICIES.md "dual bucket". Unless a case says otherwise: 3 requests and 100
+// dualBucket pins docs/policies.md "dual bucket". Unless a case says otherwise: 3 requests and 100
 // tokens per minute; credits are in 1/60000 of a unit, so requests refill one per 20,000 ms.
 func dualBucket(s *set) {
 	const req, tok = reference.CallRequestsOf, reference.CallTokensOf

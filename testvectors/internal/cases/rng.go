@@ -8,7 +8,7 @@ import (
 	"github.com/slidelimit/slidelimit/testvectors"
 )
 
-// rng is the registry's generator (TRACES.md, "Random numbers"): xoshiro128** seeded by
+// rng is the registry's generator (docs/testing.md, "Random numbers"): xoshiro128** seeded by
 // splitmix32, all arithmetic on wrapping uint32. Using it rather than math/rand keeps the walks
 // reproducible from the seed recorded in each case, in any language.
 type rng struct{ s [4]uint32 }

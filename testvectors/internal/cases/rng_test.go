@@ -2,7 +2,7 @@ package cases
 
 import "testing"
 
-// The checkpoints of TRACES.md: seed 1 gives 393288148, 2174103013, 3814759091; seed 2 starts
+// The checkpoints of docs/testing.md: seed 1 gives 393288148, 2174103013, 3814759091; seed 2 starts
 // 4239540602.
 func TestRNGCheckpoints(t *testing.T) {
 	r := newRNG(1)

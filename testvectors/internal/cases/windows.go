@@ -2,7 +2,7 @@ package cases
 
 import "github.com/slidelimit/slidelimit/internal/reference"
 
-// slidingLog pins POLICIES.md "sliding log". Unless a case says otherwise: limit 3, window
+// slidingLog pins docs/policies.md "sliding log". Unless a case says otherwise: limit 3, window
 // 1000 ms, key 1. The window is (now-W, now]: a timestamp t has left once t <= now - W.
 func slidingLog(s *set) {
 	const cnt = reference.CallCountOf
@@ -102,7 +102,7 @@ func slidingLog(s *set) {
 	s.honourWalk("retryAfter-honoured-limit-6-window-30-days", win(6, Month), 212, TMonth, Month/4)
 }
 
-// fixedWindow pins POLICIES.md "fixed window". Unless a case says otherwise: limit 3, window
+// fixedWindow pins docs/policies.md "fixed window". Unless a case says otherwise: limit 3, window
 // 1000 ms, key 1, T a window start. Its retryAfter and countOf only read.
 func fixedWindow(s *set) {
 	const cnt = reference.CallCountOf

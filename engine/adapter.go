@@ -1,0 +1,36 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// AsLimiter returns l as a slidelimit.Limiter, the interface that the Redis store, the batched
+// fleet mode, httplimit, the proxy and the Envoy rate limit service share. Its Take decides exactly
+// as l.Take does, ignoring ctx (an in-process decision never waits), and returns ErrClosed with
+// the Decision once l is closed. It also reports l's policy (Policy), from which httplimit derives
+// its RateLimit-Policy field. The adapter holds only l: converting it allocates nothing, and it is
+// safe for concurrent use, as l is. A nil l gives a nil Limiter.
+func (l *Limiter) AsLimiter() slidelimit.Limiter {
+	if l == nil {
+		return nil
+	}
+	return adapted{l}
+}
+
+type adapted struct{ l *Limiter }
+
+func (a adapted) Take(_ context.Context, key string, n int64) (Decision, error) {
+	d := a.l.Take(key, n)
+	if d.Reason == ReasonClosed {
+		return d, ErrClosed
+	}
+	return d, nil
+}
+
+func (a adapted) Policy() policy.Policy { return a.l.Policy() }
+
+// Engine returns the adapted limiter, for callers that hold only the interface.
+func (a adapted) Engine() *Limiter { return a.l }

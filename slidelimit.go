@@ -1,0 +1,171 @@
+// Package slidelimit is the vocabulary every slidelimit backend shares: a Limiter decides whether
+// n units for a key are admitted now, and answers with a Decision.
+//
+// A limiter keeps, per key, just enough state to apply one policy (package policy: the sliding
+// window counter by default, or a sliding log, fixed window, token bucket, GCRA, leaky or dual
+// bucket). An admitted request is counted; a refused one consumes nothing; a Decision says how
+// much is left, when to retry, and why.
+//
+// Three backends implement Limiter, so a program can move from one process to a fleet by changing
+// a constructor and none of its call sites:
+//   - package engine: in-process, lock-free, tens of nanoseconds per decision
+//     ((*engine.Limiter).AsLimiter adapts its context-free hot path to Limiter);
+//   - module redisstore: one Redis or Valkey round trip per decision, shared by a fleet;
+//   - redisstore's batched fleet mode: in-process decisions reconciled with Redis in batches.
+//
+// Package httplimit puts any Limiter in front of net/http, and the slidelimit command runs it as a
+// reverse proxy or as Envoy's rate limit service.
+//
+// This package holds types and constants only; it imports nothing of the project, so that every
+// other package can use its names.
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Limiter decides n units for key now. An admitted request is counted; a refused one consumes
+// nothing. n = 0 is a query that is always admitted; a negative n is refused with
+// ReasonNegativeCost.
+//
+// A non-nil error means the limiter could not decide through its store (it is unreachable or
+// slow, or the limiter is closed). The Decision returned with the error is the one the backend's
+// FailureMode made; a caller that trusts it (FailLocal) may use it, others decide for themselves.
+// A cancelled or expired ctx is the caller's own fault: it is returned as ctx's error, and never
+// counts against the store.
+//
+// Implementations are safe for concurrent use by any number of goroutines.
+type Limiter interface {
+	Take(ctx context.Context, key string, n int64) (Decision, error)
+}
+
+// Decision is the outcome of one decision, returned by value (no allocation). It is a plain value,
+// safe to copy and to share between goroutines.
+type Decision struct {
+	// Allowed reports whether the request was admitted; an admitted request has been counted.
+	Allowed bool
+	// Limit is the policy's limit (or burst, or capacity), or the per-key limit the call gave.
+	Limit int64
+	// Remaining is how many more units the key could take right now; never negative.
+	Remaining int64
+	// RetryAfter is how long to wait before a request of the same cost can be admitted, given no
+	// other traffic; 0 when admitted and when the cost can never be admitted.
+	RetryAfter time.Duration
+	// ResetAt is when the key's state next renews: the end of the current window for the window
+	// policies, the time the bucket is full (or empty) again for the buckets.
+	ResetAt time.Time
+	// Reason says why the request was admitted or refused.
+	Reason Reason
+}
+
+// Reason says why a Decision came out as it did. A plain value, safe to copy and share.
+type Reason uint8
+
+const (
+	// ReasonOK: the request was admitted.
+	ReasonOK Reason = iota
+	// ReasonLimited: the key is over its limit for now; RetryAfter says for how long.
+	ReasonLimited
+	// ReasonCostAboveLimit: the cost exceeds what the policy can ever admit at once.
+	ReasonCostAboveLimit
+	// ReasonNegativeCost: the cost was negative; nothing was consumed.
+	ReasonNegativeCost
+	// ReasonKeyCap: the key is new and the limiter already tracks as many keys as it may.
+	ReasonKeyCap
+	// ReasonClosed: the limiter has been closed.
+	ReasonClosed
+	// ReasonInvalidLimit: a per-key limit was out of range, or the policy takes none.
+	ReasonInvalidLimit
+)
+
+var reasonNames = [...]string{
+	ReasonOK:             "ok",
+	ReasonLimited:        "limited",
+	ReasonCostAboveLimit: "cost above limit",
+	ReasonNegativeCost:   "negative cost",
+	ReasonKeyCap:         "key cap reached",
+	ReasonClosed:         "limiter closed",
+	ReasonInvalidLimit:   "invalid per-key limit",
+}
+
+// String returns a short lower-case description, suitable for logs and metrics labels.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Errors for refusals that waiting cannot cure; Reason.Err maps a Reason to one of them.
+var (
+	ErrCostAboveLimit = errors.New("slidelimit: cost above the limit can never be admitted")
+	ErrNegativeCost   = errors.New("slidelimit: negative cost")
+	ErrKeyCap         = errors.New("slidelimit: key cap reached")
+	ErrClosed         = errors.New("slidelimit: limiter closed")
+	ErrInvalidLimit   = errors.New("slidelimit: invalid per-key limit")
+)
+
+// Err returns nil for ReasonOK and ReasonLimited (which waiting resolves), and the matching
+// sentinel error for every other reason.
+func (r Reason) Err() error {
+	switch r {
+	case ReasonCostAboveLimit:
+		return ErrCostAboveLimit
+	case ReasonNegativeCost:
+		return ErrNegativeCost
+	case ReasonKeyCap:
+		return ErrKeyCap
+	case ReasonClosed:
+		return ErrClosed
+	case ReasonInvalidLimit:
+		return ErrInvalidLimit
+	}
+	return nil
+}
+
+// FailureMode says what happens to a request when a limiter cannot decide it through its store:
+// Redis timed out, refused the connection, answered with an error, or the circuit breaker is open.
+// The same names serve a backend (redisstore: what Take decides) and a caller (httplimit, the
+// proxy: what to do with a Take that returned an error). A plain value, safe to copy and share.
+type FailureMode uint8
+
+const (
+	// FailOpen admits the request: availability over accuracy. The default, since a rate limiter
+	// that takes the service down with it is usually worse than one that briefly limits nothing.
+	FailOpen FailureMode = iota
+	// FailClosed refuses the request, with RetryAfter set to when the store will next be tried.
+	FailClosed
+	// FailLocal decides with an in-process fallback limiter, which each process applies to its own
+	// share of the limit. A caller given this mode uses the Decision that came with the error.
+	FailLocal
+)
+
+// String returns "open", "closed" or "local", the words the command-line flags take.
+func (f FailureMode) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "FailureMode(" + strconv.Itoa(int(f)) + ")"
+}
+
+// ParseFailureMode parses "open", "closed" or "local" (and the longer "fail-open", "fail-closed",
+// "fallback"); anything else is an error that names the accepted words.
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "open", "fail-open":
+		return FailOpen, nil
+	case "closed", "fail-closed":
+		return FailClosed, nil
+	case "local", "fallback":
+		return FailLocal, nil
+	}
+	return 0, errors.New("slidelimit: failure mode " + strconv.Quote(s) + ": want open, closed or local")
+}

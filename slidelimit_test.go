@@ -1,0 +1,43 @@
+package slidelimit_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/slidelimit/slidelimit"
+)
+
+func TestReasonErr(t *testing.T) {
+	cases := map[slidelimit.Reason]error{
+		slidelimit.ReasonOK:             nil,
+		slidelimit.ReasonLimited:        nil,
+		slidelimit.ReasonCostAboveLimit: slidelimit.ErrCostAboveLimit,
+		slidelimit.ReasonNegativeCost:   slidelimit.ErrNegativeCost,
+		slidelimit.ReasonKeyCap:         slidelimit.ErrKeyCap,
+		slidelimit.ReasonClosed:         slidelimit.ErrClosed,
+		slidelimit.ReasonInvalidLimit:   slidelimit.ErrInvalidLimit,
+	}
+	for r, want := range cases {
+		if got := r.Err(); !errors.Is(got, want) || (want == nil) != (got == nil) {
+			t.Errorf("%v.Err() = %v, want %v", r, got, want)
+		}
+	}
+	if got := slidelimit.Reason(200).String(); got != "unknown" {
+		t.Errorf("Reason(200).String() = %q", got)
+	}
+}
+
+func TestFailureModeRoundTrip(t *testing.T) {
+	for _, m := range []slidelimit.FailureMode{slidelimit.FailOpen, slidelimit.FailClosed, slidelimit.FailLocal} {
+		got, err := slidelimit.ParseFailureMode(m.String())
+		if err != nil || got != m {
+			t.Errorf("ParseFailureMode(%q) = %v, %v", m.String(), got, err)
+		}
+	}
+	if _, err := slidelimit.ParseFailureMode(""); err == nil {
+		t.Error(`ParseFailureMode("") gave no error`)
+	}
+	if got := slidelimit.FailureMode(9).String(); got != "FailureMode(9)" {
+		t.Errorf("FailureMode(9).String() = %q", got)
+	}
+}
