@@ -16,9 +16,9 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/bench/internal/redisserver"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
-	"github.com/slidelimit/slidelimit/bench/internal/redisserver"
 )
 
 var addr string
