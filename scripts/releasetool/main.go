@@ -105,7 +105,7 @@ func findModules(root string) ([]mod, error) {
 		if err != nil {
 			return err
 		}
-		f, err := modfile.ParseLax(p, data, nil)
+		f, err := modfile.Parse(p, data, nil)
 		if err != nil {
 			return err
 		}
