@@ -24,18 +24,21 @@ type benchConfig struct {
 	window   time.Duration
 	workers  int
 	dist     string
+	// reference also measures mutexMapLimiter on the same workload.
+	reference bool
 }
 
 func benchMain(args []string, stdout, stderr io.Writer) error {
 	var c benchConfig
 	fs := newFlagSet("bench", "[flags]", stderr)
 	fs.IntVar(&c.keys, "keys", 1_000_000, "distinct keys in the workload")
-	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to measure, after a warm-up that touches every key once")
-	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", ")+" (as the engine supports them)")
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to measure each limiter, after a warm-up that touches every key once")
+	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.Int64Var(&c.limit, "limit", 10, "units admitted per key per window")
 	fs.DurationVar(&c.window, "window", time.Second, "the policy's window")
 	fs.IntVar(&c.workers, "workers", runtime.GOMAXPROCS(0), "goroutines deciding at once; one per core by default")
 	fs.StringVar(&c.dist, "dist", "uniform", "how keys are drawn: uniform, or zipf (s=1.1: a few hot keys, a long tail)")
+	fs.BoolVar(&c.reference, "reference", true, "also measure a mutex-guarded map of sliding-window counters on the same workload, and compare")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -58,23 +61,101 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	if c.dist == "zipf" {
 		zipf = zipfTable(c.keys)
 	}
+	bar := newProgress(stderr, c.duration)
+
 	heapBefore := heapAfterGC()
 	lim, err := engine.New(p, engine.WithMaxKeys(max(c.keys, engine.DefaultMaxKeys)))
 	if err != nil {
 		return fmt.Errorf("-policy %s: %w", c.policyID, err)
 	}
-	defer lim.Close()
+	bar.phase("slidelimit: warming up, touching %s keys", group(int64(c.keys)))
+	res := measure(c, bar, zipf, func(k uint64) bool { return lim.AllowKey(k, 1) })
+	res.keys = lim.Len()
+	res.heap = heapAfterGC() - heapBefore
+	lim.Close()
+	lim = nil // let the reference start from the same heap
 
-	bar := newProgress(stderr, c.duration)
-	bar.phase("warming up: touching %d keys", c.keys)
-	warm(lim, c.keys, c.workers)
+	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
+		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
+	row := func(label, value, note string) {
+		fmt.Fprintln(stdout, strings.TrimRight(fmt.Sprintf("  %-16s %12s  %s", label, value, note), " "))
+	}
+	res.print(row, c.workers)
+	gone := c.keys - res.keys
+	switch {
+	case gone > 0:
+		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run. Every key was offered in\n"+
+			"  the warm-up; the other %s had had no request for long enough that their state was the\n"+
+			"  same as a new key's (for the sliding counter: no request in this window or the one\n"+
+			"  before), so the sweeper evicted them, which changes no decision. Integer keys never share a counter: none is lost to a\n"+
+			"  hash collision, and nothing is sampled.\n", group(int64(gone)))
+	default:
+		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run: all %s offered. A key with\n"+
+			"  no request for long enough that its state is a new key's (for the sliding counter: none in\n"+
+			"  its current window or the one before) is evicted, which changes no decision.\n", group(int64(c.keys)))
+	}
+	runtime.KeepAlive(zipf)
+	if !c.reference {
+		return nil
+	}
 
+	// The reference: what a service often writes first, the same rules behind one sync.Mutex.
+	heapBefore = heapAfterGC()
+	ref := newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
+	bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
+	refRes := measure(c, bar, zipf, ref.allow)
+	refRes.keys = ref.len()
+	refRes.heap = heapAfterGC() - heapBefore
+	runtime.KeepAlive(ref)
+	runtime.KeepAlive(zipf)
+
+	fmt.Fprintf(stdout, "\nreference, measured just now on the same keys and goroutines: a map of sliding-window counters\n"+
+		"behind one sync.Mutex, time.Now per decision, never forgetting a key, limit %d per %v\n\n", c.limit, c.window)
+	refRes.print(row, c.workers)
+
+	ratio := res.perSec() / max(refRes.perSec(), 1)
+	fmt.Fprintf(stdout, "\nsummary: slidelimit made %.1f× the decisions per second of a mutex-guarded map of counters measured just now", ratio)
+	if res.keys > 0 && refRes.keys > 0 {
+		fmt.Fprintf(stdout, ", at %.2f× its bytes per key", res.bytesPerKey()/refRes.bytesPerKey())
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+// benchResult is one limiter's run.
+type benchResult struct {
+	ops, allowed int64
+	elapsed      time.Duration
+	keys         int    // keys tracked at the end
+	heap         uint64 // heap growth after GC, limiter built, filled and run
+}
+
+func (r benchResult) perSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+func (r benchResult) bytesPerKey() float64 { return float64(r.heap) / float64(max(r.keys, 1)) }
+
+// print writes one row per metric, each with one figure.
+func (r benchResult) print(row func(label, value, note string), workers int) {
+	row("decisions/s", group(int64(r.perSec())), "all goroutines together")
+	row("ns per decision", fmt.Sprintf("%.1f", float64(r.elapsed.Nanoseconds())*float64(workers)/float64(max(r.ops, 1))),
+		"one goroutine's time per decision")
+	row("accept rate", fmt.Sprintf("%.2f %%", 100*float64(r.allowed)/float64(max(r.ops, 1))), "")
+	// No note on this row: the paragraph under the table explains it.
+	row("keys tracked", group(int64(r.keys)), "")
+	if r.keys > 0 {
+		row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), "heap growth after GC / keys tracked")
+	}
+}
+
+// measure warms allow up on every key, then runs c.workers goroutines deciding for c.duration.
+func measure(c benchConfig, bar *progress, zipf []uint32, allow func(uint64) bool) benchResult {
+	warm(allow, c.keys, c.workers)
 	stats := make([]workerStats, c.workers)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range c.workers {
-		wg.Go(func() { benchWorker(lim, &stats[w], &stop, uint64(w), c.keys, zipf) })
+		wg.Go(func() { benchWorker(allow, &stats[w], &stop, uint64(w), c.keys, zipf) })
 	}
 	bar.run(start, func() int64 {
 		var n int64
@@ -84,33 +165,13 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		return n
 	}, &stop)
 	wg.Wait()
-	elapsed := time.Since(start)
+	r := benchResult{elapsed: time.Since(start)}
 	bar.done()
-
-	var ops, allowed int64
 	for i := range stats {
-		ops += stats[i].ops.Load()
-		allowed += stats[i].allowed.Load()
+		r.ops += stats[i].ops.Load()
+		r.allowed += stats[i].allowed.Load()
 	}
-	keys := lim.Len()
-	heap := heapAfterGC() - heapBefore
-	runtime.KeepAlive(zipf)
-
-	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
-		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
-	perSec := float64(ops) / elapsed.Seconds()
-	nsPer := float64(elapsed.Nanoseconds()) / float64(max(ops, 1))
-	row := func(label, value, note string) {
-		fmt.Fprintln(stdout, strings.TrimRight(fmt.Sprintf("  %-16s %14s  %s", label, value, note), " "))
-	}
-	row("decisions/s", group(int64(perSec)), "")
-	row("ns per decision", fmt.Sprintf("%.1f", nsPer), fmt.Sprintf("(%.1f per goroutine)", nsPer*float64(c.workers)))
-	row("accept rate", fmt.Sprintf("%.2f %%", 100*float64(allowed)/float64(max(ops, 1))), "")
-	row("keys tracked", group(int64(keys)), "")
-	if keys > 0 {
-		row("bytes per key", fmt.Sprintf("%.1f", float64(heap)/float64(keys)), "(heap after GC / keys tracked)")
-	}
-	return nil
+	return r
 }
 
 // workerStats is one worker's running totals, alone on its cache lines so that the progress bar
@@ -126,7 +187,7 @@ type workerStats struct {
 // publishing its totals.
 const benchBatch = 1024
 
-func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
+func benchWorker(allow func(uint64) bool, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
 	rng := rand.NewPCG(id+1, 0x5eed)
 	pos := int(rng.Uint64() % uint64(max(len(zipf), 1)))
 	var ops, allowed int64
@@ -143,7 +204,7 @@ func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uin
 				// Lemire's multiply-shift maps 32 random bits onto [0, keys) without a division.
 				k = (rng.Uint64() >> 32) * n >> 32
 			}
-			if lim.AllowKey(k, 1) {
+			if allow(k) {
 				allowed++
 			}
 		}
@@ -155,13 +216,13 @@ func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uin
 
 // warm inserts every key once, split over workers goroutines, so that the measured run decides
 // on tracked keys: the steady state of a limiter in service.
-func warm(lim *engine.Limiter, keys, workers int) {
+func warm(allow func(uint64) bool, keys, workers int) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := keys*w/workers, keys*(w+1)/workers
 		wg.Go(func() {
 			for k := lo; k < hi; k++ {
-				lim.AllowKey(uint64(k), 1)
+				allow(uint64(k))
 			}
 		})
 	}
