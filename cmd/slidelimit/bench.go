@@ -69,7 +69,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-policy %s: %w", c.policyID, err)
 	}
 	bar.phase("slidelimit: warming up, touching %s keys", group(int64(c.keys)))
-	res := measure(c, bar, zipf, func(k uint64) bool { return lim.AllowKey(k, 1) })
+	res := measure(c, bar, zipf, lim, nil)
 	res.keys = lim.Len()
 	res.heap = heapAfterGC() - heapBefore
 	lim.Close()
@@ -103,7 +103,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	heapBefore = heapAfterGC()
 	ref := newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
 	bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
-	refRes := measure(c, bar, zipf, ref.allow)
+	refRes := measure(c, bar, zipf, nil, ref)
 	refRes.keys = ref.len()
 	refRes.heap = heapAfterGC() - heapBefore
 	runtime.KeepAlive(ref)
@@ -147,15 +147,16 @@ func (r benchResult) print(row func(label, value, note string), workers int) {
 	}
 }
 
-// measure warms allow up on every key, then runs c.workers goroutines deciding for c.duration.
-func measure(c benchConfig, bar *progress, zipf []uint32, allow func(uint64) bool) benchResult {
-	warm(allow, c.keys, c.workers)
+// measure warms the limiter (lim, or else ref) up on every key, then runs c.workers goroutines
+// deciding for c.duration.
+func measure(c benchConfig, bar *progress, zipf []uint32, lim *engine.Limiter, ref *mutexMapLimiter) benchResult {
+	warm(lim, ref, c.keys, c.workers)
 	stats := make([]workerStats, c.workers)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range c.workers {
-		wg.Go(func() { benchWorker(allow, &stats[w], &stop, uint64(w), c.keys, zipf) })
+		wg.Go(func() { benchWorker(lim, ref, &stats[w], &stop, uint64(w), c.keys, zipf) })
 	}
 	bar.run(start, func() int64 {
 		var n int64
@@ -187,7 +188,9 @@ type workerStats struct {
 // publishing its totals.
 const benchBatch = 1024
 
-func benchWorker(allow func(uint64) bool, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
+// benchWorker decides on lim, or else on ref: both are called directly (a branch that always goes
+// the same way costs next to nothing), so that neither pays for an indirect call.
+func benchWorker(lim *engine.Limiter, ref *mutexMapLimiter, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
 	rng := rand.NewPCG(id+1, 0x5eed)
 	pos := int(rng.Uint64() % uint64(max(len(zipf), 1)))
 	var ops, allowed int64
@@ -204,7 +207,13 @@ func benchWorker(allow func(uint64) bool, st *workerStats, stop *atomic.Bool, id
 				// Lemire's multiply-shift maps 32 random bits onto [0, keys) without a division.
 				k = (rng.Uint64() >> 32) * n >> 32
 			}
-			if allow(k) {
+			var ok bool
+			if lim != nil {
+				ok = lim.AllowKey(k, 1)
+			} else {
+				ok = ref.allow(k)
+			}
+			if ok {
 				allowed++
 			}
 		}
@@ -216,13 +225,17 @@ func benchWorker(allow func(uint64) bool, st *workerStats, stop *atomic.Bool, id
 
 // warm inserts every key once, split over workers goroutines, so that the measured run decides
 // on tracked keys: the steady state of a limiter in service.
-func warm(allow func(uint64) bool, keys, workers int) {
+func warm(lim *engine.Limiter, ref *mutexMapLimiter, keys, workers int) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := keys*w/workers, keys*(w+1)/workers
 		wg.Go(func() {
 			for k := lo; k < hi; k++ {
-				allow(uint64(k))
+				if lim != nil {
+					lim.AllowKey(uint64(k), 1)
+				} else {
+					ref.allow(uint64(k))
+				}
 			}
 		})
 	}
