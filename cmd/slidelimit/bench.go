@@ -61,19 +61,60 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	if c.dist == "zipf" {
 		zipf = zipfTable(c.keys)
 	}
-	bar := newProgress(stderr, c.duration)
+	rounds, total := 1, c.duration
+	if c.reference {
+		rounds, total = max(int((c.duration+benchRound-1)/benchRound), 1), 2*c.duration
+	}
+	bar := newProgress(stderr, total)
 
-	heapBefore := heapAfterGC()
+	// The reference is built and warmed first, so that the engine's keys are as fresh as its own
+	// when the measuring starts: keys idle through a long warm-up would be evicted meanwhile.
+	heapStart := heapAfterGC()
+	var res, refRes benchResult
+	var ref *mutexMapLimiter
+	if c.reference {
+		// What a service often writes first: the same rules, a map behind one sync.Mutex.
+		ref = newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
+		bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
+		warm(nil, ref, c.keys, c.workers)
+		refRes.heap = heapAfterGC() - heapStart
+	}
 	lim, err := engine.New(p, engine.WithMaxKeys(max(c.keys, engine.DefaultMaxKeys)))
 	if err != nil {
 		return fmt.Errorf("-policy %s: %w", c.policyID, err)
 	}
+	defer lim.Close()
 	bar.phase("slidelimit: warming up, touching %s keys", group(int64(c.keys)))
-	res := measure(c, bar, zipf, lim, nil)
+	warm(lim, nil, c.keys, c.workers)
+	res.heap, res.heapKeys = heapAfterGC()-heapStart-refRes.heap, lim.Len()
+	if c.reference {
+		refRes.heapKeys = ref.len()
+	}
+
+	// The two take turns, so that a machine whose speed drifts (other work, frequency scaling)
+	// slows both alike.
+	if c.reference {
+		bar.phase("measuring for %v per limiter, in %d rounds each, taking turns", c.duration, rounds)
+	} else {
+		bar.phase("measuring for %v", c.duration)
+	}
+	round := c.duration / time.Duration(rounds)
+	for i := range rounds {
+		if i == rounds-1 {
+			round = c.duration - round*time.Duration(rounds-1)
+		}
+		res.add(measure(c, bar, round, zipf, lim, nil))
+		if c.reference {
+			refRes.add(measure(c, bar, round, zipf, nil, ref))
+		}
+	}
+	bar.done()
 	res.keys = lim.Len()
-	res.heap = heapAfterGC() - heapBefore
-	lim.Close()
-	lim = nil // let the reference start from the same heap
+	if c.reference {
+		refRes.keys = ref.len()
+	}
+	runtime.KeepAlive(ref)
+	runtime.KeepAlive(zipf)
 
 	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
 		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
@@ -94,28 +135,18 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 			"  no request for long enough that its state is a new key's (for the sliding counter: none in\n"+
 			"  its current window or the one before) is evicted, which changes no decision.\n", group(int64(c.keys)))
 	}
-	runtime.KeepAlive(zipf)
 	if !c.reference {
 		return nil
 	}
 
-	// The reference: what a service often writes first, the same rules behind one sync.Mutex.
-	heapBefore = heapAfterGC()
-	ref := newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
-	bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
-	refRes := measure(c, bar, zipf, nil, ref)
-	refRes.keys = ref.len()
-	refRes.heap = heapAfterGC() - heapBefore
-	runtime.KeepAlive(ref)
-	runtime.KeepAlive(zipf)
-
 	fmt.Fprintf(stdout, "\nreference, measured just now on the same keys and goroutines: a map of sliding-window counters\n"+
-		"behind one sync.Mutex, time.Now per decision, never forgetting a key, limit %d per %v\n\n", c.limit, c.window)
+		"behind one sync.Mutex, time.Now per decision, never forgetting a key, limit %d per %v; the two took\n"+
+		"turns, %d rounds each\n\n", c.limit, c.window, rounds)
 	refRes.print(row, c.workers)
 
 	ratio := res.perSec() / max(refRes.perSec(), 1)
 	fmt.Fprintf(stdout, "\nsummary: slidelimit made %.1f× the decisions per second of a mutex-guarded map of counters measured just now", ratio)
-	if res.keys > 0 && refRes.keys > 0 {
+	if res.heapKeys > 0 && refRes.heapKeys > 0 {
 		fmt.Fprintf(stdout, ", at %.2f× its bytes per key", res.bytesPerKey()/refRes.bytesPerKey())
 	}
 	fmt.Fprintln(stdout)
@@ -127,12 +158,20 @@ type benchResult struct {
 	ops, allowed int64
 	elapsed      time.Duration
 	keys         int    // keys tracked at the end
-	heap         uint64 // heap growth after GC, limiter built, filled and run
+	heap         uint64 // heap growth after GC, once the warm-up has touched every key
+	heapKeys     int    // keys tracked at that moment
+}
+
+// add counts round q into r.
+func (r *benchResult) add(q benchResult) {
+	r.ops += q.ops
+	r.allowed += q.allowed
+	r.elapsed += q.elapsed
 }
 
 func (r benchResult) perSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 
-func (r benchResult) bytesPerKey() float64 { return float64(r.heap) / float64(max(r.keys, 1)) }
+func (r benchResult) bytesPerKey() float64 { return float64(r.heap) / float64(max(r.heapKeys, 1)) }
 
 // print writes one row per metric, each with one figure.
 func (r benchResult) print(row func(label, value, note string), workers int) {
@@ -142,15 +181,18 @@ func (r benchResult) print(row func(label, value, note string), workers int) {
 	row("accept rate", fmt.Sprintf("%.2f %%", 100*float64(r.allowed)/float64(max(r.ops, 1))), "")
 	// No note on this row: the paragraph under the table explains it.
 	row("keys tracked", group(int64(r.keys)), "")
-	if r.keys > 0 {
-		row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), "heap growth after GC / keys tracked")
+	if r.heapKeys > 0 {
+		row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), "heap growth after GC / keys, every key tracked")
 	}
 }
 
-// measure warms the limiter (lim, or else ref) up on every key, then runs c.workers goroutines
-// deciding for c.duration.
-func measure(c benchConfig, bar *progress, zipf []uint32, lim *engine.Limiter, ref *mutexMapLimiter) benchResult {
-	warm(lim, ref, c.keys, c.workers)
+// benchRound is the longest turn a limiter takes when the reference is measured too: short
+// against the default one-second window, so that a key's wait through the other limiter's turn
+// hardly changes whether it outlives its window.
+const benchRound = 250 * time.Millisecond
+
+// measure runs c.workers goroutines deciding on lim (or else ref) for d.
+func measure(c benchConfig, bar *progress, d time.Duration, zipf []uint32, lim *engine.Limiter, ref *mutexMapLimiter) benchResult {
 	stats := make([]workerStats, c.workers)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -158,7 +200,7 @@ func measure(c benchConfig, bar *progress, zipf []uint32, lim *engine.Limiter, r
 	for w := range c.workers {
 		wg.Go(func() { benchWorker(lim, ref, &stats[w], &stop, uint64(w), c.keys, zipf) })
 	}
-	bar.run(start, func() int64 {
+	bar.run(start, d, func() int64 {
 		var n int64
 		for i := range stats {
 			n += stats[i].ops.Load()
@@ -167,7 +209,6 @@ func measure(c benchConfig, bar *progress, zipf []uint32, lim *engine.Limiter, r
 	}, &stop)
 	wg.Wait()
 	r := benchResult{elapsed: time.Since(start)}
-	bar.done()
 	for i := range stats {
 		r.ops += stats[i].ops.Load()
 		r.allowed += stats[i].allowed.Load()
@@ -279,11 +320,13 @@ func group(n int64) string {
 }
 
 // progress draws a progress bar on stderr when stderr is a terminal, and prints plain lines
-// otherwise (a log, a CI run), where carriage returns would only make a mess.
+// otherwise (a log, a CI run), where carriage returns would only make a mess. The bar covers total,
+// the sum of every measured stretch.
 type progress struct {
 	w     io.Writer
 	tty   bool
 	total time.Duration
+	spent time.Duration // measured before the current stretch
 }
 
 func newProgress(w io.Writer, total time.Duration) *progress {
@@ -307,14 +350,12 @@ func (p *progress) phase(format string, a ...any) {
 	fmt.Fprintf(p.w, format+"\n", a...)
 }
 
-// run redraws the bar every 100ms until total has passed since start, then sets stop.
-func (p *progress) run(start time.Time, count func() int64, stop *atomic.Bool) {
-	if !p.tty {
-		fmt.Fprintf(p.w, "measuring for %v\n", p.total)
-	}
+// run redraws the bar every 100ms until d has passed since start, then sets stop.
+func (p *progress) run(start time.Time, d time.Duration, count func() int64, stop *atomic.Bool) {
+	defer func() { p.spent += d }()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.NewTimer(p.total)
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		select {
@@ -329,13 +370,15 @@ func (p *progress) run(start time.Time, count func() int64, stop *atomic.Bool) {
 	}
 }
 
+// draw shows the whole run's progress and the current stretch's rate.
 func (p *progress) draw(elapsed time.Duration, ops int64) {
 	const width = 30
-	frac := math.Min(float64(elapsed)/float64(p.total), 1)
+	done := p.spent + elapsed
+	frac := math.Min(float64(done)/float64(p.total), 1)
 	full := int(frac * width)
 	rate := float64(ops) / math.Max(elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(p.w, "\r\033[K[%s%s] %4.1fs/%v  %s decisions/s",
-		strings.Repeat("█", full), strings.Repeat("░", width-full), elapsed.Seconds(), p.total, group(int64(rate)))
+		strings.Repeat("█", full), strings.Repeat("░", width-full), done.Seconds(), p.total, group(int64(rate)))
 }
 
 func (p *progress) done() {
