@@ -1,11 +1,24 @@
-// Package engine is slidelimit's public entry point: a sharded, lock-free, in-process rate limiter
-// over very many keys.
+// Package engine is slidelimit's in-process rate limiter over very many keys.
 //
-// New takes a policy (policy.SlidingCounter is the primary one) and returns a *Limiter whose
-// methods are all safe for concurrent use by any number of goroutines. A decision for a key that
-// is already tracked takes no lock and allocates nothing: hash the key, pick a shard, probe its
-// table, load the key's packed cell, run the policy's pure step, and compare-and-swap the new
-// state (recomputing on conflict). Time comes from a coarse clock, never from time.Now per call.
+// A Limiter applies one policy to every key it is asked about. The primary policy,
+// policy.SlidingCounter{Limit, Window}, holds each key to Limit units per Window, smoothly: the
+// limiter counts the units admitted to the key in the current epoch-aligned window and in the one
+// before, weighs the previous count by the share of that window the trailing window still covers
+// (as if its units had been spread evenly, rounding down), and admits a request of n units when
+// that estimate plus n is at most Limit. An admitted request is counted; a refused one consumes nothing. The other policies of
+// package policy (sliding log, fixed window, token bucket, GCRA, leaky bucket, dual bucket) are
+// served by the same methods; docs/policies.md gives every rule.
+//
+// Allow and AllowN answer yes or no; Take returns a Decision (what remains, when to retry, why);
+// Wait blocks until admitted; AllowKey and the other ...Key methods take integer keys. A key whose
+// state has become identical to a new key's is forgotten in the background, which changes no
+// decision, so memory follows the keys in use; WithMaxKeys bounds it.
+//
+// New returns a *Limiter whose methods are all safe for concurrent use by any number of
+// goroutines. A decision for a key that is already tracked takes no lock and allocates nothing:
+// hash the key, pick a shard, probe its table, load the key's packed cell, run the policy's pure
+// step, and compare-and-swap the new state (recomputing on conflict). Time comes from a coarse
+// clock, never from time.Now per call.
 //
 // Times are Unix milliseconds from 0 to 2^62-1 (some 146 million years): a manual clock must stay
 // in that range and should not run backwards (a state from a later time than a decision's is read

@@ -1,12 +1,16 @@
-// Package httplimit puts slidelimit in front of net/http: a middleware that limits requests per
-// client (or per header, path or connection) and a net.Listener wrapper that limits new
-// connections per client address.
+// Package httplimit limits the requests that reach a net/http handler, per client.
+//
+// For each request the Middleware computes a key (by default the client's IP address; or a
+// header's value, the path and IP, or the connection), asks a slidelimit.Limiter to take one unit
+// (or Cost units) for it, and then either calls the next handler or answers 429 Too Many Requests
+// with Retry-After. Every decided response carries the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-10, so clients can see their quota and pace themselves.
+// Listener applies the same idea one level down, to new connections per client address.
 //
 // Both decide through Limiter, one method that the in-process engine (through Local) and the
 // Redis store (redisstore.Limiter) both provide, so a single process and a fleet sharing Redis
-// are configured the same way. Refused requests get 429 Too Many Requests with Retry-After, and
-// every decided response carries the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-10.
+// are configured the same way. Forwarding headers are read only from proxies named in
+// ClientIP.TrustedProxies, so a client cannot choose its own key.
 //
 // The middleware is a struct of hooks in the style of httputil.ReverseProxy: every field is
 // optional except Limiter, and a nil hook means the default its comment states.

@@ -1,12 +1,22 @@
-// Package policy holds the decision math of every rate-limiting policy slidelimit offers, as pure
-// functions from (state, now, cost) to (new state, result).
+// Package policy holds the decision rules of every rate-limiting policy slidelimit offers, each as
+// a pure step: given one key's state, the time and a cost, it returns the new state and a Result
+// (admitted or not, what remains, when to retry).
+//
+// The primary policy, SlidingCounter, admits at most Limit units per key in any window of length
+// Window: it keeps the units admitted in the current epoch-aligned window and in the one before,
+// and admits n more when floor(previous × overlap) + current + n is at most Limit, where overlap
+// is the share of the previous window the trailing window still covers. SlidingLog keeps every
+// admission's time and is exact over every interval; FixedWindow counts per window; TokenBucket,
+// GCRA and LeakyBucket meter a rate with a burst (or a capacity); DualBucket limits requests and
+// tokens per minute together. docs/policies.md gives every rule exactly.
 //
 // Everything here is integer arithmetic on int64 milliseconds: no floats, no clocks, no allocation,
 // no concurrency. Times are in [0, 2^62), the engine's range (some 146 million years of Unix
-// milliseconds); the arithmetic relies on it. The engine packs these states into atomic cells and runs these functions inside
-// its CAS loops, so a function here may run several times for one decision and must not have side
-// effects beyond the state it is given. All types are plain values and safe to copy and to share
-// between goroutines; the state structs are owned by whoever holds them.
+// milliseconds); the arithmetic relies on it. Most callers use these types only to configure
+// package engine or redisstore, which pack these states into atomic cells (or Redis keys) and run
+// the steps themselves; a function here may run several times for one decision and must not have
+// side effects beyond the state it is given. All types are plain values and safe to copy and to
+// share between goroutines; the state structs are owned by whoever holds them.
 package policy
 
 import (

@@ -10,7 +10,7 @@
 #   memory.txt               cmd/memory -keys 10000000 -limiter all -bench: bytes/key at 1M and 10M
 #   benchstat-vs-floor.txt   benchstat, the floor as the base column
 #   benchstat-vs-slidelimit.txt  benchstat, slidelimit as the base column
-#   targets.md               issue 5's targets as ratios of the medians, met or missed
+#   targets.md               the performance targets as ratios of the medians, met or missed
 #   tables.md                the medians as markdown tables (ns/op, allocs/op, bytes/key)
 #   *.png                    throughput against cores per workload, bytes per key
 #

@@ -24,18 +24,21 @@ type benchConfig struct {
 	window   time.Duration
 	workers  int
 	dist     string
+	// reference also measures mutexMapLimiter on the same workload.
+	reference bool
 }
 
 func benchMain(args []string, stdout, stderr io.Writer) error {
 	var c benchConfig
 	fs := newFlagSet("bench", "[flags]", stderr)
 	fs.IntVar(&c.keys, "keys", 1_000_000, "distinct keys in the workload")
-	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to measure, after a warm-up that touches every key once")
-	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", ")+" (as the engine supports them)")
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to measure each limiter, after a warm-up that touches every key once")
+	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.Int64Var(&c.limit, "limit", 10, "units admitted per key per window")
 	fs.DurationVar(&c.window, "window", time.Second, "the policy's window")
 	fs.IntVar(&c.workers, "workers", runtime.GOMAXPROCS(0), "goroutines deciding at once; one per core by default")
 	fs.StringVar(&c.dist, "dist", "uniform", "how keys are drawn: uniform, or zipf (s=1.1: a few hot keys, a long tail)")
+	fs.BoolVar(&c.reference, "reference", true, "also measure a mutex-guarded map of sliding-window counters on the same workload, and compare")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -58,25 +61,146 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	if c.dist == "zipf" {
 		zipf = zipfTable(c.keys)
 	}
-	heapBefore := heapAfterGC()
+	rounds, total := 1, c.duration
+	if c.reference {
+		rounds, total = max(int((c.duration+benchRound-1)/benchRound), 1), 2*c.duration
+	}
+	bar := newProgress(stderr, total)
+
+	// The reference is built and warmed first, so that the engine's keys are as fresh as its own
+	// when the measuring starts: keys idle through a long warm-up would be evicted meanwhile.
+	heapStart := heapAfterGC()
+	var res, refRes benchResult
+	var ref *mutexMapLimiter
+	if c.reference {
+		// What a service often writes first: the same rules, a map behind one sync.Mutex.
+		ref = newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
+		bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
+		warm(nil, ref, c.keys, c.workers)
+		refRes.heap = heapAfterGC() - heapStart
+	}
 	lim, err := engine.New(p, engine.WithMaxKeys(max(c.keys, engine.DefaultMaxKeys)))
 	if err != nil {
 		return fmt.Errorf("-policy %s: %w", c.policyID, err)
 	}
 	defer lim.Close()
+	bar.phase("slidelimit: warming up, touching %s keys", group(int64(c.keys)))
+	warm(lim, nil, c.keys, c.workers)
+	res.heap, res.heapKeys = heapAfterGC()-heapStart-refRes.heap, lim.Len()
+	if c.reference {
+		refRes.heapKeys = ref.len()
+	}
 
-	bar := newProgress(stderr, c.duration)
-	bar.phase("warming up: touching %d keys", c.keys)
-	warm(lim, c.keys, c.workers)
+	// The two take turns, so that a machine whose speed drifts (other work, frequency scaling)
+	// slows both alike.
+	if c.reference {
+		bar.phase("measuring for %v per limiter, in %d rounds each, taking turns", c.duration, rounds)
+	} else {
+		bar.phase("measuring for %v", c.duration)
+	}
+	round := c.duration / time.Duration(rounds)
+	for i := range rounds {
+		if i == rounds-1 {
+			round = c.duration - round*time.Duration(rounds-1)
+		}
+		res.add(measure(c, bar, round, zipf, lim, nil))
+		if c.reference {
+			refRes.add(measure(c, bar, round, zipf, nil, ref))
+		}
+	}
+	bar.done()
+	res.keys = lim.Len()
+	if c.reference {
+		refRes.keys = ref.len()
+	}
+	runtime.KeepAlive(ref)
+	runtime.KeepAlive(zipf)
 
+	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
+		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
+	row := func(label, value, note string) {
+		fmt.Fprintln(stdout, strings.TrimRight(fmt.Sprintf("  %-16s %12s  %s", label, value, note), " "))
+	}
+	res.print(row, c.workers)
+	gone := c.keys - res.keys
+	switch {
+	case gone > 0:
+		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run. Every key was offered in\n"+
+			"  the warm-up; the other %s had had no request for long enough that their state was the\n"+
+			"  same as a new key's (for the sliding counter: no request in this window or the one before),\n"+
+			"  so the sweeper evicted them, which changes no decision. Integer keys never share a counter:\n"+
+			"  none is lost to a hash collision, and nothing is sampled.\n", group(int64(gone)))
+	default:
+		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run: all %s offered. A key with\n"+
+			"  no request for long enough that its state is a new key's (for the sliding counter: none in\n"+
+			"  its current window or the one before) is evicted, which changes no decision.\n", group(int64(c.keys)))
+	}
+	if !c.reference {
+		return nil
+	}
+
+	fmt.Fprintf(stdout, "\nreference, measured just now on the same keys and goroutines: a map of sliding-window counters\n"+
+		"behind one sync.Mutex, time.Now per decision, never forgetting a key, limit %d per %v; the two took\n"+
+		"turns, %d rounds each\n\n", c.limit, c.window, rounds)
+	refRes.print(row, c.workers)
+
+	ratio := res.perSec() / max(refRes.perSec(), 1)
+	fmt.Fprintf(stdout, "\nsummary: slidelimit made %.1f× the decisions per second of a mutex-guarded map of counters measured just now", ratio)
+	if res.heapKeys > 0 && refRes.heapKeys > 0 {
+		fmt.Fprintf(stdout, ", at %.2f× its bytes per key", res.bytesPerKey()/refRes.bytesPerKey())
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+// benchResult is one limiter's run.
+type benchResult struct {
+	ops, allowed int64
+	elapsed      time.Duration
+	keys         int    // keys tracked at the end
+	heap         uint64 // heap growth after GC, once the warm-up has touched every key
+	heapKeys     int    // keys tracked at that moment
+}
+
+// add counts round q into r.
+func (r *benchResult) add(q benchResult) {
+	r.ops += q.ops
+	r.allowed += q.allowed
+	r.elapsed += q.elapsed
+}
+
+func (r benchResult) perSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+func (r benchResult) bytesPerKey() float64 { return float64(r.heap) / float64(max(r.heapKeys, 1)) }
+
+// print writes one row per metric, each with one figure.
+func (r benchResult) print(row func(label, value, note string), workers int) {
+	row("decisions/s", group(int64(r.perSec())), "all goroutines together")
+	row("ns per decision", fmt.Sprintf("%.1f", float64(r.elapsed.Nanoseconds())*float64(workers)/float64(max(r.ops, 1))),
+		"one goroutine's time per decision")
+	row("accept rate", fmt.Sprintf("%.2f %%", 100*float64(r.allowed)/float64(max(r.ops, 1))), "")
+	// No note on this row: the paragraph under the table explains it.
+	row("keys tracked", group(int64(r.keys)), "")
+	if r.heapKeys > 0 {
+		row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), "heap growth after GC / keys, every key tracked")
+	}
+}
+
+// benchRound is the longest turn a limiter takes when the reference is measured too: short
+// against the default one-second window, so that a key's wait through the other limiter's turn
+// hardly changes whether it outlives its window.
+const benchRound = 250 * time.Millisecond
+
+// measure runs c.workers goroutines deciding on lim (or else ref) for d.
+func measure(c benchConfig, bar *progress, d time.Duration, zipf []uint32, lim *engine.Limiter, ref *mutexMapLimiter) benchResult {
 	stats := make([]workerStats, c.workers)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range c.workers {
-		wg.Go(func() { benchWorker(lim, &stats[w], &stop, uint64(w), c.keys, zipf) })
+		wg.Go(func() { benchWorker(lim, ref, &stats[w], &stop, uint64(w), c.keys, zipf) })
 	}
-	bar.run(start, func() int64 {
+	bar.run(start, d, func() int64 {
 		var n int64
 		for i := range stats {
 			n += stats[i].ops.Load()
@@ -84,33 +208,12 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		return n
 	}, &stop)
 	wg.Wait()
-	elapsed := time.Since(start)
-	bar.done()
-
-	var ops, allowed int64
+	r := benchResult{elapsed: time.Since(start)}
 	for i := range stats {
-		ops += stats[i].ops.Load()
-		allowed += stats[i].allowed.Load()
+		r.ops += stats[i].ops.Load()
+		r.allowed += stats[i].allowed.Load()
 	}
-	keys := lim.Len()
-	heap := heapAfterGC() - heapBefore
-	runtime.KeepAlive(zipf)
-
-	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
-		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
-	perSec := float64(ops) / elapsed.Seconds()
-	nsPer := float64(elapsed.Nanoseconds()) / float64(max(ops, 1))
-	row := func(label, value, note string) {
-		fmt.Fprintln(stdout, strings.TrimRight(fmt.Sprintf("  %-16s %14s  %s", label, value, note), " "))
-	}
-	row("decisions/s", group(int64(perSec)), "")
-	row("ns per decision", fmt.Sprintf("%.1f", nsPer), fmt.Sprintf("(%.1f per goroutine)", nsPer*float64(c.workers)))
-	row("accept rate", fmt.Sprintf("%.2f %%", 100*float64(allowed)/float64(max(ops, 1))), "")
-	row("keys tracked", group(int64(keys)), "")
-	if keys > 0 {
-		row("bytes per key", fmt.Sprintf("%.1f", float64(heap)/float64(keys)), "(heap after GC / keys tracked)")
-	}
-	return nil
+	return r
 }
 
 // workerStats is one worker's running totals, alone on its cache lines so that the progress bar
@@ -126,7 +229,9 @@ type workerStats struct {
 // publishing its totals.
 const benchBatch = 1024
 
-func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
+// benchWorker decides on lim, or else on ref: both are called directly (a branch that always goes
+// the same way costs next to nothing), so that neither pays for an indirect call.
+func benchWorker(lim *engine.Limiter, ref *mutexMapLimiter, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
 	rng := rand.NewPCG(id+1, 0x5eed)
 	pos := int(rng.Uint64() % uint64(max(len(zipf), 1)))
 	var ops, allowed int64
@@ -143,7 +248,13 @@ func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uin
 				// Lemire's multiply-shift maps 32 random bits onto [0, keys) without a division.
 				k = (rng.Uint64() >> 32) * n >> 32
 			}
-			if lim.AllowKey(k, 1) {
+			var ok bool
+			if lim != nil {
+				ok = lim.AllowKey(k, 1)
+			} else {
+				ok = ref.allow(k)
+			}
+			if ok {
 				allowed++
 			}
 		}
@@ -155,13 +266,17 @@ func benchWorker(lim *engine.Limiter, st *workerStats, stop *atomic.Bool, id uin
 
 // warm inserts every key once, split over workers goroutines, so that the measured run decides
 // on tracked keys: the steady state of a limiter in service.
-func warm(lim *engine.Limiter, keys, workers int) {
+func warm(lim *engine.Limiter, ref *mutexMapLimiter, keys, workers int) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := keys*w/workers, keys*(w+1)/workers
 		wg.Go(func() {
 			for k := lo; k < hi; k++ {
-				lim.AllowKey(uint64(k), 1)
+				if lim != nil {
+					lim.AllowKey(uint64(k), 1)
+				} else {
+					ref.allow(uint64(k))
+				}
 			}
 		})
 	}
@@ -205,11 +320,13 @@ func group(n int64) string {
 }
 
 // progress draws a progress bar on stderr when stderr is a terminal, and prints plain lines
-// otherwise (a log, a CI run), where carriage returns would only make a mess.
+// otherwise (a log, a CI run), where carriage returns would only make a mess. The bar covers total,
+// the sum of every measured stretch.
 type progress struct {
 	w     io.Writer
 	tty   bool
 	total time.Duration
+	spent time.Duration // measured before the current stretch
 }
 
 func newProgress(w io.Writer, total time.Duration) *progress {
@@ -233,14 +350,12 @@ func (p *progress) phase(format string, a ...any) {
 	fmt.Fprintf(p.w, format+"\n", a...)
 }
 
-// run redraws the bar every 100ms until total has passed since start, then sets stop.
-func (p *progress) run(start time.Time, count func() int64, stop *atomic.Bool) {
-	if !p.tty {
-		fmt.Fprintf(p.w, "measuring for %v\n", p.total)
-	}
+// run redraws the bar every 100ms until d has passed since start, then sets stop.
+func (p *progress) run(start time.Time, d time.Duration, count func() int64, stop *atomic.Bool) {
+	defer func() { p.spent += d }()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.NewTimer(p.total)
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		select {
@@ -255,13 +370,15 @@ func (p *progress) run(start time.Time, count func() int64, stop *atomic.Bool) {
 	}
 }
 
+// draw shows the whole run's progress and the current stretch's rate.
 func (p *progress) draw(elapsed time.Duration, ops int64) {
 	const width = 30
-	frac := math.Min(float64(elapsed)/float64(p.total), 1)
+	done := p.spent + elapsed
+	frac := math.Min(float64(done)/float64(p.total), 1)
 	full := int(frac * width)
 	rate := float64(ops) / math.Max(elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(p.w, "\r\033[K[%s%s] %4.1fs/%v  %s decisions/s",
-		strings.Repeat("█", full), strings.Repeat("░", width-full), elapsed.Seconds(), p.total, group(int64(rate)))
+		strings.Repeat("█", full), strings.Repeat("░", width-full), done.Seconds(), p.total, group(int64(rate)))
 }
 
 func (p *progress) done() {

@@ -12,7 +12,7 @@
 //     limiter, one bar per key count.
 //
 // With -table FILE it also writes the medians as markdown tables (one row per workload and run,
-// one column per limiter). With -targets FILE it also writes a markdown table of issue 5's targets, each as a ratio
+// one column per limiter). With -targets FILE it also writes a markdown table of the project's performance targets, each as a ratio
 // computed from the same medians, met or missed.
 //
 // The median of repeated results is used, as benchstat does.
@@ -41,7 +41,7 @@ import (
 
 func main() {
 	out := flag.String("o", ".", "directory to write the PNG files to")
-	targetsFile := flag.String("targets", "", "also write the issue-5 targets, as a markdown table, to this file")
+	targetsFile := flag.String("targets", "", "also write the performance targets, as a markdown table, to this file")
 	tableFile := flag.String("table", "", "also write the medians (ns/op, allocs/op, bytes/key) as markdown tables to this file")
 	flag.Parse()
 	if flag.NArg() == 0 {

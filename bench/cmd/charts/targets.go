@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The issue-5 targets, as ratios within one run.
+// The performance targets, as ratios within one run.
 const (
 	maxVsFloor       = 1.5     // slidelimit's ns/op at most 1.5x the floor's, every workload
 	minVsPeerMany    = 3.0     // at least 3x faster than the fastest peer on 1M keys

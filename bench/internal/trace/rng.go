@@ -3,7 +3,7 @@
 // the registry's figures event for event.
 //
 // Everything here is deterministic: the random numbers come from the registry's own generator
-// (splitmix32 seeding, xoshiro128**), restated from ../shared/docs/testing.md, with uint32 wrapping
+// (splitmix32 seeding, xoshiro128**), as docs/testing.md ("Random numbers") states them, with uint32 wrapping
 // arithmetic, so the same seed gives the same events in every language the registry is ported to.
 //
 // Concurrency: the functions of this package keep no shared state and may be called from any

@@ -1,4 +1,4 @@
-package peerbench
+package redispeers
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/bench/internal/redisserver"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
 )
 
 var addr string
@@ -26,7 +26,7 @@ var addr string
 func TestMain(m *testing.M) {
 	srv, err := redisserver.Start()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		fmt.Fprintln(os.Stderr, "redispeers:", err)
 		if os.Getenv("CI") == "true" {
 			os.Exit(1)
 		}

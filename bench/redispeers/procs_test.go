@@ -1,4 +1,4 @@
-package peerbench
+package redispeers
 
 import "runtime"
 

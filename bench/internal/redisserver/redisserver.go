@@ -1,0 +1,186 @@
+// Package redisserver runs a real redis-server on a free loopback port for tests and benchmarks,
+// and lets a test kill it (SIGKILL), pause it (SIGSTOP), resume it and start it again on the same
+// port. It installs nothing: if redis-server is not on PATH, Start returns ErrNotInstalled.
+//
+// A Server's methods may be called from any goroutine, but not concurrently with each other.
+//
+// This is the bench module's copy of redisstore's test harness of the same name: an internal
+// package cannot be imported across modules, and the bench module must not need redisstore's
+// internals.
+package redisserver
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// ErrNotInstalled is returned by Start when redis-server is not on PATH.
+var ErrNotInstalled = errors.New("redisserver: redis-server not found on PATH")
+
+// Server is one redis-server child process listening on 127.0.0.1.
+type Server struct {
+	// Addr is "127.0.0.1:port"; it stays the same across Kill and Restart.
+	Addr   string
+	port   int
+	bin    string
+	dir    string
+	extra  []string
+	cmd    *exec.Cmd
+	waited chan struct{}
+	paused bool
+}
+
+// Start runs redis-server on a free loopback port with persistence off and waits until it
+// answers PING; extra arguments are appended to its command line (for example
+// "--cluster-enabled", "yes"). The process dies with the test binary (Pdeathsig), so a crashed
+// test leaves no server behind.
+func Start(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	dir, err := os.MkdirTemp("", "redisserver-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	// A port found free can be taken by someone else before redis-server binds it: try a few.
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, bin: bin, dir: dir, extra: extra}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--daemonize", "no", "--logfile", "", "--loglevel", "warning")
+	cmd.Args = append(cmd.Args, s.extra...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redisserver: start: %w", err)
+	}
+	s.cmd, s.paused = cmd, false
+	s.waited = make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.waited)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.waited:
+			return fmt.Errorf("redisserver: redis-server on port %d exited at start", s.port)
+		default:
+		}
+		if ping(s.Addr) == nil {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.kill()
+	return fmt.Errorf("redisserver: redis-server on port %d did not answer PING within 5s", s.port)
+}
+
+// ping sends an inline PING and expects +PONG, without any client library (no pool goroutines).
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("redisserver: unexpected reply %q", line)
+	}
+	return nil
+}
+
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.waited
+	s.cmd, s.paused = nil, false
+}
+
+// Kill sends SIGKILL and waits for the process to exit: every connection drops and the port
+// refuses new ones until Restart.
+func (s *Server) Kill() { s.kill() }
+
+// Pause sends SIGSTOP: the kernel still accepts connections and buffers requests, but nothing
+// is answered until Resume.
+func (s *Server) Pause() error {
+	if s.cmd == nil || s.paused {
+		return errors.New("redisserver: Pause: not running")
+	}
+	s.paused = true
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume sends SIGCONT to a paused server.
+func (s *Server) Resume() error {
+	if s.cmd == nil || !s.paused {
+		return errors.New("redisserver: Resume: not paused")
+	}
+	s.paused = false
+	return s.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// Restart starts a killed server again on the same port, empty.
+func (s *Server) Restart() error {
+	if s.cmd != nil {
+		return errors.New("redisserver: Restart: still running")
+	}
+	var err error
+	// The old socket may linger briefly; a few tries cover it.
+	for range 5 {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// Stop kills the server (paused or not) and removes its directory. It is idempotent.
+func (s *Server) Stop() {
+	s.kill()
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+		s.dir = ""
+	}
+}
