@@ -74,7 +74,7 @@ func TestTwoProxiesShareRedis(t *testing.T) {
 	const window = int64(3_600_000)
 	for attempt := 0; ; attempt++ {
 		before := time.Now().UnixMilli()
-		args := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-name", "e2e" + strconv.Itoa(attempt), "-trusted-proxies", "127.0.0.1"}
+		args := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-name", "e2e" + strconv.Itoa(attempt), "-trusted-proxies", "127.0.0.1", "-metrics-listen", "127.0.0.1:0"}
 		p1, p2 := startProxy(t, args...), startProxy(t, args...)
 		c := newClient(t, true)
 		var codes []int
@@ -100,7 +100,7 @@ func TestTwoProxiesShareRedis(t *testing.T) {
 		// decided by the in-process fallback.
 		assert.Equal(t, 429, do(t, c, p1.url("/"), nil).status, "the deny cache still refuses")
 		assert.Equal(t, 200, do(t, c, p1.url("/"), map[string]string{"X-Forwarded-For": "203.0.113.9"}).status, "the fallback decides while Redis is down")
-		m := do(t, c, p1.url("/metrics"), nil).body
+		m := do(t, c, "http://"+p1.metrics+"/metrics", nil).body
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_fallbacks_total"), 1.0)
 		assert.Equal(t, 1.0, metric(t, m, "slidelimit_keys_tracked"))
