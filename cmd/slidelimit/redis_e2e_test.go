@@ -116,3 +116,34 @@ func metric(t *testing.T, body, name string) float64 {
 	require.NoError(t, err)
 	return v
 }
+
+// -on-redis-error closed refuses with 503 while Redis is down; local decides in process, each
+// proxy enforcing its -fleet-size share (limit/N rounded down); open admits everything.
+func TestProxyRedisFailureModes(t *testing.T) {
+	addr, stopRedis := startRedis(t)
+	up := newUpstream(t)
+	base := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-redis-timeout", "20ms", "-trusted-proxies", "127.0.0.1"}
+	closed := startProxy(t, append(base, "-name", "modes-closed", "-on-redis-error", "closed")...)
+	local := startProxy(t, append(base, "-name", "modes-local", "-on-redis-error", "local", "-fleet-size", "2")...)
+	open := startProxy(t, append(base, "-name", "modes-open", "-on-redis-error", "open")...)
+	c := newClient(t, true)
+	for _, p := range []*proc{closed, local, open} {
+		assert.Equal(t, 200, do(t, c, p.url("/"), nil).status, "Redis up")
+	}
+	stopRedis()
+	client := func(i int) map[string]string { return map[string]string{"X-Forwarded-For": "203.0.113." + strconv.Itoa(i)} }
+	r := do(t, c, closed.url("/"), client(1))
+	assert.Equal(t, 503, r.status)
+	assert.Equal(t, "rate limiter unavailable\n", r.body)
+	assert.NotEmpty(t, r.retryAfter)
+	var codes []int
+	for range 3 {
+		codes = append(codes, do(t, c, local.url("/"), client(2)).status)
+	}
+	assert.Equal(t, []int{200, 200, 429}, codes, "the fallback enforces 4/2 = 2 per proxy")
+	codes = nil
+	for range 6 {
+		codes = append(codes, do(t, c, open.url("/"), client(3)).status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 200, 200}, codes)
+}
