@@ -131,7 +131,9 @@ func TestProxyRedisFailureModes(t *testing.T) {
 		assert.Equal(t, 200, do(t, c, p.url("/"), nil).status, "Redis up")
 	}
 	stopRedis()
-	client := func(i int) map[string]string { return map[string]string{"X-Forwarded-For": "203.0.113." + strconv.Itoa(i)} }
+	client := func(i int) map[string]string {
+		return map[string]string{"X-Forwarded-For": "203.0.113." + strconv.Itoa(i)}
+	}
 	r := do(t, c, closed.url("/"), client(1))
 	assert.Equal(t, 503, r.status)
 	assert.Equal(t, "rate limiter unavailable\n", r.body)
