@@ -651,10 +651,7 @@ func (px *proxy) allRedis() []*redisstore.Limiter {
 			out = append(out, b.rs)
 		}
 	}
-	for _, b := range px.retired {
-		out = append(out, b)
-	}
-	return out
+	return append(out, px.retired...)
 }
 
 // apply builds spec's rules and swaps them in. Limits the new configuration keeps keep their
