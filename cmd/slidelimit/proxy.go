@@ -365,6 +365,7 @@ type proxy struct {
 	closed bool
 
 	retired      []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
+	retiring     []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
 	errLogged    atomic.Uint64
 	admittedSeen atomic.Uint64
 	refusedSeen  atomic.Uint64
@@ -409,10 +410,13 @@ func (b *builtLimit) close() {
 func (p *proxy) close() {
 	p.mu.Lock()
 	p.closed = true
-	built := p.built
-	p.built = nil
+	built, retiring := p.built, p.retiring
+	p.built, p.retiring = nil, nil
 	p.mu.Unlock()
 	for _, b := range built {
+		b.close()
+	}
+	for _, b := range retiring {
 		b.close()
 	}
 	for i := len(p.closers) - 1; i >= 0; i-- {
@@ -703,7 +707,8 @@ func (px *proxy) apply(spec *configSpec) error {
 	px.m.lastReload.SetToCurrentTime()
 	if len(retire) > 0 {
 		// Requests already past the router may still ask the old limiters: close them after
-		// the longest such a request is given at shutdown.
+		// the longest such a request is given at shutdown (or when the proxy closes).
+		px.retiring = append(px.retiring, retire...)
 		time.AfterFunc(px.c.shutdownTimeout, func() {
 			for _, b := range retire {
 				b.close()
