@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit"
@@ -210,6 +212,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
 		return &broken{err: err, onError: m.OnError}
 	}
+	handlers.Add(1)
 	h := &handler{
 		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
 		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
@@ -233,6 +236,15 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 	}
 	h.order = append(h.order, last...)
+	var items []string
+	for _, e := range h.limits {
+		if e.policy != "" {
+			items = append(items, e.policy)
+		}
+	}
+	if len(items) > 0 {
+		h.policy = []string{strings.Join(items, ", ")}
+	}
 	return h
 }
 
@@ -317,6 +329,7 @@ type handler struct {
 	problem    bool
 	maxDelay   time.Duration
 	now        func() time.Time
+	policy     []string // this middleware's own RateLimit-Policy value; nil: none
 }
 
 // The fields' canonical forms, so that handlers further down find them with Header.Get.
@@ -337,36 +350,57 @@ const (
 )
 
 // frame is one middleware's decisions for one request, found by the middlewares below it through
-// the request context.
+// the request context. It is that context itself, so that passing it on costs no more than the
+// request's copy.
 type frame struct {
+	context.Context
 	h      *handler
 	parent *frame
 	key    string
 	cost   int64
 	st     []entryState
 	ds     []engine.Decision
-	given  []int64 // units given back per limit
 	buf    [2]entryState
 	dbuf   [2]engine.Decision
-	gbuf   [2]int64
 }
 
 type frameKey struct{}
+
+// handlers counts the handlers Wrap has built. While there is only one, no middleware can sit
+// below it, and requests go on without the copy that carrying a frame in their context costs.
+var handlers atomic.Int64
+
+// pass calls the next handler, with f in the request's context when a middleware below may
+// look for it.
+func (h *handler) pass(w http.ResponseWriter, r *http.Request, f *frame) {
+	if handlers.Load() > 1 {
+		r = r.WithContext(f)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// Value answers frameKey with the frame, everything else from the request's context.
+func (f *frame) Value(key any) any {
+	if key == (frameKey{}) {
+		return f
+	}
+	return f.Context.Value(key)
+}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.skip != nil && h.skip(r) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	f := &frame{h: h, key: h.key(r), cost: 1}
+	f := &frame{Context: r.Context(), h: h, key: h.key(r), cost: 1}
 	f.parent, _ = r.Context().Value(frameKey{}).(*frame)
 	if h.cost != nil {
 		f.cost = h.cost(r)
 	}
 	if n := len(h.limits); n <= len(f.buf) {
-		f.st, f.ds, f.given = f.buf[:n], f.dbuf[:n], f.gbuf[:n]
+		f.st, f.ds = f.buf[:n], f.dbuf[:n]
 	} else {
-		f.st, f.ds, f.given = make([]entryState, n), make([]engine.Decision, n), make([]int64, n)
+		f.st, f.ds = make([]entryState, n), make([]engine.Decision, n)
 	}
 
 	var waited time.Duration
@@ -388,7 +422,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-t.C:
 				waited += d.RetryAfter
 				clear(f.st)
-				clear(f.given)
 				continue
 			case <-r.Context().Done():
 				t.Stop()
@@ -401,12 +434,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.parent.giveBack(r.Context())
 		}
 		if h.shadow {
-			h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), frameKey{}, f)))
+			h.pass(w, r, f)
 			return
 		}
 		h.setFields(w.Header(), f, idx)
 		if idx < 0 {
-			h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), frameKey{}, f)))
+			h.pass(w, r, f)
 			return
 		}
 		h.refuse(w, r, d, h.limits[idx].rawName)
@@ -481,7 +514,6 @@ func (f *frame) giveBackOwn(ctx context.Context) {
 		f.st[i] = returned
 		if e := &f.h.limits[i]; e.refund != nil {
 			g := e.refund(ctx, f.key, f.cost, f.ds[i])
-			f.given[i] += g
 			// The field then shows what the limit holds again.
 			f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
 		}
@@ -499,12 +531,14 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 		}
 	}
 	now := h.now()
-	var pol, rl []byte
+	var pbuf, rbuf [256]byte
+	pol, rl := pbuf[:0], rbuf[:0]
+	alone := len(frames) == 1 && frames[0] == f
 	for k := len(frames) - 1; k >= 0; k-- {
 		g := frames[k]
 		for i := range g.h.limits {
 			e := &g.h.limits[i]
-			if e.policy != "" {
+			if e.policy != "" && !alone {
 				if len(pol) > 0 {
 					pol = append(pol, ", "...)
 				}
@@ -533,9 +567,13 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			}
 		}
 	}
-	if len(pol) > 0 {
+	switch {
+	case alone && h.policy != nil:
+		// Shared read-only by every response, as the value never changes.
+		hdr[hdrPolicy] = h.policy
+	case len(pol) > 0:
 		hdr[hdrPolicy] = []string{string(pol)}
-	} else {
+	default:
 		delete(hdr, hdrPolicy)
 	}
 	if len(rl) > 0 {
