@@ -413,7 +413,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			w.Header().Set(hdrRetryAfter, strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
-			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return
 		}
 		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && waited+d.RetryAfter <= h.maxDelay {
@@ -606,14 +606,24 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d engine.Decisi
 	case engine.ReasonNegativeCost, engine.ReasonInvalidLimit:
 		status, detail = http.StatusInternalServerError, "rate limiter: "+d.Reason.String()
 	}
+	violated := ""
+	if d.Reason == engine.ReasonLimited || d.Reason == engine.ReasonCostAboveLimit {
+		violated = name
+	}
+	h.writeError(w, status, detail, violated)
+}
+
+// writeError writes a refusal's body: plain text, or with Problem an RFC 9457 object, whose type
+// is quota-exceeded when violated names the limit that refused.
+func (h *handler) writeError(w http.ResponseWriter, status int, detail, violated string) {
 	if !h.problem {
 		http.Error(w, detail, status)
 		return
 	}
 	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}
-	if d.Reason == engine.ReasonLimited || d.Reason == engine.ReasonCostAboveLimit {
+	if violated != "" {
 		p.Type = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-		p.Violated = []string{name}
+		p.Violated = []string{violated}
 	}
 	body, _ := json.Marshal(p)
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -316,26 +316,31 @@ func TestProxyShadowAndMetrics(t *testing.T) {
 	assert.Equal(t, "upstream saw /metrics", do(t, c, p.url("/metrics"), nil).body)
 }
 
-// -conn-limit closes connections over the limit at accept, and the proxy keeps serving.
+// -conn-limit closes connections over the limit at accept, and the proxy keeps serving; with a
+// bucket policy too, whose 2 per minute is below one per second.
 func TestProxyConnLimit(t *testing.T) {
-	up := newUpstream(t)
-	p := startProxy(t, "-upstream", up.URL, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
-	c := newClient(t, false)
-	var ok int
-	for range 4 {
-		res, err := c.Get(p.url("/"))
-		if err == nil {
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				ok++
+	for _, pol := range []string{"sliding-counter", "token-bucket"} {
+		t.Run(pol, func(t *testing.T) {
+			up := newUpstream(t)
+			p := startProxy(t, "-upstream", up.URL, "-policy", pol, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
+			c := newClient(t, false)
+			var ok int
+			for range 4 {
+				res, err := c.Get(p.url("/"))
+				if err == nil {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode == 200 {
+						ok++
+					}
+				}
 			}
-		}
+			assert.Equal(t, 2, ok)
+			require.NotEmpty(t, p.metrics)
+			m := do(t, c, "http://"+p.metrics+"/metrics", nil)
+			assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
+		})
 	}
-	assert.Equal(t, 2, ok)
-	require.NotEmpty(t, p.metrics)
-	m := do(t, c, "http://"+p.metrics+"/metrics", nil)
-	assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
 }
 
 // SIGTERM lets a request in flight finish, refuses new connections, and exits 0.

@@ -591,18 +591,23 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	}
 
 	if c.connLimit > 0 {
-		cp, err := buildPolicy(c.policyID, c.connLimit, c.window)
+		cp, _, k, err := buildRate(c.policyID, rate{c.connLimit, c.window}, 1)
 		if err != nil {
 			return nil, fmt.Errorf("-conn-limit: %w", err)
 		}
-		connLim, err := engine.New(cp)
+		var opts []engine.Option
+		if c.clk != nil {
+			opts = append(opts, engine.WithClock(c.clk))
+		}
+		connLim, err := engine.New(cp, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("-conn-limit with -policy %s: %w", c.policyID, err)
 		}
 		px.closers = append(px.closers, func() { connLim.Close() })
+		conns := &scaled{lim: connLim.AsLimiter(), k: k}
 		px.wrapLn = func(l net.Listener) net.Listener {
 			return &httplimit.Listener{
-				Listener: l, Limiter: httplimit.Local(connLim), IPv6Prefix: ip.IPv6Prefix,
+				Listener: l, Limiter: conns, IPv6Prefix: ip.IPv6Prefix,
 				OnRefused: func(net.Conn, engine.Decision) { px.m.connRef.Inc() },
 			}
 		}
