@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -788,7 +789,30 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 		return nil, fmt.Errorf("-redis with -policy %s: %w", rs.policyID, err)
 	}
 	b.rs, sc.lim, b.lim = lim, lim, sc
+	if rf, ok := any(lim).(storeRefunder); ok {
+		b.lim = storeRefundable{sc, rf}
+	}
 	return b, nil
+}
+
+// storeRefunder is a store that gives units back, which httplimit then uses to keep several
+// limits all or nothing. redisstore.Limiter gains it when refunds land there; until then a
+// refusal by a later Redis limit leaves the earlier ones charged.
+type storeRefunder interface {
+	Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
+}
+
+type storeRefundable struct {
+	*scaled
+	rf storeRefunder
+}
+
+func (s storeRefundable) Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
+	if n <= 0 || n > math.MaxInt64/s.k {
+		return 0, nil
+	}
+	g, err := s.rf.Refund(ctx, key, n*s.k, d)
+	return g / s.k, err
 }
 
 // now is the time of the RateLimit fields: the limiters' clock.
