@@ -192,3 +192,45 @@ func TestKeyCap(t *testing.T) {
 	p.px.metrics.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.Contains(t, m.Body.String(), `slidelimit_decisions_total{decision="denied",reason="key_cap",rule="default"} 1`+"\n")
 }
+
+// -exempt-cidrs: a client in the range is never limited and gets no field; the metric counts it.
+func TestExemptCIDR(t *testing.T) {
+	p := startInProcess(t, w0, "-limit", "1", "-trusted-proxies", "127.0.0.1", "-exempt-cidrs", "198.51.100.0/24")
+	for range 3 {
+		r := p.get(t, "/", map[string]string{"X-Forwarded-For": "198.51.100.9"})
+		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, r)
+	}
+	assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.9"}).status)
+	assert.Equal(t, 429, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.9"}).status)
+	m := httptest.NewRecorder()
+	p.px.metrics.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, m.Body.String(), `slidelimit_exempt_total{why="cidr"} 3`+"\n")
+}
+
+// Config files that are refused, each with an error naming the rule and the field.
+func TestParseConfigErrors(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	for in, want := range map[string]string{
+		"rules: [": "yaml:",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    colour: x\n":    "field colour not found",
+		"rules:\n  - rates: [1/1s]\n":                                `rules[0]: name "": must be 1 to 64 characters`,
+		"rules:\n  - name: a b\n    rates: [1/1s]\n":                 `name "a b": only letters, digits`,
+		"rules:\n  - name: default\n    rates: [1/1s]\n":             `name "default" is used twice`,
+		"rules:\n  - name: a\n":                                      "rules[0] (a): rates: at least one",
+		"rules:\n  - name: a\n    rates: [1/60]\n":                   "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
+		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":             "two limits with the window 1s",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":  `key "cookie": must be ip, header:NAME, conn or path`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n": `paths: "api" must start with /`,
+		"exempt:\n  cidrs: [10.0.0.0/33]\n":                          `exempt.cidrs: "10.0.0.0/33"`,
+	} {
+		_, err := parseConfig([]byte(in), def)
+		assert.ErrorContains(t, err, want, "%q", in)
+	}
+	spec, err := parseConfig([]byte("rules:\n  - name: a\n    methods: [post]\n    paths: [/x]\n    rates: [1/1s]\n"), def)
+	require.NoError(t, err)
+	require.Len(t, spec.rules, 2)
+	assert.True(t, spec.rules[0].matches("POST", "/x/y"))
+	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
+	assert.False(t, spec.rules[0].matches("POST", "/y"))
+	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
+}
