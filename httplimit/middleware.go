@@ -63,7 +63,9 @@ type Limit struct {
 // Limiter that has a method Refund(ctx context.Context, key string, n int64, d slidelimit.Decision)
 // (int64, error) is asked the same way. Limiters that cannot give back are asked last, so that
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
-// leaves the earlier ones charged.
+// leaves the earlier ones charged. A limit not asked because an earlier one refused is still
+// listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
+// method Peek(key string) slidelimit.Decision.
 //
 // Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
 // server) finds the outer one's decisions in the request context. When the inner one refuses,
@@ -268,6 +270,7 @@ func newEntry(l Limit) limitEntry {
 	switch r := l.Limiter.(type) {
 	case interface{ Engine() *engine.Limiter }:
 		eng := r.Engine()
+		e.peek = eng.Peek
 		switch eng.Policy().(type) {
 		case policy.SlidingLog, policy.DualBucket:
 			// Their Refund gives nothing back (see engine.Limiter.Refund).
@@ -285,7 +288,15 @@ func newEntry(l Limit) limitEntry {
 			return g
 		}
 	}
+	if p, ok := l.Limiter.(peeker); ok && e.peek == nil {
+		e.peek = p.Peek
+	}
 	return e
+}
+
+// peeker is what a Limiter other than the engine offers to show a limit that was not asked.
+type peeker interface {
+	Peek(key string) slidelimit.Decision
 }
 
 // refunder is the method through which a Limiter other than the engine gives units back.
@@ -312,6 +323,7 @@ type limitEntry struct {
 	name    string // the name as a structured-field string, quotes included
 	policy  string // the RateLimit-Policy item; "": none
 	refund  func(ctx context.Context, key string, n int64, d engine.Decision) int64
+	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 }
 
 type handler struct {
@@ -343,7 +355,8 @@ const (
 type entryState uint8
 
 const (
-	unasked  entryState = iota // not asked (an earlier limit refused), or it failed open
+	unasked  entryState = iota // not asked: an earlier limit refused
+	failed                     // its Limiter failed and the request went on without it
 	admitted                   // admitted and counted
 	returned                   // admitted, then given back (as far as the Limiter can)
 	refused                    // the limit that refused
@@ -449,7 +462,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func anyDecided(st []entryState) bool {
 	for _, s := range st {
-		if s != unasked {
+		if s != unasked && s != failed {
 			return true
 		}
 	}
@@ -470,6 +483,7 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 				h.onError(r, f.key, err)
 			}
 			if h.shadow || h.mode == FailOpen {
+				f.st[i] = failed
 				continue
 			}
 			if h.mode == FailClosed {
@@ -544,13 +558,21 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 				}
 				pol = append(pol, e.policy...)
 			}
-			if g.st[i] == unasked {
+			d := g.ds[i]
+			switch g.st[i] {
+			case failed:
 				continue
+			case unasked:
+				// Not asked, as an earlier limit refused: shown as it stands when the Limiter
+				// can say so without counting.
+				if e.peek == nil {
+					continue
+				}
+				d = e.peek(g.key)
 			}
 			if len(rl) > 0 {
 				rl = append(rl, ", "...)
 			}
-			d := g.ds[i]
 			rl = append(rl, e.name...)
 			rl = append(rl, ";r="...)
 			rl = strconv.AppendInt(rl, max(d.Remaining, 0), 10)

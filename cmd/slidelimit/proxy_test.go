@@ -94,8 +94,9 @@ func TestSeveralRates(t *testing.T) {
 	const pol = `"default-1s";q=2;w=1, "default-1m";q=3;w=60`
 	assert.Equal(t, resp{200, "upstream saw /", pol, `"default-1s";r=1;t=1, "default-1m";r=2;t=60`, ""}, p.get(t, "/", nil))
 	assert.Equal(t, 200, p.get(t, "/", nil).status)
-	// Refused by the per-second limit, which is asked first; the minute is not charged.
-	assert.Equal(t, resp{429, "rate limit exceeded\n", pol, `"default-1s";r=0;t=1`, "1"}, p.get(t, "/", nil))
+	// Refused by the per-second limit, which is asked first; the minute is not charged, and is
+	// shown as it stands.
+	assert.Equal(t, resp{429, "rate limit exceeded\n", pol, `"default-1s";r=0;t=1, "default-1m";r=1;t=60`, "1"}, p.get(t, "/", nil))
 	p.clk.Advance(time.Second)
 	assert.Equal(t, resp{200, "upstream saw /", pol, `"default-1s";r=1;t=1, "default-1m";r=0;t=59`, ""}, p.get(t, "/", nil))
 	// Refused by the minute: the second's unit is given back, and shows.

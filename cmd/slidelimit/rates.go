@@ -260,6 +260,14 @@ func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.
 	return s.eng.Refund(key, n*s.k, d) / s.k, nil
 }
 
+// Peek shows the limit as it stands for key, counting nothing, in whole requests.
+func (s refundable) Peek(key string) slidelimit.Decision {
+	d := s.eng.Peek(key)
+	d.Limit /= s.k
+	d.Remaining /= s.k
+	return d
+}
+
 // canRefund reports whether the engine's Refund gives units back for p (see engine.All).
 func canRefund(p policy.Policy) bool {
 	switch p.(type) {
