@@ -109,3 +109,34 @@ func newListener() net.Listener {
 	}
 	return ln
 }
+
+// Two limits at once, 10 per second and 1,000 per hour, all or nothing: a request the
+// per-second limit refuses costs nothing of the hourly one. Health checks skip the limiter.
+func ExampleMiddleware_limits() {
+	clk := clock.NewManual(1_699_999_980_000)
+	perSecond, _ := engine.New(policy.FixedWindow{Limit: 10, Window: time.Second}, engine.WithClock(clk))
+	defer perSecond.Close()
+	perHour, _ := engine.New(policy.FixedWindow{Limit: 1000, Window: time.Hour}, engine.WithClock(clk))
+	defer perHour.Close()
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(perSecond), Quota: httplimit.Quota{Name: "second"},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(perHour), Quota: httplimit.Quota{Name: "hour"}}},
+		Skip:   func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		Now:    func() time.Time { return time.UnixMilli(clk.Now()) },
+	}
+	ts := httptest.NewServer(mw.Wrap(http.NotFoundHandler()))
+	defer ts.Close()
+
+	res, err := ts.Client().Get(ts.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res.Body.Close()
+	fmt.Println(res.Header.Get("RateLimit-Policy"))
+	// The clock is 780 s into an hour (1_699_999_980_000 mod 3_600_000 = 780_000 ms): 2820 s left.
+	fmt.Println(res.Header.Get("RateLimit"))
+	// Output:
+	// "second";q=10;w=1, "hour";q=1000;w=3600
+	// "second";r=9;t=1, "hour";r=999;t=2820
+}

@@ -31,6 +31,10 @@ func (h ForwardedHeader) String() string {
 	return "X-Forwarded-For"
 }
 
+// DefaultIPv6Prefix is the prefix length by which ClientIP and Listener group IPv6 clients
+// unless told otherwise: one key per /64.
+const DefaultIPv6Prefix = 64
+
 // ClientIP finds the address of the client that sent a request.
 //
 // The address is the TCP peer (Request.RemoteAddr) unless that peer lies in TrustedProxies. Only
@@ -52,10 +56,11 @@ type ClientIP struct {
 	// read: a proxy that appends to X-Forwarded-For passes a client's forged Forwarded through
 	// untouched, so reading both would let the client pick.
 	Header ForwardedHeader
-	// IPv6Prefix groups IPv6 clients by network: with 64, every address of one /64 (what a single
-	// subscriber is usually given) shares one key. 0 or 128 keys each IPv6 address on its own;
-	// values outside 1…127 behave like 0. IPv4 addresses, and IPv4 mapped into IPv6, are never
-	// grouped.
+	// IPv6Prefix groups IPv6 clients by network: every address of one /IPv6Prefix shares one
+	// key. 0 means 64, the default: a single subscriber is usually given a whole /64, so keying
+	// each address alone would give one client 2^64 allowances. 128 keys each IPv6 address on
+	// its own; values outside 1…128 behave like 0. IPv4 addresses, and IPv4 mapped into IPv6, are
+	// never grouped.
 	IPv6Prefix int
 }
 
@@ -82,9 +87,10 @@ func (c *ClientIP) Addr(r *http.Request) netip.Addr {
 	return client
 }
 
-// Key returns the rate-limiting key of the request's client: "ip:" and the address, or with
-// IPv6Prefix set, "ip:" and the masked IPv6 prefix such as "ip:2001:db8:1:2::/64". A request whose
-// peer is not an IP address is keyed by its raw RemoteAddr ("addr:" and the value).
+// Key returns the rate-limiting key of the request's client: "ip:" and the IPv4 address, or "ip:"
+// and the masked IPv6 prefix such as "ip:2001:db8:1:2::/64" (the address itself with IPv6Prefix
+// 128). A request whose peer is not an IP address is keyed by its raw RemoteAddr ("addr:" and the
+// value).
 func (c *ClientIP) Key(r *http.Request) string {
 	a := c.Addr(r)
 	if !a.IsValid() {
@@ -96,8 +102,12 @@ func (c *ClientIP) Key(r *http.Request) string {
 func (c *ClientIP) keyOf(a netip.Addr) string {
 	var buf [64]byte // "ip:" and the longest IPv6 prefix text fit
 	b := append(buf[:0], "ip:"...)
-	if a.Is6() && c.IPv6Prefix > 0 && c.IPv6Prefix < 128 {
-		if p, err := a.Prefix(c.IPv6Prefix); err == nil {
+	bits := c.IPv6Prefix
+	if bits <= 0 || bits > 128 {
+		bits = DefaultIPv6Prefix
+	}
+	if a.Is6() && bits < 128 {
+		if p, err := a.Prefix(bits); err == nil {
 			return string(p.AppendTo(b))
 		}
 	}

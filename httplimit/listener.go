@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -13,8 +14,8 @@ import (
 // one: Accept never returns an error on account of the limit, so http.Server (which backs off and
 // logs on Accept errors) keeps serving everyone else at full speed.
 //
-// Connections are keyed by the peer's address ("ip:" and the address, IPv6 optionally grouped by
-// IPv6Prefix), the only address known before any byte is read; forwarding headers are not
+// Connections are keyed by the peer's address ("ip:" and the address, IPv6 grouped by
+// IPv6Prefix, /64 by default), the only address known before any byte is read; forwarding headers are not
 // available at this level. Accept calls Limiter.Take on the accepting goroutine, so a Limiter that
 // waits on the network (Redis) slows every accept; the in-process engine never waits.
 //
@@ -27,7 +28,8 @@ type Listener struct {
 	// Limiter decides each new connection, one unit per connection. Required.
 	Limiter Limiter
 
-	// IPv6Prefix groups IPv6 peers as ClientIP.IPv6Prefix does (64: one key per /64).
+	// IPv6Prefix groups IPv6 peers as ClientIP.IPv6Prefix does: 0 means one key per /64, 128
+	// one per address.
 	IPv6Prefix int
 
 	// Key returns the key of a new connection. nil means the peer's IP address as described
@@ -47,9 +49,25 @@ type Listener struct {
 	ErrorMode ErrorMode
 }
 
+// Validate reports a configuration Accept cannot serve: a nil Limiter (ErrNoLimiter, as from
+// Local(nil)) or an unknown ErrorMode.
+func (l *Listener) Validate() error {
+	if l.Limiter == nil {
+		return fmt.Errorf("%w: Listener.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
+	}
+	if l.ErrorMode > FailLocal {
+		return fmt.Errorf("httplimit: Listener.ErrorMode = %d: unknown mode", l.ErrorMode)
+	}
+	return nil
+}
+
 // Accept returns the next connection that the Limiter admits, closing refused ones. It returns
-// only the wrapped listener's own errors.
+// the wrapped listener's own errors, and Validate's error without accepting anything when the
+// configuration is refused (http.Server.Serve then returns it).
 func (l *Listener) Accept() (net.Conn, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {

@@ -172,3 +172,13 @@ func (r recorder) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	r.keys <- key
 	return r.Limiter.Take(ctx, key, n)
 }
+
+func TestListenerValidate(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer inner.Close()
+	ln := &httplimit.Listener{Listener: inner, Limiter: httplimit.Local(nil)}
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, httplimit.ErrNoLimiter)
+	assert.ErrorContains(t, err, "Listener.Limiter is nil")
+}

@@ -1,14 +1,19 @@
 package httplimit
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // ErrorMode says what the middleware (or the Listener) does with a request (or a connection) when
@@ -29,14 +34,43 @@ const (
 	TrustDecision = slidelimit.FailLocal
 )
 
+// ErrNoLimiter is the error Validate returns (wrapped, naming the field) for a nil Limiter, which
+// is also what Local(nil) returns: an engine.New whose error went unchecked.
+var ErrNoLimiter = errors.New("httplimit: no limiter")
+
+// Limit is one more limit a request must fit, beside Middleware.Limiter: a Limiter and the
+// Quota its fields advertise. A plain value, safe to copy.
+type Limit struct {
+	// Limiter decides this limit. Required.
+	Limiter Limiter
+	// Quota is as Middleware.Quota; its Name must differ from every other limit's.
+	Quota Quota
+}
+
 // Middleware limits the requests that reach a handler. Fill in the fields, then call Wrap; every
 // field but Limiter may be left zero, and a nil hook means the default its comment states.
 //
-// For each request Wrap's handler computes a key (KeyFunc) and a cost (Cost), asks the Limiter
-// for that many units, and then:
-//   - admitted: sets RateLimit-Policy and RateLimit and calls the next handler;
-//   - refused: sets those fields and Retry-After, and calls OnLimited (429 by default);
-//   - the Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
+// For each request Wrap's handler computes a key (KeyFunc) and a cost (Cost), asks every limit
+// (Limiter, then Limits) for that many units, and then:
+//   - every limit admitted: sets RateLimit-Policy and RateLimit and calls the next handler;
+//   - one refused: gives back what the others counted, sets those fields and Retry-After, and
+//     calls OnLimited (429 by default);
+//   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
+//
+// Several limits are all or nothing: a request refused by one consumes nothing of the others.
+// The middleware gives units back through the Limiter: an in-process engine (Local) gives back
+// what its policy can give back exactly (every window policy, the buckets at once), and any other
+// Limiter that has a method Refund(ctx context.Context, key string, n int64, d slidelimit.Decision)
+// (int64, error) is asked the same way. Limiters that cannot give back are asked last, so that
+// with at most one of them the rule holds exactly; with two or more, a refusal by a later one
+// leaves the earlier ones charged. A limit not asked because an earlier one refused is still
+// listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
+// method Peek(key string) slidelimit.Decision.
+//
+// Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
+// server) finds the outer one's decisions in the request context. When the inner one refuses,
+// it gives back what the outer one counted, and both write their limits into one
+// RateLimit-Policy and one RateLimit field, outer first, so that neither overwrites the other.
 //
 // In Shadow mode every request is decided, counted and reported to OnDecision, but every request
 // reaches the next handler and no field is added: the response is exactly what it would be
@@ -47,7 +81,7 @@ const (
 // The handler is safe for concurrent use, and calls the hooks from the goroutines that serve the
 // requests, possibly many at once: hooks must be safe for concurrent use themselves.
 type Middleware struct {
-	// Limiter decides. Required.
+	// Limiter decides. Required (Local(nil) is nil: check engine.New's error).
 	Limiter Limiter
 
 	// Quota is what the RateLimit-Policy field advertises, and its Name names the policy in the
@@ -56,27 +90,58 @@ type Middleware struct {
 	// empty Name means "default".
 	Quota Quota
 
-	// KeyFunc returns the key a request is limited by. nil means the peer's IP address
-	// ((*ClientIP).Key with no trusted proxies). See ClientIP, KeyByHeader, KeyByPathAndIP and
-	// KeyByConn.
+	// Limits are further limits every request must fit too, all or nothing (see above), for
+	// example 10 per second and 1,000 per hour. Each is listed in both fields under its Quota's
+	// Name, which must be set and distinct.
+	Limits []Limit
+
+	// KeyFunc returns the key a request is limited by. nil means the peer's IP address, IPv6
+	// grouped by /64 ((*ClientIP).Key with no trusted proxies). See ClientIP, KeyByHeader,
+	// KeyByPathAndIP and KeyByConn.
 	KeyFunc func(r *http.Request) string
 
-	// Cost returns how many units a request takes. nil means 1 for every request.
+	// Cost returns how many units a request takes. nil means 1 for every request. A negative
+	// cost is a programming error: it is refused with 500 and ReasonNegativeCost.
 	Cost func(r *http.Request) int64
 
-	// OnLimited writes the response to a refused request; Retry-After, RateLimit-Policy and
-	// RateLimit are already set on w's header. nil means 429 Too Many Requests with a short plain
-	// text body.
+	// Skip reports requests that bypass the limiter: not counted, no field added (health checks,
+	// say). nil means none.
+	Skip func(r *http.Request) bool
+
+	// OnLimited writes the response to a refused request; Retry-After (when waiting helps),
+	// RateLimit-Policy and RateLimit are already set on w's header. d.Reason tells a refusal over
+	// the limit (ReasonLimited) from the others. nil means the default: 429 Too Many Requests for
+	// ReasonLimited and ReasonCostAboveLimit (the latter without Retry-After: waiting never
+	// helps), 503 Service Unavailable with Retry-After: 1 for ReasonKeyCap (the limiter tracks as
+	// many keys as it may), 500 Internal Server Error for ReasonNegativeCost and
+	// ReasonInvalidLimit; each with a short body naming the reason (see Problem).
 	OnLimited func(w http.ResponseWriter, r *http.Request, d engine.Decision)
 
-	// OnDecision observes every decision the Limiter made (admitted or refused, in Shadow mode
-	// too), for metrics and logs, before the response is written. nil means none.
+	// Problem makes the default refusal bodies RFC 9457 problem details
+	// (application/problem+json). A refusal over the limit uses the rate limit fields' problem
+	// type "https://iana.org/assignments/http-problem-types#quota-exceeded", with
+	// "violated-policies" naming the refusing limit; the others use "about:blank".
+	Problem bool
+
+	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, as
+	// nginx's limit_req delay does: when every wait the limiter asks for (its RetryAfter) fits
+	// in MaxDelay altogether, the request sleeps it and is decided again; otherwise, or when the
+	// request's context ends, it is refused. A waiting request holds its goroutine and
+	// connection; nothing is counted while it waits.
+	MaxDelay time.Duration
+
+	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
+	// too), for metrics and logs, before the response is written: once per request, with the
+	// refusing limit's Decision or, when every limit admitted, the one with the least Remaining.
+	// nil means none.
 	OnDecision func(r *http.Request, key string, d engine.Decision)
 
-	// OnError observes every error from the Limiter, before ErrorMode is applied. nil means none.
+	// OnError observes every error from a Limiter, before ErrorMode is applied, and a
+	// configuration error (key ""), on every request, from a handler Wrap built out of a
+	// configuration Validate refuses. nil means none.
 	OnError func(r *http.Request, key string, err error)
 
-	// ErrorMode is what happens to a request when the Limiter returns an error (default
+	// ErrorMode is what happens to a request when a Limiter returns an error (default
 	// FailOpen).
 	ErrorMode ErrorMode
 
@@ -89,36 +154,71 @@ type Middleware struct {
 	Now func() time.Time
 }
 
-// Validate reports a configuration that Wrap would refuse: a nil Limiter, a Quota.Name with
-// characters an HTTP structured-field string cannot hold, a negative Quota, or an unknown
-// ErrorMode. The error names the field and the value.
+// Validate reports a configuration that Wrap cannot serve: a nil Limiter (ErrNoLimiter, as from
+// Local(nil)), a nil Limits entry, a Quota.Name with characters an HTTP structured-field string
+// cannot hold, names that are missing or repeated among several limits, a negative Quota or
+// MaxDelay, or an unknown ErrorMode. The error names the field and the value.
 func (m *Middleware) Validate() error {
 	if m.Limiter == nil {
-		return errors.New("httplimit: Middleware.Limiter is nil")
+		return fmt.Errorf("%w: Middleware.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
 	}
-	for i := 0; i < len(m.Quota.Name); i++ {
-		if c := m.Quota.Name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("httplimit: Middleware.Quota.Name = %q: only printable ASCII is allowed", m.Quota.Name)
+	seen := map[string]string{}
+	check := func(field string, q Quota, named bool) error {
+		for i := 0; i < len(q.Name); i++ {
+			if c := q.Name[i]; c < 0x20 || c > 0x7e {
+				return fmt.Errorf("httplimit: %s.Name = %q: only printable ASCII is allowed", field, q.Name)
+			}
+		}
+		if q.Limit < 0 || q.Window < 0 {
+			return fmt.Errorf("httplimit: %s = {Limit: %d, Window: %v}: must not be negative", field, q.Limit, q.Window)
+		}
+		name := q.Name
+		if name == "" {
+			if named {
+				return fmt.Errorf("httplimit: %s.Name is empty: each of several limits needs its own name", field)
+			}
+			name = "default"
+		}
+		if other, dup := seen[name]; dup {
+			return fmt.Errorf("httplimit: %s.Name = %q: %s has the same name", field, name, other)
+		}
+		seen[name] = field
+		return nil
+	}
+	if err := check("Middleware.Quota", m.Quota, false); err != nil {
+		return err
+	}
+	for i, l := range m.Limits {
+		field := "Middleware.Limits[" + strconv.Itoa(i) + "]"
+		if l.Limiter == nil {
+			return fmt.Errorf("%w: %s.Limiter is nil", ErrNoLimiter, field)
+		}
+		if err := check(field+".Quota", l.Quota, true); err != nil {
+			return err
 		}
 	}
-	if m.Quota.Limit < 0 || m.Quota.Window < 0 {
-		return fmt.Errorf("httplimit: Middleware.Quota = {Limit: %d, Window: %v}: must not be negative", m.Quota.Limit, m.Quota.Window)
-	}
-	if m.ErrorMode > TrustDecision {
+	if m.ErrorMode > FailLocal {
 		return fmt.Errorf("httplimit: Middleware.ErrorMode = %d: unknown mode", m.ErrorMode)
+	}
+	if m.MaxDelay < 0 {
+		return fmt.Errorf("httplimit: Middleware.MaxDelay = %v: must not be negative", m.MaxDelay)
 	}
 	return nil
 }
 
-// Wrap returns a handler that limits the requests reaching next. It panics with Validate's error
-// on a configuration Validate refuses: that is a programming error, found at start-up.
+// Wrap returns a handler that limits the requests reaching next. On a configuration Validate
+// refuses, it returns a handler that answers every request with 500 Internal Server Error and
+// reports Validate's error to OnError: a misconfigured limiter neither panics nor lets traffic
+// through unlimited.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
-		panic(err)
+		return &broken{err: err, onError: m.OnError}
 	}
+	handlers.Add(1)
 	h := &handler{
-		next: next, lim: m.Limiter, key: m.KeyFunc, cost: m.Cost, onLimited: m.OnLimited,
-		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow, now: m.Now,
+		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
+		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
+		now: m.Now, problem: m.Problem, maxDelay: m.MaxDelay,
 	}
 	if h.key == nil {
 		h.key = new(ClientIP).Key
@@ -126,39 +226,122 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if h.now == nil {
 		h.now = time.Now
 	}
-	q := m.Quota
+	all := append([]Limit{{Limiter: m.Limiter, Quota: m.Quota}}, m.Limits...)
+	var last []int
+	for i, l := range all {
+		e := newEntry(l)
+		h.limits = append(h.limits, e)
+		if e.refund == nil {
+			last = append(last, i)
+		} else {
+			h.order = append(h.order, i)
+		}
+	}
+	h.order = append(h.order, last...)
+	var items []string
+	for _, e := range h.limits {
+		if e.policy != "" {
+			items = append(items, e.policy)
+		}
+	}
+	if len(items) > 0 {
+		h.policy = []string{strings.Join(items, ", ")}
+	}
+	return h
+}
+
+func newEntry(l Limit) limitEntry {
+	q := l.Quota
 	if q.Limit == 0 {
-		if p, ok := m.Limiter.(policyReporter); ok {
+		if p, ok := l.Limiter.(policyReporter); ok {
 			q = QuotaOf(q.Name, p.Policy())
 		}
 	}
 	if q.Name == "" {
 		q.Name = "default"
 	}
-	h.name = sfString(q.Name)
+	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name)}
 	if q.Limit > 0 {
-		v := h.name + ";q=" + strconv.FormatInt(q.Limit, 10)
+		e.policy = e.name + ";q=" + strconv.FormatInt(q.Limit, 10)
 		if q.Window > 0 {
-			v += ";w=" + strconv.FormatInt(max(ceilSeconds(q.Window), 1), 10)
+			e.policy += ";w=" + strconv.FormatInt(max(ceilSeconds(q.Window), 1), 10)
 		}
-		h.policy = []string{v}
 	}
-	return h
+	switch r := l.Limiter.(type) {
+	case interface{ Engine() *engine.Limiter }:
+		eng := r.Engine()
+		e.peek = eng.Peek
+		switch eng.Policy().(type) {
+		case policy.SlidingLog, policy.DualBucket:
+			// Their Refund gives nothing back (see engine.Limiter.Refund).
+		default:
+			e.refund = func(_ context.Context, key string, n int64, d engine.Decision) int64 {
+				return eng.Refund(key, n, d)
+			}
+		}
+	case refunder:
+		e.refund = func(ctx context.Context, key string, n int64, d engine.Decision) int64 {
+			g, err := r.Refund(context.WithoutCancel(ctx), key, n, d)
+			if err != nil {
+				return 0
+			}
+			return g
+		}
+	}
+	if p, ok := l.Limiter.(peeker); ok && e.peek == nil {
+		e.peek = p.Peek
+	}
+	return e
+}
+
+// peeker is what a Limiter other than the engine offers to show a limit that was not asked.
+type peeker interface {
+	Peek(key string) slidelimit.Decision
+}
+
+// refunder is the method through which a Limiter other than the engine gives units back.
+type refunder interface {
+	Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
+}
+
+// broken serves a configuration Validate refused.
+type broken struct {
+	err     error
+	onError func(*http.Request, string, error)
+}
+
+func (b *broken) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.onError != nil {
+		b.onError(r, "", b.err)
+	}
+	http.Error(w, "rate limiter misconfigured", http.StatusInternalServerError)
+}
+
+type limitEntry struct {
+	lim     Limiter
+	rawName string
+	name    string // the name as a structured-field string, quotes included
+	policy  string // the RateLimit-Policy item; "": none
+	refund  func(ctx context.Context, key string, n int64, d engine.Decision) int64
+	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 }
 
 type handler struct {
 	next       http.Handler
-	lim        Limiter
+	limits     []limitEntry // in the order the fields list them
+	order      []int        // the order they are asked in: those that can give back first
 	key        func(*http.Request) string
 	cost       func(*http.Request) int64
+	skip       func(*http.Request) bool
 	onLimited  func(http.ResponseWriter, *http.Request, engine.Decision)
 	onDecision func(*http.Request, string, engine.Decision)
 	onError    func(*http.Request, string, error)
 	mode       ErrorMode
 	shadow     bool
+	problem    bool
+	maxDelay   time.Duration
 	now        func() time.Time
-	name       string   // the policy name as a structured-field string, quotes included
-	policy     []string // the RateLimit-Policy value, shared read-only by every response; nil: none
+	policy     []string // this middleware's own RateLimit-Policy value; nil: none
 }
 
 // The fields' canonical forms, so that handlers further down find them with Header.Get.
@@ -168,67 +351,316 @@ const (
 	hdrRetryAfter = "Retry-After"
 )
 
+// entryState is what one request learnt of one limit.
+type entryState uint8
+
+const (
+	unasked  entryState = iota // not asked: an earlier limit refused
+	failed                     // its Limiter failed and the request went on without it
+	admitted                   // admitted and counted
+	returned                   // admitted, then given back (as far as the Limiter can)
+	refused                    // the limit that refused
+)
+
+// frame is one middleware's decisions for one request, found by the middlewares below it through
+// the request context. It is that context itself, so that passing it on costs no more than the
+// request's copy.
+type frame struct {
+	context.Context
+	h      *handler
+	parent *frame
+	key    string
+	cost   int64
+	st     []entryState
+	ds     []engine.Decision
+	buf    [2]entryState
+	dbuf   [2]engine.Decision
+}
+
+type frameKey struct{}
+
+// handlers counts the handlers Wrap has built. While there is only one, no middleware can sit
+// below it, and requests go on without the copy that carrying a frame in their context costs.
+var handlers atomic.Int64
+
+// pass calls the next handler, with f in the request's context when a middleware below may
+// look for it.
+func (h *handler) pass(w http.ResponseWriter, r *http.Request, f *frame) {
+	if handlers.Load() > 1 {
+		r = r.WithContext(f)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// Value answers frameKey with the frame, everything else from the request's context.
+func (f *frame) Value(key any) any {
+	if key == (frameKey{}) {
+		return f
+	}
+	return f.Context.Value(key)
+}
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := h.key(r)
-	cost := int64(1)
+	if h.skip != nil && h.skip(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	f := &frame{Context: r.Context(), h: h, key: h.key(r), cost: 1}
+	f.parent, _ = r.Context().Value(frameKey{}).(*frame)
 	if h.cost != nil {
-		cost = h.cost(r)
+		f.cost = h.cost(r)
 	}
-	d, err := h.lim.Take(r.Context(), key, cost)
-	if err != nil {
-		if h.onError != nil {
-			h.onError(r, key, err)
-		}
-		switch {
-		case h.shadow || h.mode == FailOpen:
-			if !h.shadow && h.policy != nil {
-				w.Header()[hdrPolicy] = h.policy
+	if n := len(h.limits); n <= len(f.buf) {
+		f.st, f.ds = f.buf[:n], f.dbuf[:n]
+	} else {
+		f.st, f.ds = make([]entryState, n), make([]engine.Decision, n)
+	}
+
+	var waited time.Duration
+	for {
+		d, idx, closed := h.decide(r, f)
+		if closed {
+			f.parent.giveBack(r.Context())
+			if h.shadow {
+				h.next.ServeHTTP(w, r)
+				return
 			}
-			h.next.ServeHTTP(w, r)
-			return
-		case h.mode == FailClosed:
 			w.Header().Set(hdrRetryAfter, strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
-			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return
 		}
-		// TrustDecision: go on with d.
-	}
-	if h.onDecision != nil {
-		h.onDecision(r, key, d)
-	}
-	if h.shadow {
-		h.next.ServeHTTP(w, r)
+		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && waited+d.RetryAfter <= h.maxDelay {
+			t := time.NewTimer(d.RetryAfter)
+			select {
+			case <-t.C:
+				waited += d.RetryAfter
+				clear(f.st)
+				continue
+			case <-r.Context().Done():
+				t.Stop()
+			}
+		}
+		if h.onDecision != nil && (idx >= 0 || anyDecided(f.st)) {
+			h.onDecision(r, f.key, d)
+		}
+		if idx >= 0 {
+			f.parent.giveBack(r.Context())
+		}
+		if h.shadow {
+			h.pass(w, r, f)
+			return
+		}
+		h.setFields(w.Header(), f, idx)
+		if idx < 0 {
+			h.pass(w, r, f)
+			return
+		}
+		h.refuse(w, r, d, h.limits[idx].rawName)
 		return
 	}
-	hdr := w.Header()
-	if h.policy != nil {
+}
+
+func anyDecided(st []entryState) bool {
+	for _, s := range st {
+		if s != unasked && s != failed {
+			return true
+		}
+	}
+	return false
+}
+
+// decide asks every limit in h.order. It returns the request's Decision and, when a limit
+// refused, its index (else -1), having given back what the others counted; closed reports a
+// Limiter error under FailClosed, everything given back.
+func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int, closed bool) {
+	idx = -1
+	tightest := -1
+	for _, i := range h.order {
+		e := &h.limits[i]
+		di, err := e.lim.Take(r.Context(), f.key, f.cost)
+		if err != nil {
+			if h.onError != nil {
+				h.onError(r, f.key, err)
+			}
+			if h.shadow || h.mode == FailOpen {
+				f.st[i] = failed
+				continue
+			}
+			if h.mode == FailClosed {
+				f.giveBackOwn(r.Context())
+				return di, -1, true
+			}
+			// FailLocal: go on with di.
+		}
+		f.ds[i] = di
+		if !di.Allowed {
+			f.st[i] = refused
+			f.giveBackOwn(r.Context())
+			return di, i, false
+		}
+		f.st[i] = admitted
+		if tightest < 0 || di.Remaining < f.ds[tightest].Remaining {
+			tightest = i
+		}
+	}
+	if tightest >= 0 {
+		d = f.ds[tightest]
+	} else {
+		d = engine.Decision{Allowed: true}
+	}
+	return d, -1, false
+}
+
+// giveBack returns what f and the frames above it counted: the request they admitted has been
+// refused further down. Nil-safe; each limit is given back once.
+func (f *frame) giveBack(ctx context.Context) {
+	for ; f != nil; f = f.parent {
+		f.giveBackOwn(ctx)
+	}
+}
+
+// giveBackOwn returns what f's own limits counted.
+func (f *frame) giveBackOwn(ctx context.Context) {
+	for i, s := range f.st {
+		if s != admitted {
+			continue
+		}
+		f.st[i] = returned
+		if e := &f.h.limits[i]; e.refund != nil {
+			g := e.refund(ctx, f.key, f.cost, f.ds[i])
+			// The field then shows what the limit holds again.
+			f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
+		}
+	}
+}
+
+// setFields writes RateLimit-Policy and RateLimit for f and every frame above it, outermost
+// first. refusedIdx is f's refusing limit, or -1.
+func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
+	var chain [4]*frame
+	frames := chain[:0]
+	for g := f; g != nil; g = g.parent {
+		if !g.h.shadow {
+			frames = append(frames, g)
+		}
+	}
+	now := h.now()
+	var pbuf, rbuf [256]byte
+	pol, rl := pbuf[:0], rbuf[:0]
+	alone := len(frames) == 1 && frames[0] == f
+	for k := len(frames) - 1; k >= 0; k-- {
+		g := frames[k]
+		for i := range g.h.limits {
+			e := &g.h.limits[i]
+			if e.policy != "" && !alone {
+				if len(pol) > 0 {
+					pol = append(pol, ", "...)
+				}
+				pol = append(pol, e.policy...)
+			}
+			d := g.ds[i]
+			switch g.st[i] {
+			case failed:
+				continue
+			case unasked:
+				// Not asked, as an earlier limit refused: shown as it stands when the Limiter
+				// can say so without counting.
+				if e.peek == nil {
+					continue
+				}
+				d = e.peek(g.key)
+			}
+			if len(rl) > 0 {
+				rl = append(rl, ", "...)
+			}
+			rl = append(rl, e.name...)
+			rl = append(rl, ";r="...)
+			rl = strconv.AppendInt(rl, max(d.Remaining, 0), 10)
+			switch {
+			case g == f && i == refusedIdx:
+				// Seconds until the quota is available again: what Retry-After says.
+				if d.RetryAfter > 0 {
+					rl = append(rl, ";t="...)
+					rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
+				}
+			case !d.ResetAt.IsZero():
+				rl = append(rl, ";t="...)
+				rl = strconv.AppendInt(rl, ceilSeconds(d.ResetAt.Sub(now)), 10)
+			}
+		}
+	}
+	switch {
+	case alone && h.policy != nil:
+		// Shared read-only by every response, as the value never changes.
 		hdr[hdrPolicy] = h.policy
+	case len(pol) > 0:
+		hdr[hdrPolicy] = []string{string(pol)}
+	default:
+		delete(hdr, hdrPolicy)
 	}
-	hdr.Set(hdrRateLimit, h.rateLimit(d))
-	if d.Allowed {
-		h.next.ServeHTTP(w, r)
-		return
+	if len(rl) > 0 {
+		hdr[hdrRateLimit] = []string{string(rl)}
+	} else {
+		delete(hdr, hdrRateLimit)
 	}
-	hdr.Set(hdrRetryAfter, strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+	if refusedIdx >= 0 {
+		if d := f.ds[refusedIdx]; d.RetryAfter > 0 {
+			hdr[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
+		}
+	}
+}
+
+// refuse answers a refused request; name is the refusing limit's.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d engine.Decision, name string) {
+	if d.Reason == engine.ReasonKeyCap {
+		w.Header().Set(hdrRetryAfter, "1")
+	}
 	if h.onLimited != nil {
 		h.onLimited(w, r, d)
 		return
 	}
-	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+	status, detail := http.StatusTooManyRequests, "rate limit exceeded"
+	switch d.Reason {
+	case engine.ReasonCostAboveLimit:
+		detail = "request cost exceeds the limit"
+	case engine.ReasonKeyCap:
+		status, detail = http.StatusServiceUnavailable, "rate limiter at its key capacity"
+	case engine.ReasonNegativeCost, engine.ReasonInvalidLimit:
+		status, detail = http.StatusInternalServerError, "rate limiter: "+d.Reason.String()
+	}
+	violated := ""
+	if d.Reason == engine.ReasonLimited || d.Reason == engine.ReasonCostAboveLimit {
+		violated = name
+	}
+	h.writeError(w, status, detail, violated)
 }
 
-// rateLimit formats the RateLimit field: `"name";r=remaining;t=seconds-until-reset`, t rounded
-// up and left out when the Decision has no reset time.
-func (h *handler) rateLimit(d engine.Decision) string {
-	var buf [96]byte
-	b := append(buf[:0], h.name...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
-	if !d.ResetAt.IsZero() {
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(d.ResetAt.Sub(h.now())), 10)
+// writeError writes a refusal's body: plain text, or with Problem an RFC 9457 object, whose type
+// is quota-exceeded when violated names the limit that refused.
+func (h *handler) writeError(w http.ResponseWriter, status int, detail, violated string) {
+	if !h.problem {
+		http.Error(w, detail, status)
+		return
 	}
-	return string(b)
+	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}
+	if violated != "" {
+		p.Type = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+		p.Violated = []string{violated}
+	}
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail"`
+	Violated []string `json:"violated-policies,omitempty"`
 }
 
 // sfString quotes s as a structured-field string (RFC 8941 §3.3.3): within double quotes,

@@ -103,10 +103,12 @@ func TestExactLimitAndFields(t *testing.T) {
 
 	// 500 ms into the next window: the previous 5 carry floor(5 × 59.5/60) = 4, so one more
 	// passes (estimate 5, r=0, t = ceil(59.5) = 60). The next one must wait until the carried
-	// weight drops to 3: floor(60000 × 1/5) + 1 = 12001 ms into the window, 11.501 s → 12.
+	// weight drops to 3: floor(60000 × 1/5) + 1 = 12001 ms into the window, 11.501 s → 12. On a
+	// refusal t is the time until the quota is available again, the same 12 as Retry-After, not
+	// the 60 s until the window ends.
 	clk.Advance(15 * time.Second)
 	assert.Equal(t, reply{200, `"default";q=5;w=60`, `"default";r=0;t=60`, "", "ok"}, get(t, c, ts.URL, nil))
-	assert.Equal(t, reply{429, `"default";q=5;w=60`, `"default";r=0;t=60`, "12", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
+	assert.Equal(t, reply{429, `"default";q=5;w=60`, `"default";r=0;t=12`, "12", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
 }
 
 // Concurrent clients on one key: exactly limit admitted, whatever the interleaving.
@@ -225,7 +227,8 @@ func TestIPv6Grouping(t *testing.T) {
 		want   []int
 	}{
 		{64, []int{200, 200, 429, 200}},
-		{0, []int{200, 200, 200, 200}},
+		{0, []int{200, 200, 429, 200}}, // the default is /64
+		{128, []int{200, 200, 200, 200}},
 	} {
 		lim, clk := newEngine(t, 2, time.Minute, w0)
 		ip := &httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, IPv6Prefix: tc.prefix}
@@ -277,7 +280,7 @@ func TestErrorModes(t *testing.T) {
 	}{
 		{httplimit.FailOpen, false, reply{status: 200, policy: `"api";q=7;w=10`, body: "ok"}},
 		{httplimit.FailClosed, false, reply{status: 503, retryAfter: "3", body: "rate limiter unavailable\n"}},
-		{httplimit.TrustDecision, false, reply{429, `"api";q=7;w=10`, `"api";r=0`, "3", "rate limit exceeded\n"}},
+		{httplimit.TrustDecision, false, reply{429, `"api";q=7;w=10`, `"api";r=0;t=3`, "3", "rate limit exceeded\n"}},
 		{httplimit.FailClosed, true, reply{status: 200, body: "ok"}},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
@@ -346,12 +349,22 @@ func TestValidate(t *testing.T) {
 		{httplimit.Middleware{Limiter: lim, Quota: httplimit.Quota{Name: "a\nb"}}, `Middleware.Quota.Name = "a\nb"`},
 		{httplimit.Middleware{Limiter: lim, Quota: httplimit.Quota{Limit: -1}}, "Limit: -1"},
 		{httplimit.Middleware{Limiter: lim, ErrorMode: 9}, "Middleware.ErrorMode = 9"},
+		{httplimit.Middleware{Limiter: httplimit.Local(nil)}, "Middleware.Limiter is nil (httplimit.Local(nil) is nil"},
+		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Quota: httplimit.Quota{Name: "b"}}}}, "Middleware.Limits[0].Limiter is nil"},
+		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Limiter: lim}}}, "Middleware.Limits[0].Quota.Name is empty"},
+		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Limiter: lim, Quota: httplimit.Quota{Name: "default"}}}}, `Middleware.Limits[0].Quota.Name = "default": Middleware.Quota has the same name`},
+		{httplimit.Middleware{Limiter: lim, MaxDelay: -time.Second}, "Middleware.MaxDelay = -1s"},
 	} {
 		err := tc.m.Validate()
 		if assert.Error(t, err) {
 			assert.Contains(t, err.Error(), tc.want)
 		}
-		assert.PanicsWithError(t, err.Error(), func() { tc.m.Wrap(ok) })
+		// Wrap does not panic: every request gets 500, and OnError hears why.
+		var seen error
+		tc.m.OnError = func(_ *http.Request, _ string, err error) { seen = err }
+		ts := serve(t, tc.m.Wrap(ok))
+		assert.Equal(t, reply{status: 500, body: "rate limiter misconfigured\n"}, get(t, ts.Client(), ts.URL, nil))
+		assert.Equal(t, err, seen)
 	}
 	assert.NoError(t, (&httplimit.Middleware{Limiter: lim}).Validate())
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -292,17 +293,18 @@ func TestProxyKeyHeader(t *testing.T) {
 
 func TestProxyShadowAndMetrics(t *testing.T) {
 	up := newUpstream(t)
-	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-shadow")
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-shadow", "-metrics-listen", "127.0.0.1:0")
 	c := newClient(t, true)
 	for range 3 {
 		r := do(t, c, p.url("/"), nil)
 		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, r)
 	}
-	m := do(t, c, p.url("/metrics"), nil)
+	require.NotEmpty(t, p.metrics)
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil)
 	assert.Equal(t, 200, m.status)
 	for _, want := range []string{
-		`slidelimit_decisions_total{decision="allowed"} 1`,
-		`slidelimit_decisions_total{decision="denied"} 2`,
+		`slidelimit_decisions_total{decision="allowed",reason="ok",rule="default"} 1`,
+		`slidelimit_decisions_total{decision="denied",reason="limited",rule="default"} 2`,
 		"slidelimit_keys_tracked 1",
 		"slidelimit_shadow_mode 1",
 		"slidelimit_limiter_errors_total 0",
@@ -310,28 +312,35 @@ func TestProxyShadowAndMetrics(t *testing.T) {
 		assert.Contains(t, m.body, want+"\n")
 	}
 	assert.Equal(t, int64(3), up.hits.Load())
+	// The public listener has no /metrics of its own: the upstream's is reached.
+	assert.Equal(t, "upstream saw /metrics", do(t, c, p.url("/metrics"), nil).body)
 }
 
-// -conn-limit closes connections over the limit at accept, and the proxy keeps serving.
+// -conn-limit closes connections over the limit at accept, and the proxy keeps serving; with a
+// bucket policy too, whose 2 per minute is below one per second.
 func TestProxyConnLimit(t *testing.T) {
-	up := newUpstream(t)
-	p := startProxy(t, "-upstream", up.URL, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
-	c := newClient(t, false)
-	var ok int
-	for range 4 {
-		res, err := c.Get(p.url("/"))
-		if err == nil {
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				ok++
+	for _, pol := range []string{"sliding-counter", "token-bucket"} {
+		t.Run(pol, func(t *testing.T) {
+			up := newUpstream(t)
+			p := startProxy(t, "-upstream", up.URL, "-policy", pol, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
+			c := newClient(t, false)
+			var ok int
+			for range 4 {
+				res, err := c.Get(p.url("/"))
+				if err == nil {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode == 200 {
+						ok++
+					}
+				}
 			}
-		}
+			assert.Equal(t, 2, ok)
+			require.NotEmpty(t, p.metrics)
+			m := do(t, c, "http://"+p.metrics+"/metrics", nil)
+			assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
+		})
 	}
-	assert.Equal(t, 2, ok)
-	require.NotEmpty(t, p.metrics)
-	m := do(t, c, "http://"+p.metrics+"/metrics", nil)
-	assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
 }
 
 // SIGTERM lets a request in flight finish, refuses new connections, and exits 0.
@@ -412,11 +421,31 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", "ftp://example.com"}, `-upstream "ftp://example.com": must be an http:// or https:// URL`, 2},
 		{[]string{"-upstream", "http://[::1"}, `-upstream "http://[::1"`, 2},
 		{[]string{"-upstream", up, "-limit", "0"}, "-limit 0: must be in [1, 4294967295]", 2},
-		{[]string{"-upstream", up, "-limit", "ten"}, `invalid value "ten" for flag -limit`, 2},
+		{[]string{"-upstream", up, "-limit", "ten"}, `-limit ten: not a whole number`, 2},
 		{[]string{"-upstream", up, "-window", "0s"}, "-window 0s: must be a whole number of milliseconds", 2},
 		{[]string{"-upstream", up, "-window", "1.5ms"}, "-window 1.5ms", 2},
+		{[]string{"-upstream", up, "-window", "60"}, "-window 60: 60 has no unit: add a unit, like 60s", 2},
+		{[]string{"-upstream", up, "-window", "1 minute"}, `-window 1 minute: "1 minute" is not a duration: write a number and a unit`, 2},
 		{[]string{"-upstream", up, "-policy", "nope"}, `-policy "nope": unknown policy`, 2},
-		{[]string{"-upstream", up, "-policy", "token-bucket", "-limit", "1", "-window", "1m"}, "-policy token-bucket refills -limit units every -window", 2},
+		{[]string{"-upstream", up, "-policy", "token-bucket", "-rate", "1/1h", "-rate", "4000000000/1d"}, "-policy token-bucket -rate 4000000000/1d: it needs a burst of 4000000000×27 units, above 4294967295", 2},
+		{[]string{"-upstream", up, "-rate", "10"}, `-rate 10: "10": write LIMIT/WINDOW, like 10/1s, 1000/1h or 10r/m`, 2},
+		{[]string{"-upstream", up, "-rate", "10/60"}, `-rate 10/60: "10/60": the window 60 has no unit: add a unit, like 60s`, 2},
+		{[]string{"-upstream", up, "-rate", "0/1s"}, `the limit must be in [1, 4294967295]`, 2},
+		{[]string{"-upstream", up, "-rate", "10/1s", "-rate", "20/1s"}, "two limits with the window 1s", 2},
+		{[]string{"-upstream", up, "-rate", "10/1s", "-limit", "5"}, "give either -rate or -limit and -window, not both", 2},
+		{[]string{"-upstream", up, "-shadow=maybe"}, "-shadow maybe: want true or false", 2},
+		{[]string{"-upstream", up, "-redis-mode", "batched"}, "batched mode is not available in this build", 2},
+		{[]string{"-upstream", up, "-redis-mode", "fast"}, `-redis-mode "fast": must be exact`, 2},
+		{[]string{"-upstream", up, "-on-redis-error", "maybe"}, `-on-redis-error "maybe": must be open, closed or local`, 2},
+		{[]string{"-upstream", up, "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]", 2},
+		{[]string{"-upstream", up, "-fleet-size", "0"}, "-fleet-size 0: must be in [1, 1048576]", 2},
+		{[]string{"-upstream", up, "-max-keys", "-1"}, "-max-keys -1", 2},
+		{[]string{"-upstream", up, "-max-delay", "2m"}, "-max-delay 2m0s: must be in [0, 1m]", 2},
+		{[]string{"-upstream", up, "-log-format", "xml"}, `-log-format "xml": must be text or json`, 2},
+		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
+		{[]string{"-upstream", up, "-exempt-cidrs", "10.0.0.0/33"}, `-exempt-cidrs "10.0.0.0/33"`, 2},
+		{[]string{"-upstream", up, "-config", "/nonexistent/rules.yaml"}, "-config open /nonexistent/rules.yaml: no such file or directory", 2},
+		{[]string{"-upstream", up, "-redis", "redis://:s3cret@[::1"}, `-redis "redis://xxxxx@[::1"`, 2},
 		{[]string{"-upstream", up, "-key", "cookie"}, `-key "cookie": must be ip, header:NAME, conn or path`, 2},
 		{[]string{"-upstream", up, "-key", "header:"}, `-key "header:"`, 2},
 		{[]string{"-upstream", up, "-trusted-proxies", "10.0.0.0/33"}, `-trusted-proxies "10.0.0.0/33"`, 2},
@@ -428,15 +457,22 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "extra"}, `unexpected argument "extra"`, 2},
 		{[]string{"-upstream", up, "-listen", "nowhere"}, `-listen "nowhere"`, 1},
 	} {
-		cmd := exec.Command(binary, append([]string{"proxy"}, tc.args...)...)
+		// Port 0: an argument list that is wrongly accepted starts a proxy, which the failsafe
+		// then stops, instead of holding a fixed port.
+		cmd := exec.Command(binary, append([]string{"proxy", "-listen", "127.0.0.1:0"}, tc.args...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
+		cmd.WaitDelay = time.Second
+		ctxTimer := time.AfterFunc(failsafe, func() { cmd.Process.Kill() })
 		err := cmd.Run()
+		ctxTimer.Stop()
 		var exit *exec.ExitError
 		if assert.True(t, errors.As(err, &exit), "%v: %v", tc.args, err) {
 			assert.Equal(t, tc.code, exit.ExitCode(), "%v", tc.args)
 		}
 		assert.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+		assert.NotContains(t, stderr.String(), "s3cret", "%v: the password is never printed", tc.args)
+		assert.Less(t, strings.Count(stderr.String(), "\n"), 4, "%v: one line and a hint, not a usage dump", tc.args)
 	}
 }
 

@@ -2,7 +2,9 @@
 //
 //	slidelimit [bench] [flags]   drive the engine with a built-in many-key workload (the default)
 //	slidelimit proxy [flags]     a reverse proxy that rate-limits each client
+//	slidelimit rls [flags]       Envoy rate limit service (see rls -h)
 //	slidelimit load [flags]      an HTTP load generator; measures the proxy's overhead
+//	slidelimit version           the version of this build
 //
 // Run "slidelimit COMMAND -h" for a command's flags.
 package main
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -28,8 +31,11 @@ const usage = `slidelimit: a sharded, lock-free sliding-window rate limiter.
 Usage:
   slidelimit [bench] [flags]   drive the engine with a built-in many-key workload (the default)
   slidelimit proxy [flags]     a reverse proxy that rate-limits each client
+  slidelimit rls [flags]       Envoy rate limit service (see rls -h)
   slidelimit load [flags]      an HTTP load generator; with no -url it measures the proxy's
                                overhead with and without limiting
+  slidelimit version           the version of this build
+  slidelimit help              this text
 
 Run "slidelimit COMMAND -h" for a command's flags.
 `
@@ -49,6 +55,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, rest = args[0], args[1:]
 	}
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		case "-version", "--version":
+			cmd, rest = "version", args[1:]
+		}
+	}
 	var err error
 	switch cmd {
 	case "bench":
@@ -57,6 +72,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = proxyMain(rest, stdout, stderr)
 	case "load":
 		err = loadMain(rest, stdout, stderr)
+	case "version":
+		err = versionMain(rest, stdout, stderr)
+	// case "rls":
+	// 	The Envoy rate limit service (rls.go) plugs in here:
+	// 	return runRLS(rest)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -74,26 +94,79 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitFail
 }
 
+// flagOutput is a flag set's output: silent while the flag package parses (it would print its
+// own error and every flag's default), so that parseFlags can say it better.
+type flagOutput struct {
+	w     io.Writer
+	quiet bool
+}
+
+func (o *flagOutput) Write(b []byte) (int, error) {
+	if o.quiet {
+		return len(b), nil
+	}
+	return o.w.Write(b)
+}
+
 // newFlagSet returns a flag set that reports its own errors (naming the flag and the value) on
 // stderr and returns them instead of exiting.
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("slidelimit "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	out := &flagOutput{w: stderr}
+	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: slidelimit %s %s\n\nFlags:\n", name, synopsis)
+		if out.quiet {
+			return
+		}
+		fmt.Fprintf(out, "Usage: slidelimit %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parseFlags parses args, turning a parse error into errUsage (the flag package has printed it)
-// and refusing stray arguments.
+var (
+	invalidValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?(-\S+): (.*)$`)
+)
+
+// parseFlags parses args, explaining a parse error in one line that names the flag, the value
+// and what to write instead (errUsage), printing the flags for -h (flag.ErrHelp), and refusing
+// stray arguments.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out, _ := fs.Output().(*flagOutput)
+	if out != nil {
+		out.quiet = true
+	}
+	err := fs.Parse(args)
+	if out != nil {
+		out.quiet = false
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
-		return errUsage
+		msg := err.Error()
+		if m := invalidValueRE.FindStringSubmatch(msg); m != nil {
+			why := m[3]
+			switch why {
+			case "parse error":
+				why = "not a valid value"
+				if f := fs.Lookup(strings.TrimPrefix(m[2], "-")); f != nil {
+					if g, ok := f.Value.(flag.Getter); ok {
+						switch g.Get().(type) {
+						case bool:
+							why = "want true or false, like " + m[2] + "=true"
+						case int, int64, uint, uint64:
+							why = "not a whole number"
+						}
+					}
+				}
+			case "value out of range":
+				why = "out of range"
+			}
+			msg = m[2] + " " + m[1] + ": " + why
+		}
+		return usageErr(fs, "%s", msg)
 	}
 	if fs.NArg() > 0 {
 		return usageErr(fs, "unexpected argument %q", fs.Arg(0))

@@ -2,17 +2,26 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
+	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
 	"github.com/slidelimit/slidelimit/policy"
@@ -32,6 +43,7 @@ type proxyConfig struct {
 	upstream        string
 	limit           int64
 	window          time.Duration
+	rates           []rate
 	policyID        string
 	key             string
 	trusted         string
@@ -39,71 +51,238 @@ type proxyConfig struct {
 	ipv6Prefix      int
 	connLimit       int64
 	redisURL        string
+	redisMode       string
+	onRedisError    string
+	redisTimeout    time.Duration
+	fleetSize       int
+	maxKeys         int
+	maxDelay        time.Duration
+	problem         bool
 	shadow          bool
 	name            string
 	metricsListen   string
 	shutdownTimeout time.Duration
+	configPath      string
+	configPoll      time.Duration
+	exemptPaths     string
+	exemptCIDRs     string
+	logFormat       string
+	logAdmitted     int
+	logRefused      int
+
+	// set holds the flags given on the command line.
+	set map[string]bool
 
 	// unlimited builds the proxy without any limiter: the baseline of "slidelimit load".
 	unlimited bool
+	// clk, when set, is the in-process limiters' clock and the RateLimit fields' time: tests
+	// pin it to make every field exact.
+	clk *clock.Clock
 }
 
-const proxySynopsis = "-upstream URL [-listen ADDR] [-limit N] [-window D] [-policy NAME] [-key ip|header:NAME|conn|path] [-trusted-proxies CIDRS] [-conn-limit N] [-redis URL] [-shadow]"
+const proxySynopsis = "-upstream URL [-listen ADDR] [-rate LIMIT/WINDOW ...] [-policy NAME] [-key ip|header:NAME|conn|path] [-config FILE] [-trusted-proxies CIDRS] [-redis URL] [-metrics-listen ADDR] [flags]"
 
 func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	c := &proxyConfig{}
 	fs := newFlagSet("proxy", proxySynopsis, stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	fs.StringVar(&c.upstream, "upstream", "", "URL of the server to forward to (required), e.g. http://127.0.0.1:9000")
-	fs.Int64Var(&c.limit, "limit", 100, "requests admitted per key per window")
-	fs.DurationVar(&c.window, "window", time.Minute, "the policy's window")
-	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", ")+" (as the engine or Redis store supports them)")
+	fs.Var(rateFlags{&c.rates}, "rate", "a limit, `LIMIT/WINDOW`: 10/1s, 1000/1h, 10r/m, 5/90s; repeat it for several limits, all of which must admit a request (instead of -limit and -window)")
+	fs.Int64Var(&c.limit, "limit", 100, "requests admitted per key per window (the one-limit form of -rate)")
+	c.window = time.Minute
+	fs.Var(durationFlag{&c.window}, "window", "the `duration` of -limit's window, with a unit: 500ms, 60s, 1h, 1d")
+	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.StringVar(&c.key, "key", "ip", "what a limit applies to: ip (the client address), header:NAME (a header's value; clients without it by ip), conn (each connection), path (each path per client address)")
-	fs.StringVar(&c.trusted, "trusted-proxies", "", "comma-separated CIDR ranges or addresses of proxies in front of this one, whose forwarding header names the client")
-	fs.StringVar(&c.forwarded, "forwarded-header", "x-forwarded-for", "the header trusted proxies write: x-forwarded-for or forwarded")
+	fs.StringVar(&c.configPath, "config", "", "YAML file of per-route rules and exemptions; reloaded on SIGHUP and when it changes")
+	c.configPoll = 2 * time.Second
+	fs.Var(durationFlag{&c.configPoll}, "config-poll", "how often to check -config for changes (a `duration`); 0: only on SIGHUP")
+	fs.StringVar(&c.exemptPaths, "exempt-paths", "", "comma-separated path prefixes never limited, e.g. /healthz,/ready")
+	fs.StringVar(&c.exemptCIDRs, "exempt-cidrs", "", "comma-separated client ranges or addresses never limited")
+	fs.StringVar(&c.trusted, "trusted-proxies", "", "comma-separated CIDR ranges or addresses of proxies in front of this one, whose forwarding headers name the client")
+	fs.StringVar(&c.forwarded, "forwarded-header", "x-forwarded-for", "the header trusted proxies write the client chain into: x-forwarded-for or forwarded")
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "group IPv6 clients by this prefix length (0 or 128: each address alone)")
-	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per client address per window (0: no connection limit)")
-	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), shared by every proxy using it; falls back to in-process limits when Redis fails")
+	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per client address per -window (0: no connection limit)")
+	fs.IntVar(&c.maxKeys, "max-keys", 0, "keys each in-process limiter tracks at most; a new key beyond is refused with 503 (0: the engine's default, 2^26)")
+	c.maxDelay = 0
+	fs.Var(durationFlag{&c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
+	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals with an RFC 9457 application/problem+json body")
+	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://[:password@]host:port/db), shared by every proxy using it")
+	fs.StringVar(&c.redisMode, "redis-mode", "exact", "exact: one Redis round trip per decision")
+	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share)")
+	c.redisTimeout = redisstore.DefaultTimeout
+	fs.Var(durationFlag{&c.redisTimeout}, "redis-timeout", "the deadline of each Redis call, a `duration` in [1ms, 1m]")
+	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1)")
 	fs.BoolVar(&c.shadow, "shadow", false, "decide, count and export metrics, but never refuse a request")
-	fs.StringVar(&c.name, "name", "default", "the policy's name in the RateLimit fields and in Redis keys")
-	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address instead of on -listen")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish after SIGTERM")
+	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
+	c.shutdownTimeout = 10 * time.Second
+	fs.Var(durationFlag{&c.shutdownTimeout}, "shutdown-timeout", "how long (a `duration`) in-flight requests may take to finish after SIGTERM")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log lines as text or json (log/slog), on stderr")
+	fs.IntVar(&c.logAdmitted, "log-admitted", 0, "log one admitted request in N (0: none)")
+	fs.IntVar(&c.logRefused, "log-refused", 1, "log one refused request in N (0: none)")
 	return c, fs
 }
 
+var clientIPHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
+
 // validate checks the flags that need no network, returning an error that names the flag and
-// the value.
-func (c *proxyConfig) validate() (policy.Policy, *url.URL, error) {
+// the value, and the default rule: the command line's limits.
+func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
+	var def ruleSpec
+	if c.set == nil {
+		// A proxyConfig built in code (the load generator's) leaves these at zero: take the
+		// flags' defaults.
+		c.redisMode, c.onRedisError, c.redisTimeout, c.fleetSize, c.logFormat = "exact", "local", redisstore.DefaultTimeout, 1, "text"
+	}
 	if c.upstream == "" {
-		return nil, nil, errors.New("-upstream is required")
+		return def, nil, errors.New("-upstream is required: the URL of the server to forward to, like -upstream http://127.0.0.1:9000")
 	}
 	up, err := url.Parse(c.upstream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-upstream %q: %v", c.upstream, err)
+		return def, nil, fmt.Errorf("-upstream %q: %v", c.upstream, err)
 	}
 	if up.Scheme != "http" && up.Scheme != "https" || up.Host == "" {
-		return nil, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", c.upstream)
+		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", c.upstream)
 	}
-	p, err := buildPolicy(c.policyID, c.limit, c.window)
-	if err != nil {
-		return nil, nil, err
+	if len(c.rates) > 0 && (c.set["limit"] || c.set["window"]) {
+		return def, nil, fmt.Errorf("-rate %s: give either -rate or -limit and -window, not both", rateFlags{&c.rates})
 	}
-	if _, _, err := keyFunc(c); err != nil {
-		return nil, nil, err
+	rates := c.rates
+	if len(rates) == 0 {
+		if c.limit < 1 || c.limit > policy.MaxLimit {
+			return def, nil, fmt.Errorf("-limit %d: must be in [1, %d]", c.limit, int64(policy.MaxLimit))
+		}
+		if err := checkWindow(c.window); err != nil {
+			return def, nil, fmt.Errorf("-window %v", err)
+		}
+		rates = []rate{{c.limit, c.window}}
+	}
+	if err := checkRates(rates); err != nil {
+		return def, nil, fmt.Errorf("-rate: %v", err)
+	}
+	if !contains(policyIDs, c.policyID) {
+		return def, nil, fmt.Errorf("-policy %q: unknown policy; one of %s", c.policyID, strings.Join(policyIDs, ", "))
+	}
+	for _, r := range rates {
+		if _, _, _, err := buildRate(c.policyID, r, c.fleet()); err != nil {
+			return def, nil, err
+		}
+	}
+	if err := checkKey(c.key); err != nil {
+		return def, nil, fmt.Errorf("-key %v", err)
+	}
+	if _, err := c.clientIP(); err != nil {
+		return def, nil, err
 	}
 	if c.connLimit < 0 || c.connLimit > policy.MaxLimit {
-		return nil, nil, fmt.Errorf("-conn-limit %d: must be in [0, %d]", c.connLimit, int64(policy.MaxLimit))
+		return def, nil, fmt.Errorf("-conn-limit %d: must be in [0, %d]", c.connLimit, int64(policy.MaxLimit))
+	}
+	if c.maxKeys < 0 {
+		return def, nil, fmt.Errorf("-max-keys %d: must be 0 (the default cap) or more", c.maxKeys)
+	}
+	if c.maxDelay < 0 || c.maxDelay > time.Minute {
+		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", c.maxDelay)
 	}
 	if c.ipv6Prefix < 0 || c.ipv6Prefix > 128 {
-		return nil, nil, fmt.Errorf("-ipv6-prefix %d: must be in [0, 128]", c.ipv6Prefix)
+		return def, nil, fmt.Errorf("-ipv6-prefix %d: must be in [0, 128]", c.ipv6Prefix)
 	}
 	if c.shutdownTimeout <= 0 {
-		return nil, nil, fmt.Errorf("-shutdown-timeout %v: must be positive", c.shutdownTimeout)
+		return def, nil, fmt.Errorf("-shutdown-timeout %v: must be positive, like 10s", c.shutdownTimeout)
+	}
+	if c.configPoll < 0 {
+		return def, nil, fmt.Errorf("-config-poll %v: must be 0 (SIGHUP only) or positive, like 2s", c.configPoll)
 	}
 	if c.name == "" || strings.ContainsAny(c.name, " {}:\"\\") || !isPrintableASCII(c.name) || len(c.name) > 64 {
-		return nil, nil, fmt.Errorf("-name %q: must be 1 to 64 printable ASCII characters without spaces, braces, quotes, backslashes or ':'", c.name)
+		return def, nil, fmt.Errorf("-name %q: must be 1 to 64 printable ASCII characters without spaces, braces, quotes, backslashes or ':'", c.name)
 	}
-	return p, up, nil
+	switch c.redisMode {
+	case "exact":
+	case "batched":
+		return def, nil, errors.New("-redis-mode batched: batched mode is not available in this build; use -redis-mode exact")
+	default:
+		return def, nil, fmt.Errorf("-redis-mode %q: must be exact (one Redis round trip per decision)", c.redisMode)
+	}
+	if _, err := slidelimit.ParseFailureMode(c.onRedisError); err != nil {
+		return def, nil, fmt.Errorf("-on-redis-error %q: must be open, closed or local", c.onRedisError)
+	}
+	if c.redisTimeout < time.Millisecond || c.redisTimeout > time.Minute {
+		return def, nil, fmt.Errorf("-redis-timeout %v: must be in [1ms, 1m]", c.redisTimeout)
+	}
+	if c.fleetSize < 1 || c.fleetSize > 1<<20 {
+		return def, nil, fmt.Errorf("-fleet-size %d: must be in [1, %d]", c.fleetSize, 1<<20)
+	}
+	if c.redisURL != "" {
+		if _, err := redisOptions(c.redisURL); err != nil {
+			return def, nil, err
+		}
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return def, nil, fmt.Errorf("-log-format %q: must be text or json", c.logFormat)
+	}
+	if c.logAdmitted < 0 || c.logRefused < 0 {
+		return def, nil, fmt.Errorf("-log-admitted %d -log-refused %d: must be 0 (none) or N (one in N)", c.logAdmitted, c.logRefused)
+	}
+	if _, err := c.exempt(); err != nil {
+		return def, nil, err
+	}
+	def = ruleSpec{name: c.name, rates: rates, policyID: c.policyID, key: c.key}
+	return def, up, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// fleet is the number of processes whose local fallback shares each limit.
+func (c *proxyConfig) fleet() int {
+	if c.redisURL == "" {
+		return 1
+	}
+	return c.fleetSize
+}
+
+// exempt returns the command line's exemptions as a configSpec without rules.
+func (c *proxyConfig) exempt() (*configSpec, error) {
+	spec := &configSpec{}
+	for p := range strings.SplitSeq(c.exemptPaths, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("-exempt-paths %q: %q must start with /", c.exemptPaths, p)
+		}
+		spec.exemptPaths = append(spec.exemptPaths, p)
+	}
+	ps, err := httplimit.ParsePrefixes(c.exemptCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("-exempt-cidrs %q: %v", c.exemptCIDRs, strings.TrimPrefix(err.Error(), "httplimit: trusted proxy "))
+	}
+	spec.exemptCIDRs = ps
+	return spec, nil
+}
+
+// buildRate returns the policy for r under id, in units scaled by k, and the fallback's policy
+// for one of fleet processes (the same when fleet is 1). Errors name the flag.
+func buildRate(id string, r rate, fleet int) (p, local policy.Policy, k int64, err error) {
+	share := fleetShare(r.limit, fleet)
+	k = 1
+	if isBucket(id) {
+		if k, err = bucketScale(r.window, r.limit, share); err != nil {
+			return nil, nil, 0, fmt.Errorf("-policy %s -rate %s: %v", id, r, err)
+		}
+	}
+	if p, err = policyFor(id, r.limit, r.window, k); err != nil {
+		return nil, nil, 0, err
+	}
+	if local, err = policyFor(id, share, r.window, k); err != nil {
+		return nil, nil, 0, err
+	}
+	return p, local, k, nil
 }
 
 func isPrintableASCII(s string) bool {
@@ -115,36 +294,54 @@ func isPrintableASCII(s string) bool {
 	return true
 }
 
-// keyFunc returns the middleware's key function for -key, and the ClientIP it keys clients by.
-func keyFunc(c *proxyConfig) (func(*http.Request) string, *httplimit.ClientIP, error) {
+func checkKey(k string) error {
+	switch {
+	case k == "ip", k == "conn", k == "path":
+		return nil
+	case strings.HasPrefix(k, "header:"):
+		name := strings.TrimPrefix(k, "header:")
+		if name == "" || strings.ContainsAny(name, " \t:\r\n") {
+			return fmt.Errorf("%q: header:NAME needs a header name, like header:X-Api-Key", k)
+		}
+		return nil
+	}
+	return fmt.Errorf("%q: must be ip, header:NAME, conn or path", k)
+}
+
+// clientIP returns the ClientIP that keys clients by -trusted-proxies, -forwarded-header and
+// -ipv6-prefix.
+func (c *proxyConfig) clientIP() (*httplimit.ClientIP, error) {
 	trusted, err := httplimit.ParsePrefixes(c.trusted)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-trusted-proxies %q: %v", c.trusted, err)
+		return nil, fmt.Errorf("-trusted-proxies %q: %v", c.trusted, err)
 	}
-	ip := &httplimit.ClientIP{TrustedProxies: trusted, IPv6Prefix: c.ipv6Prefix}
+	bits := c.ipv6Prefix
+	if bits == 0 {
+		bits = 128 // the flag's 0 keeps each address alone
+	}
+	ip := &httplimit.ClientIP{TrustedProxies: trusted, IPv6Prefix: bits}
 	switch strings.ToLower(c.forwarded) {
 	case "x-forwarded-for":
 		ip.Header = httplimit.XForwardedFor
 	case "forwarded":
 		ip.Header = httplimit.Forwarded
 	default:
-		return nil, nil, fmt.Errorf("-forwarded-header %q: must be x-forwarded-for or forwarded", c.forwarded)
+		return nil, fmt.Errorf("-forwarded-header %q: must be x-forwarded-for or forwarded", c.forwarded)
 	}
-	switch k := c.key; {
-	case k == "ip":
-		return ip.Key, ip, nil
-	case k == "conn":
-		return httplimit.KeyByConn, ip, nil
-	case k == "path":
-		return httplimit.KeyByPathAndIP(ip.Key), ip, nil
-	case strings.HasPrefix(k, "header:"):
-		name := strings.TrimPrefix(k, "header:")
-		if name == "" || strings.ContainsAny(name, " \t:\r\n") {
-			return nil, nil, fmt.Errorf("-key %q: header:NAME needs a header name", k)
-		}
-		return httplimit.KeyByHeader(name, ip.Key), ip, nil
+	return ip, nil
+}
+
+// keyFunc returns the middleware's key function for key.
+func keyFunc(key string, ip *httplimit.ClientIP) func(*http.Request) string {
+	switch {
+	case key == "conn":
+		return httplimit.KeyByConn
+	case key == "path":
+		return httplimit.KeyByPathAndIP(ip.Key)
+	case strings.HasPrefix(key, "header:"):
+		return httplimit.KeyByHeader(strings.TrimPrefix(key, "header:"), ip.Key)
 	}
-	return nil, nil, fmt.Errorf("-key %q: must be ip, header:NAME, conn or path", c.key)
+	return ip.Key
 }
 
 // proxy is a configured reverse proxy: its handler (limits included), the listener wrapper of
@@ -155,64 +352,187 @@ type proxy struct {
 	wrapLn   func(net.Listener) net.Listener
 	describe string
 	closers  []func()
+
+	c      *proxyConfig
+	def    ruleSpec
+	ip     *httplimit.ClientIP
+	rp     http.Handler
+	log    *slog.Logger
+	redis  redis.UniversalClient
+	state  atomic.Pointer[proxyState]
+	m      *proxyMetrics
+	mu     sync.Mutex // serializes reloads and guards built
+	built  map[string]*builtLimit
+	closed bool
+
+	retired      []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
+	retiring     []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
+	errLogged    atomic.Uint64
+	admittedSeen atomic.Uint64
+	refusedSeen  atomic.Uint64
+}
+
+// proxyState is one configuration, built and then only read; a reload swaps in a new one.
+type proxyState struct {
+	rules       []*liveRule
+	exemptPaths []string
+	exemptCIDRs []netip.Prefix
+	limits      []*builtLimit
+}
+
+type liveRule struct {
+	spec    ruleSpec
+	handler http.Handler
+}
+
+// builtLimit is one limit of one rule, with its limiter. A reload that keeps a limit (same
+// name, policy and parameters) keeps its limiter, and so every key's count.
+type builtLimit struct {
+	sig   string
+	lim   httplimit.Limiter
+	quota httplimit.Quota
+	eng   *engine.Limiter // the in-process limiter, or Redis' fallback; nil: none
+	rs    *redisstore.Limiter
+	once  sync.Once
+	rule  atomic.Pointer[string] // the rule name the latency histogram is labelled with
+}
+
+func (b *builtLimit) close() {
+	b.once.Do(func() {
+		if b.rs != nil {
+			b.rs.Close()
+		}
+		if b.eng != nil {
+			b.eng.Close()
+		}
+	})
 }
 
 func (p *proxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	built, retiring := p.built, p.retiring
+	p.built, p.retiring = nil, nil
+	p.mu.Unlock()
+	for _, b := range built {
+		b.close()
+	}
+	for _, b := range retiring {
+		b.close()
+	}
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
 	}
 }
 
-// newProxy builds the proxy of c. Errors name the flag at fault.
+// newProxy builds the proxy of c with the command line's limits only, logging to logger. Errors
+// name the flag at fault.
 func newProxy(c *proxyConfig, logger *log.Logger) (*proxy, error) {
-	pol, up, err := c.validate()
+	return buildProxy(c, slog.New(slog.NewTextHandler(logger.Writer(), nil)))
+}
+
+type proxyMetrics struct {
+	reg        *prometheus.Registry
+	decisions  *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	errors     prometheus.Counter
+	exempted   *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+	lastReload prometheus.Gauge
+	rules      prometheus.Gauge
+	connRef    prometheus.Counter
+}
+
+func newMetrics(c *proxyConfig, p *proxy) *proxyMetrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &proxyMetrics{
+		reg: reg,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slidelimit_decisions_total",
+			Help: "Requests decided, by rule, decision (allowed, denied) and reason (ok, limited, cost_above_limit, key_cap, negative_cost, closed, invalid_limit); denied requests still pass in -shadow mode.",
+		}, []string{"rule", "decision", "reason"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slidelimit_decision_duration_seconds",
+			Help:    "Time each limiter took to decide one limit of one request, by rule (with -redis: the round trip).",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}, []string{"rule"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slidelimit_limiter_errors_total",
+			Help: "Limiter calls that returned an error (with -redis: decided as -on-redis-error says).",
+		}),
+		exempted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slidelimit_exempt_total",
+			Help: "Requests passed without limiting, by why (path, cidr).",
+		}, []string{"why"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slidelimit_config_reloads_total",
+			Help: "Reloads of -config, by result (ok, error); a failed reload keeps the last good configuration.",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slidelimit_config_last_reload_success_timestamp_seconds",
+			Help: "When the configuration in use was loaded, in Unix seconds.",
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slidelimit_rules", Help: "Rules in the configuration in use, the command line's default rule included."}),
+		connRef: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slidelimit_connections_refused_total",
+			Help: "Connections closed at accept by -conn-limit.",
+		}),
+	}
+	shadow := prometheus.NewGauge(prometheus.GaugeOpts{Name: "slidelimit_shadow_mode", Help: "1 when the proxy runs with -shadow."})
+	if c.shadow {
+		shadow.Set(1)
+	}
+	v := buildVersion()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slidelimit_build_info", Help: "Always 1; its labels say which build runs."}, []string{"version", "revision", "goversion"})
+	info.WithLabelValues(v.version, v.revision, v.goVersion).Set(1)
+	reg.MustRegister(m.decisions, m.latency, m.errors, m.exempted, m.reloads, m.lastReload, m.rules, m.connRef, shadow, info)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "slidelimit_keys_tracked",
+		Help: "Keys tracked by the in-process limiters of the configuration in use (with -redis: the fallbacks', used while Redis fails).",
+	}, func() float64 {
+		n := 0
+		if st := p.state.Load(); st != nil {
+			for _, b := range st.limits {
+				if b.eng != nil {
+					n += b.eng.Len()
+				}
+			}
+		}
+		return float64(n)
+	}))
+	return m
+}
+
+// buildProxy builds the proxy of c. Errors name the flag at fault.
+func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
+	def, up, err := c.validate()
 	if err != nil {
 		return nil, err
 	}
-	kf, ip, _ := keyFunc(c)
-	px := &proxy{wrapLn: func(l net.Listener) net.Listener { return l }}
+	ip, _ := c.clientIP()
+	px := &proxy{c: c, def: def, ip: ip, log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
 	ok := false
 	defer func() {
 		if !ok {
 			px.close()
 		}
 	}()
+	px.m = newMetrics(c, px)
+	px.metrics = promhttp.HandlerFor(px.m.reg, promhttp.HandlerOpts{Registry: px.m.reg})
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "slidelimit_decisions_total",
-		Help: "Requests decided by the limiter, by outcome (denied requests still pass in -shadow mode).",
-	}, []string{"decision"})
-	allowed, denied := decisions.WithLabelValues("allowed"), decisions.WithLabelValues("denied")
-	limiterErrors := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidelimit_limiter_errors_total",
-		Help: "Requests for which the limiter returned an error (with -redis: decided by the in-process fallback).",
-	})
-	connRefused := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidelimit_connections_refused_total",
-		Help: "Connections closed at accept by -conn-limit.",
-	})
-	shadow := prometheus.NewGauge(prometheus.GaugeOpts{Name: "slidelimit_shadow_mode", Help: "1 when the proxy runs with -shadow."})
-	if c.shadow {
-		shadow.Set(1)
+	for _, p := range ip.TrustedProxies {
+		if p.Bits() == 0 || p.Addr().Is4() && p.Bits() < 8 || p.Addr().Is6() && !p.Addr().Is4In6() && p.Bits() < 16 {
+			logger.Warn("WARNING: -trusted-proxies " + p.String() + " trusts a large part of the Internet: any client there can choose its own key by sending X-Forwarded-For or Forwarded. List only the addresses of your own load balancers.")
+		}
 	}
-	reg.MustRegister(decisions, limiterErrors, connRefused, shadow)
-	px.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(up)
-			// Pass the chain on only when it came from a proxy we trust; a client's own
-			// X-Forwarded-For is dropped, as the limiter ignored it.
-			if trustedPeer(ip, pr.In) {
-				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			}
-			pr.SetXForwarded()
-		},
+		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
 		Transport: upstreamTransport(),
-		ErrorLog:  logger,
+		ErrorLog:  slog.NewLogLogger(logger.Handler(), slog.LevelError),
 	}
+	px.rp = rp
 	if c.unlimited {
 		px.handler = rp
 		px.describe = "no limits"
@@ -220,81 +540,574 @@ func newProxy(c *proxyConfig, logger *log.Logger) (*proxy, error) {
 		return px, nil
 	}
 
-	// The in-process limiter decides alone, or stands in for Redis while Redis fails. A policy
-	// that only Redis runs goes without a fallback: the store then fails open.
-	local, err := engine.New(pol)
-	switch {
-	case err != nil && c.redisURL == "":
-		return nil, fmt.Errorf("-policy %s: %w", c.policyID, err)
-	case err != nil:
-		logger.Printf("note: the in-process engine cannot run %s (%v); while Redis fails, requests are admitted", c.policyID, err)
-		local = nil
-	default:
-		px.closers = append(px.closers, func() { local.Close() })
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "slidelimit_keys_tracked",
-			Help: "Keys tracked by the in-process limiter (with -redis: the fallback's, used while Redis fails).",
-		}, func() float64 { return float64(local.Len()) }))
+	if c.redisURL != "" {
+		opt, _ := redisOptions(c.redisURL)
+		client := redis.NewClient(opt)
+		px.redis = client
+		px.closers = append(px.closers, func() { client.Close() })
+		// Redis being down at start is not a configuration error: the failure mode decides
+		// until it answers. Say so once, so that an operator is not surprised.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := client.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redactErr(err, c.redisURL))
+		}
+		px.registerRedisMetrics()
 	}
 
-	var lim httplimit.Limiter
-	mode := httplimit.FailOpen
-	if c.redisURL != "" {
-		rs, err := newRedisLimiter(c, pol, local, reg, logger)
+	spec, err := c.exempt()
+	if err != nil {
+		return nil, err
+	}
+	if c.configPath != "" {
+		fileSpec, err := parseConfigFile(c.configPath, def)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("-config %v", err)
 		}
-		px.closers = append(px.closers, rs.close)
-		lim, mode = rs.lim, httplimit.TrustDecision
-		px.describe = fmt.Sprintf("%s, %d per %v per %s, on Redis %s", c.policyID, c.limit, c.window, c.key, redactURL(c.redisURL))
+		fileSpec.exemptPaths = append(spec.exemptPaths, fileSpec.exemptPaths...)
+		fileSpec.exemptCIDRs = append(spec.exemptCIDRs, fileSpec.exemptCIDRs...)
+		spec = fileSpec
 	} else {
-		lim = httplimit.Local(local)
-		px.describe = fmt.Sprintf("%s, %d per %v per %s, in process", c.policyID, c.limit, c.window, c.key)
+		spec.rules = []ruleSpec{def}
+	}
+	if err := px.apply(spec); err != nil {
+		return nil, err
+	}
+	px.handler = http.HandlerFunc(px.serve)
+
+	where := "in process"
+	if c.redisURL != "" {
+		where = "on Redis " + redactURL(c.redisURL) + ", -on-redis-error " + c.onRedisError
+		if c.fleetSize > 1 {
+			where += fmt.Sprintf(" (each of %d proxies enforcing its share)", c.fleetSize)
+		}
+	}
+	px.describe = fmt.Sprintf("%s, %s per %s, %s", c.policyID, rateFlags{&def.rates}, c.key, where)
+	if n := len(spec.rules) - 1; n > 0 {
+		px.describe += fmt.Sprintf(", %d rules from %s", n, c.configPath)
 	}
 	if c.shadow {
 		px.describe += ", shadow mode"
 	}
 
-	mw := &httplimit.Middleware{
-		Limiter:   lim,
-		Quota:     httplimit.QuotaOf(c.name, pol),
-		KeyFunc:   kf,
-		ErrorMode: mode,
-		Shadow:    c.shadow,
-		OnDecision: func(_ *http.Request, _ string, d engine.Decision) {
-			if d.Allowed {
-				allowed.Inc()
-			} else {
-				denied.Inc()
-			}
-		},
-		OnError: func(_ *http.Request, _ string, _ error) { limiterErrors.Inc() },
-	}
-	if err := mw.Validate(); err != nil {
-		return nil, err
-	}
-	px.handler = mw.Wrap(rp)
-
 	if c.connLimit > 0 {
-		cp, err := buildPolicy(c.policyID, c.connLimit, c.window)
+		cp, _, k, err := buildRate(c.policyID, rate{c.connLimit, c.window}, 1)
 		if err != nil {
 			return nil, fmt.Errorf("-conn-limit: %w", err)
 		}
-		connLim, err := engine.New(cp)
+		var opts []engine.Option
+		if c.clk != nil {
+			opts = append(opts, engine.WithClock(c.clk))
+		}
+		connLim, err := engine.New(cp, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("-conn-limit with -policy %s: %w", c.policyID, err)
 		}
 		px.closers = append(px.closers, func() { connLim.Close() })
+		conns := &scaled{lim: connLim.AsLimiter(), k: k}
 		px.wrapLn = func(l net.Listener) net.Listener {
 			return &httplimit.Listener{
-				Listener: l, Limiter: httplimit.Local(connLim), IPv6Prefix: c.ipv6Prefix,
-				OnRefused: func(net.Conn, engine.Decision) { connRefused.Inc() },
+				Listener: l, Limiter: conns, IPv6Prefix: ip.IPv6Prefix,
+				OnRefused: func(net.Conn, engine.Decision) { px.m.connRef.Inc() },
 			}
 		}
 		px.describe += fmt.Sprintf(", %d new connections per %v per address", c.connLimit, c.window)
 	}
 	ok = true
 	return px, nil
+}
+
+func (px *proxy) registerRedisMetrics() {
+	sum := func(f func(redisstore.Stats) float64) func() float64 {
+		return func() float64 {
+			px.mu.Lock()
+			defer px.mu.Unlock()
+			var total float64
+			for _, b := range px.allRedis() {
+				var s redisstore.Stats
+				b.Stats(&s)
+				total += f(s)
+			}
+			return total
+		}
+	}
+	px.m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "slidelimit_redis_errors_total",
+			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
+		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "slidelimit_redis_fallbacks_total",
+			Help: "Requests decided by -on-redis-error because Redis failed or its circuit breaker was open.",
+		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "slidelimit_redis_breaker_open",
+			Help: "How many Redis limiters have their circuit breaker open now (0 when Redis is healthy).",
+		}, sum(func(s redisstore.Stats) float64 {
+			if s.BreakerOpen {
+				return 1
+			}
+			return 0
+		})),
+	)
+}
+
+// allRedis lists the Redis limiters built so far; px.mu must be held.
+func (px *proxy) allRedis() []*redisstore.Limiter {
+	var out []*redisstore.Limiter
+	for _, b := range px.built {
+		if b.rs != nil {
+			out = append(out, b.rs)
+		}
+	}
+	return append(out, px.retired...)
+}
+
+// apply builds spec's rules and swaps them in. Limits the new configuration keeps keep their
+// limiters (and counts); the others are closed once requests that may still use them are done.
+// On an error nothing changes.
+func (px *proxy) apply(spec *configSpec) error {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if px.closed {
+		return errors.New("proxy closed")
+	}
+	st := &proxyState{exemptPaths: spec.exemptPaths, exemptCIDRs: spec.exemptCIDRs}
+	fresh := map[string]*builtLimit{}
+	abort := func() {
+		for sig, b := range fresh {
+			if px.built[sig] != b {
+				b.close()
+			}
+		}
+	}
+	for _, rs := range spec.rules {
+		var limits []*builtLimit
+		for _, r := range rs.rates {
+			b, err := px.limitFor(rs, r, len(rs.rates) > 1)
+			if err != nil {
+				abort()
+				return fmt.Errorf("rule %s, %s: %w", rs.name, r, err)
+			}
+			if _, dup := fresh[b.sig]; !dup {
+				fresh[b.sig] = b
+			}
+			limits = append(limits, fresh[b.sig])
+		}
+		st.limits = append(st.limits, limits...)
+		st.rules = append(st.rules, &liveRule{spec: rs, handler: px.ruleHandler(rs, limits)})
+	}
+	var retire []*builtLimit
+	for sig, b := range px.built {
+		if fresh[sig] == nil {
+			retire = append(retire, b)
+			if b.rs != nil {
+				px.retired = append(px.retired, b.rs)
+			}
+		}
+	}
+	px.built = fresh
+	px.state.Store(st)
+	px.m.rules.Set(float64(len(st.rules)))
+	px.m.lastReload.SetToCurrentTime()
+	if len(retire) > 0 {
+		// Requests already past the router may still ask the old limiters: close them after
+		// the longest such a request is given at shutdown (or when the proxy closes).
+		px.retiring = append(px.retiring, retire...)
+		time.AfterFunc(px.c.shutdownTimeout, func() {
+			for _, b := range retire {
+				b.close()
+			}
+		})
+	}
+	return nil
+}
+
+// limitFor returns the limit r of rule rs: the one built before when nothing about it changed,
+// else a new one. px.mu is held.
+func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error) {
+	c := px.c
+	p, local, k, err := buildRate(rs.policyID, r, c.fleet())
+	if err != nil {
+		return nil, err
+	}
+	name := rs.name
+	if several {
+		name += "-" + r.label()
+	}
+	storeName := c.name
+	if rs.name != px.def.name {
+		storeName += "." + rs.name
+	}
+	if several {
+		storeName += "-" + r.label()
+	}
+	sig := fmt.Sprintf("%s|%s|%#v|%#v|%d", name, storeName, p, local, k)
+	if b := px.built[sig]; b != nil {
+		return b, nil
+	}
+	var opts []engine.Option
+	if c.maxKeys > 0 {
+		opts = append(opts, engine.WithMaxKeys(c.maxKeys))
+	}
+	if c.clk != nil {
+		opts = append(opts, engine.WithClock(c.clk))
+	}
+	b := &builtLimit{sig: sig, quota: httplimit.Quota{Name: name, Limit: r.limit, Window: r.window}}
+	b.rule.Store(&rs.name)
+	sc := &scaled{k: k}
+	sc.onTake = func(d time.Duration) { px.m.latency.WithLabelValues(*b.rule.Load()).Observe(d.Seconds()) }
+	if px.redis == nil {
+		eng, err := engine.New(p, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("-policy %s: %w", rs.policyID, err)
+		}
+		b.eng, sc.lim, sc.eng = eng, eng.AsLimiter(), eng
+		if canRefund(p) {
+			b.lim = refundable{sc}
+		} else {
+			b.lim = sc
+		}
+		return b, nil
+	}
+	mode, _ := slidelimit.ParseFailureMode(c.onRedisError)
+	ropts := []redisstore.Option{redisstore.WithTimeout(c.redisTimeout), redisstore.WithOnFailure(mode)}
+	if mode == slidelimit.FailLocal {
+		eng, err := engine.New(local, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("-on-redis-error local with -policy %s: %w", rs.policyID, err)
+		}
+		b.eng = eng
+		ropts = append(ropts, redisstore.WithFallback(eng))
+	}
+	lim, err := redisstore.New(px.redis, storeName, p, ropts...)
+	if err != nil {
+		if b.eng != nil {
+			b.eng.Close()
+		}
+		return nil, fmt.Errorf("-redis with -policy %s: %w", rs.policyID, err)
+	}
+	b.rs, sc.lim, b.lim = lim, lim, sc
+	if rf, ok := any(lim).(storeRefunder); ok {
+		b.lim = storeRefundable{sc, rf}
+	}
+	return b, nil
+}
+
+// storeRefunder is a store that gives units back, which httplimit then uses to keep several
+// limits all or nothing. redisstore.Limiter gains it when refunds land there; until then a
+// refusal by a later Redis limit leaves the earlier ones charged.
+type storeRefunder interface {
+	Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
+}
+
+type storeRefundable struct {
+	*scaled
+	rf storeRefunder
+}
+
+func (s storeRefundable) Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
+	if n <= 0 || n > math.MaxInt64/s.k {
+		return 0, nil
+	}
+	g, err := s.rf.Refund(ctx, key, n*s.k, d)
+	return g / s.k, err
+}
+
+// now is the time of the RateLimit fields: the limiters' clock.
+func (px *proxy) now() time.Time {
+	if px.c.clk != nil {
+		return time.UnixMilli(px.c.clk.Now())
+	}
+	return time.Now()
+}
+
+// requestInfo is what the access log learns of a request while it is served.
+type requestInfo struct {
+	key     string
+	decided bool
+	d       engine.Decision
+}
+
+type infoKey struct{}
+
+// ruleHandler is the limited reverse proxy of one rule, with its metrics and access log.
+func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
+	c := px.c
+	mode := httplimit.FailOpen
+	if px.redis != nil {
+		mode, _ = slidelimit.ParseFailureMode(c.onRedisError)
+	}
+	var more []httplimit.Limit
+	for _, b := range limits[1:] {
+		more = append(more, httplimit.Limit{Limiter: b.lim, Quota: b.quota})
+	}
+	rule := rs.name
+	mw := &httplimit.Middleware{
+		Limiter: limits[0].lim, Quota: limits[0].quota, Limits: more,
+		KeyFunc: keyFunc(rs.key, px.ip), ErrorMode: mode, Shadow: c.shadow,
+		Problem: c.problem, MaxDelay: c.maxDelay, Now: px.now,
+		OnDecision: func(r *http.Request, key string, d engine.Decision) {
+			decision := "allowed"
+			if !d.Allowed {
+				decision = "denied"
+			}
+			px.m.decisions.WithLabelValues(rule, decision, reasonLabel(d.Reason)).Inc()
+			if ri, ok := r.Context().Value(infoKey{}).(*requestInfo); ok {
+				ri.key, ri.decided, ri.d = key, true, d
+			}
+		},
+		OnError: func(_ *http.Request, _ string, err error) {
+			px.m.errors.Inc()
+			if px.errLogged.Add(1)%1000 == 1 {
+				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactErr(err, c.redisURL))
+			}
+		},
+	}
+	inner := mw.Wrap(px.rp)
+	if c.logAdmitted == 0 && c.logRefused == 0 {
+		return inner
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri := &requestInfo{}
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		inner.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
+		px.accessLog(r, rule, ri, sw.status(), time.Since(start))
+	})
+}
+
+// accessLog logs one request in -log-admitted (admitted) or -log-refused (refused), with its key
+// hashed: the log never holds a client's address or API key.
+func (px *proxy) accessLog(r *http.Request, rule string, ri *requestInfo, status int, took time.Duration) {
+	if !ri.decided {
+		return
+	}
+	var every int
+	var n uint64
+	if ri.d.Allowed {
+		every, n = px.c.logAdmitted, px.admittedSeen.Add(1)
+	} else {
+		every, n = px.c.logRefused, px.refusedSeen.Add(1)
+	}
+	if every == 0 || (n-1)%uint64(every) != 0 {
+		return
+	}
+	decision := "allowed"
+	if !ri.d.Allowed {
+		decision = "denied"
+	}
+	sum := sha256.Sum256([]byte(ri.key))
+	px.log.Info("request", "rule", rule, "decision", decision, "reason", reasonLabel(ri.d.Reason), "status", status,
+		"key", "sha256:"+hex.EncodeToString(sum[:6]), "method", r.Method, "path", truncate(r.URL.Path, 128),
+		"remaining", ri.d.Remaining, "retry_after_ms", ri.d.RetryAfter.Milliseconds(), "duration_ms", float64(took.Microseconds())/1000,
+		"sampled", every)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+var reasonLabels = [...]string{
+	slidelimit.ReasonOK:             "ok",
+	slidelimit.ReasonLimited:        "limited",
+	slidelimit.ReasonCostAboveLimit: "cost_above_limit",
+	slidelimit.ReasonNegativeCost:   "negative_cost",
+	slidelimit.ReasonKeyCap:         "key_cap",
+	slidelimit.ReasonClosed:         "closed",
+	slidelimit.ReasonInvalidLimit:   "invalid_limit",
+}
+
+func reasonLabel(r slidelimit.Reason) string {
+	if int(r) < len(reasonLabels) {
+		return reasonLabels[r]
+	}
+	return "unknown"
+}
+
+// statusWriter remembers the status a handler wrote. Unwrap lets http.ResponseController (and
+// the reverse proxy's flushing) reach the connection's writer.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// serve routes a request: exempt ones straight to the upstream, the others to the first rule
+// that matches (the command line's rule matches everything).
+func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
+	st := px.state.Load()
+	for _, p := range st.exemptPaths {
+		if strings.HasPrefix(r.URL.Path, p) {
+			px.m.exempted.WithLabelValues("path").Inc()
+			px.rp.ServeHTTP(w, r)
+			return
+		}
+	}
+	if len(st.exemptCIDRs) > 0 {
+		if a := px.ip.Addr(r); a.IsValid() {
+			for _, p := range st.exemptCIDRs {
+				if p.Contains(a) {
+					px.m.exempted.WithLabelValues("cidr").Inc()
+					px.rp.ServeHTTP(w, r)
+					return
+				}
+			}
+		}
+	}
+	for _, rule := range st.rules {
+		if rule.spec.matches(r.Method, r.URL.Path) {
+			rule.handler.ServeHTTP(w, r)
+			return
+		}
+	}
+	http.Error(w, "no rule matches", http.StatusInternalServerError) // unreachable: the default rule matches all
+}
+
+// reload reads -config again and swaps it in; a bad file keeps the configuration in use and says
+// why.
+func (px *proxy) reload(why string) {
+	c := px.c
+	if c.configPath == "" {
+		px.log.Info("nothing to reload: no -config file", "signal", why)
+		return
+	}
+	spec, err := parseConfigFile(c.configPath, px.def)
+	if err == nil {
+		var base *configSpec
+		if base, err = c.exempt(); err == nil {
+			spec.exemptPaths = append(base.exemptPaths, spec.exemptPaths...)
+			spec.exemptCIDRs = append(base.exemptCIDRs, spec.exemptCIDRs...)
+			err = px.apply(spec)
+		}
+	}
+	if err != nil {
+		px.m.reloads.WithLabelValues("error").Inc()
+		px.log.Error("config reload failed; keeping the last good configuration", "config", c.configPath, "trigger", why, "error", err)
+		return
+	}
+	px.m.reloads.WithLabelValues("ok").Inc()
+	px.log.Info("config reloaded", "config", c.configPath, "trigger", why, "rules", len(spec.rules))
+}
+
+// watchConfig reloads -config on SIGHUP and, every -config-poll, when its modification time or
+// size changed, until ctx ends.
+func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
+	var tick <-chan time.Time
+	var last os.FileInfo
+	if px.c.configPath != "" && px.c.configPoll > 0 {
+		t := time.NewTicker(px.c.configPoll)
+		defer t.Stop()
+		tick = t.C
+		last, _ = os.Stat(px.c.configPath)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if px.c.configPath != "" {
+				last, _ = os.Stat(px.c.configPath)
+			}
+			px.reload("SIGHUP")
+		case <-tick:
+			fi, err := os.Stat(px.c.configPath)
+			if err != nil {
+				if last != nil {
+					px.log.Error("config file unreadable; keeping the last good configuration", "config", px.c.configPath, "error", err)
+				}
+				last = nil
+				continue
+			}
+			if last != nil && fi.ModTime().Equal(last.ModTime()) && fi.Size() == last.Size() {
+				continue
+			}
+			last = fi
+			px.reload("file changed")
+		}
+	}
+}
+
+// rewrite prepares the request to the upstream. From a trusted proxy, the forwarding headers it
+// wrote (X-Forwarded-For, -Host, -Proto, Forwarded, and the client-address headers such as
+// X-Real-IP) are kept, and this hop is appended where the header is a chain. From anyone else
+// they are replaced with what this proxy sees, and the client-address headers are dropped, so
+// that the upstream never reads an address a client chose.
+func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
+	pr.SetURL(up)
+	in, out := pr.In, pr.Out.Header
+	trusted := trustedPeer(ip, in)
+	if trusted {
+		// ReverseProxy removed these before Rewrite; SetXForwarded appends this hop to the first.
+		out["X-Forwarded-For"] = in.Header["X-Forwarded-For"]
+	} else {
+		for _, h := range clientIPHeaders {
+			delete(out, h)
+		}
+	}
+	pr.SetXForwarded()
+	if trusted {
+		if v := in.Header["X-Forwarded-Host"]; len(v) > 0 {
+			out["X-Forwarded-Host"] = v
+		}
+		if v := in.Header["X-Forwarded-Proto"]; len(v) > 0 {
+			out["X-Forwarded-Proto"] = v
+		}
+	}
+	peer := new(httplimit.ClientIP).Addr(in)
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	elem := "for=" + forwardedNode(peer) + ";host=" + strconv.Quote(in.Host) + ";proto=" + proto
+	if trusted && len(in.Header["Forwarded"]) > 0 {
+		out["Forwarded"] = []string{strings.Join(in.Header["Forwarded"], ", ") + ", " + elem}
+	} else {
+		out["Forwarded"] = []string{elem}
+	}
+}
+
+// forwardedNode writes a as an RFC 7239 node: IPv6 in brackets and quotes.
+func forwardedNode(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "unknown"
+	case a.Is6():
+		return `"[` + a.String() + `]"`
+	}
+	return a.String()
 }
 
 // trustedPeer reports whether r came straight from one of the trusted proxies.
@@ -318,66 +1131,58 @@ func upstreamTransport() *http.Transport {
 	return t
 }
 
-type redisLimiter struct {
-	lim   *redisstore.Limiter
-	close func()
-}
-
-// newRedisLimiter connects to -redis, with local (if not nil) as the fallback while Redis fails,
-// and exports the store's failures and fallbacks.
-func newRedisLimiter(c *proxyConfig, pol policy.Policy, local *engine.Limiter, reg *prometheus.Registry, logger *log.Logger) (*redisLimiter, error) {
-	opt, err := redis.ParseURL(c.redisURL)
+// redisOptions parses -redis. Its errors never hold the password.
+func redisOptions(raw string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %v", redactURL(c.redisURL), err)
+		return nil, fmt.Errorf("-redis %q: %v", redactURL(raw), redactErr(err, raw))
 	}
 	// The store bounds each call with a context deadline; go-redis honours it only when told to.
 	opt.ContextTimeoutEnabled = true
-	client := redis.NewClient(opt)
-	var opts []redisstore.Option
-	if local != nil {
-		opts = append(opts, redisstore.WithFallback(local))
-	}
-	lim, err := redisstore.New(client, c.name, pol, opts...)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("-redis with -policy %s: %w", c.policyID, err)
-	}
-	// Redis being down at start is not a configuration error: the fallback decides until it
-	// answers. Say so once, so that an operator is not surprised.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		logger.Printf("warning: Redis at %s does not answer (%v); deciding in process until it does", redactURL(c.redisURL), err)
-	}
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "slidelimit_redis_errors_total",
-			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
-		}, func() float64 { return float64(statsOf(lim).Failures) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "slidelimit_redis_fallbacks_total",
-			Help: "Requests decided by the in-process fallback because Redis failed or its circuit breaker was open.",
-		}, func() float64 { s := statsOf(lim); return float64(s.Failures + s.ShortCircuits) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "slidelimit_redis_breaker_open",
-			Help: "1 while the circuit breaker in front of Redis is open.",
-		}, func() float64 {
-			if statsOf(lim).BreakerOpen {
-				return 1
-			}
-			return 0
-		}),
-	)
-	return &redisLimiter{lim: lim, close: func() { lim.Close(); client.Close() }}, nil
+	return opt, nil
 }
 
-// redactURL hides a password in a Redis URL for logs and errors.
+// redactURL hides the user information of a Redis URL (password included) for logs and errors,
+// whether or not the URL parses.
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if u, err := url.Parse(s); err == nil {
+		if u.User == nil {
+			return s
+		}
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		rest, scheme = s, ""
+	} else {
+		scheme += "://"
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		return scheme + "xxxxx@" + rest[at+1:]
+	}
+	return s
+}
+
+// redactErr writes err with every copy of the raw URL, and of its password, hidden.
+func redactErr(err error, raw string) string {
+	s := err.Error()
+	if raw == "" {
 		return s
 	}
-	return u.Redacted()
+	s = strings.ReplaceAll(s, raw, redactURL(raw))
+	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			s = strings.ReplaceAll(s, pw, "xxxxx")
+		}
+	}
+	return s
+}
+
+func newLogger(c *proxyConfig, w io.Writer) *slog.Logger {
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 func proxyMain(args []string, _, stderr io.Writer) error {
@@ -385,8 +1190,10 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	logger := log.New(stderr, "slidelimit proxy: ", log.LstdFlags)
-	px, err := newProxy(c, logger)
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	logger := newLogger(c, stderr)
+	px, err := buildProxy(c, logger)
 	if err != nil {
 		return usageErr(fs, "%v", err)
 	}
@@ -396,13 +1203,10 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-listen %q: %v", c.listen, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", px.handler)
-	servers := []*http.Server{{Handler: mux, ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger}}
+	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelError)
+	servers := []*http.Server{{Handler: px.handler, ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
 	listeners := []net.Listener{px.wrapLn(ln)}
-	if c.metricsListen == "" {
-		mux.Handle("/metrics", px.metrics)
-	} else {
+	if c.metricsListen != "" {
 		mln, err := net.Listen("tcp", c.metricsListen)
 		if err != nil {
 			ln.Close()
@@ -410,14 +1214,23 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		}
 		mm := http.NewServeMux()
 		mm.Handle("/metrics", px.metrics)
-		servers = append(servers, &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger})
+		servers = append(servers, &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog})
 		listeners = append(listeners, mln)
-		logger.Printf("metrics on http://%s/metrics", mln.Addr())
+		logger.Info(fmt.Sprintf("metrics on http://%s/metrics", mln.Addr()))
 	}
-	logger.Printf("listening on %s, forwarding to %s; %s", ln.Addr(), c.upstream, px.describe)
+	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s", ln.Addr(), c.upstream, px.describe))
 
+	// SIGHUP reloads -config and never stops the proxy; SIGTERM and SIGINT drain and stop it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { px.watchConfig(watchCtx, hup); close(watched) }()
+	defer func() { stopWatch(); <-watched }()
+
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() { errc <- s.Serve(listeners[i]) }()
@@ -431,7 +1244,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	case <-ctx.Done():
 	}
 	stop()
-	logger.Printf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout)
+	logger.Info(fmt.Sprintf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	var firstErr error
@@ -444,13 +1257,6 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if firstErr != nil {
 		return fmt.Errorf("shutdown: %w", firstErr)
 	}
-	logger.Printf("stopped")
+	logger.Info("stopped")
 	return nil
-}
-
-// statsOf returns the Redis limiter's counters as a value.
-func statsOf(l *redisstore.Limiter) redisstore.Stats {
-	var s redisstore.Stats
-	l.Stats(&s)
-	return s
 }

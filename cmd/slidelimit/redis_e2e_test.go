@@ -74,7 +74,7 @@ func TestTwoProxiesShareRedis(t *testing.T) {
 	const window = int64(3_600_000)
 	for attempt := 0; ; attempt++ {
 		before := time.Now().UnixMilli()
-		args := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-name", "e2e" + strconv.Itoa(attempt), "-trusted-proxies", "127.0.0.1"}
+		args := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-name", "e2e" + strconv.Itoa(attempt), "-trusted-proxies", "127.0.0.1", "-metrics-listen", "127.0.0.1:0"}
 		p1, p2 := startProxy(t, args...), startProxy(t, args...)
 		c := newClient(t, true)
 		var codes []int
@@ -100,7 +100,7 @@ func TestTwoProxiesShareRedis(t *testing.T) {
 		// decided by the in-process fallback.
 		assert.Equal(t, 429, do(t, c, p1.url("/"), nil).status, "the deny cache still refuses")
 		assert.Equal(t, 200, do(t, c, p1.url("/"), map[string]string{"X-Forwarded-For": "203.0.113.9"}).status, "the fallback decides while Redis is down")
-		m := do(t, c, p1.url("/metrics"), nil).body
+		m := do(t, c, "http://"+p1.metrics+"/metrics", nil).body
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_fallbacks_total"), 1.0)
 		assert.Equal(t, 1.0, metric(t, m, "slidelimit_keys_tracked"))
@@ -115,4 +115,37 @@ func metric(t *testing.T, body, name string) float64 {
 	v, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	return v
+}
+
+// -on-redis-error closed refuses with 503 while Redis is down; local decides in process, each
+// proxy enforcing its -fleet-size share (limit/N rounded down); open admits everything.
+func TestProxyRedisFailureModes(t *testing.T) {
+	addr, stopRedis := startRedis(t)
+	up := newUpstream(t)
+	base := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-redis-timeout", "20ms", "-trusted-proxies", "127.0.0.1"}
+	closed := startProxy(t, append(base, "-name", "modes-closed", "-on-redis-error", "closed")...)
+	local := startProxy(t, append(base, "-name", "modes-local", "-on-redis-error", "local", "-fleet-size", "2")...)
+	open := startProxy(t, append(base, "-name", "modes-open", "-on-redis-error", "open")...)
+	c := newClient(t, true)
+	for _, p := range []*proc{closed, local, open} {
+		assert.Equal(t, 200, do(t, c, p.url("/"), nil).status, "Redis up")
+	}
+	stopRedis()
+	client := func(i int) map[string]string {
+		return map[string]string{"X-Forwarded-For": "203.0.113." + strconv.Itoa(i)}
+	}
+	r := do(t, c, closed.url("/"), client(1))
+	assert.Equal(t, 503, r.status)
+	assert.Equal(t, "rate limiter unavailable\n", r.body)
+	assert.NotEmpty(t, r.retryAfter)
+	var codes []int
+	for range 3 {
+		codes = append(codes, do(t, c, local.url("/"), client(2)).status)
+	}
+	assert.Equal(t, []int{200, 200, 429}, codes, "the fallback enforces 4/2 = 2 per proxy")
+	codes = nil
+	for range 6 {
+		codes = append(codes, do(t, c, open.url("/"), client(3)).status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 200, 200}, codes)
 }

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/slidelimit/slidelimit/httplimit"
+)
+
+// fileConfig is the -config file:
+//
+//	exempt:
+//	  paths: [/healthz, /ready]     # path prefixes never limited
+//	  cidrs: [10.0.0.0/8]           # client addresses never limited
+//	rules:                          # the first rule that matches decides
+//	  - name: login
+//	    methods: [POST]             # any method when left out
+//	    paths: [/login, /session]   # path prefixes; any path when left out
+//	    rates: [5/1m, 20/1h]        # as -rate; all must admit
+//	    policy: gcra                # default: -policy
+//	    key: ip                     # ip, header:NAME, conn or path; default: -key
+//
+// A request that no rule matches is limited by the command line's limits (-rate, or -limit and
+// -window), under the name -name.
+type fileConfig struct {
+	Exempt struct {
+		Paths []string `yaml:"paths"`
+		CIDRs []string `yaml:"cidrs"`
+	} `yaml:"exempt"`
+	Rules []fileRule `yaml:"rules"`
+}
+
+type fileRule struct {
+	Name    string   `yaml:"name"`
+	Methods []string `yaml:"methods"`
+	Paths   []string `yaml:"paths"`
+	Rates   []string `yaml:"rates"`
+	Policy  string   `yaml:"policy"`
+	Key     string   `yaml:"key"`
+}
+
+// ruleSpec is one validated rule.
+type ruleSpec struct {
+	name     string
+	methods  []string // upper case; nil: any
+	prefixes []string // nil: any
+	rates    []rate
+	policyID string
+	key      string
+}
+
+// configSpec is a validated configuration: the rules in order, the default rule last.
+type configSpec struct {
+	rules       []ruleSpec
+	exemptPaths []string
+	exemptCIDRs []netip.Prefix
+}
+
+// parseConfigFile reads and validates the -config file, returning an error that names the file,
+// the rule and the field at fault.
+func parseConfigFile(path string, def ruleSpec) (*configSpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := parseConfig(b, def)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
+	var fc fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	spec := &configSpec{}
+	for _, p := range fc.Exempt.Paths {
+		if !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("exempt.paths: %q must start with /", p)
+		}
+		spec.exemptPaths = append(spec.exemptPaths, p)
+	}
+	for _, c := range fc.Exempt.CIDRs {
+		ps, err := httplimit.ParsePrefixes(c)
+		if err != nil {
+			return nil, fmt.Errorf("exempt.cidrs: %q is neither an address nor a CIDR range", c)
+		}
+		spec.exemptCIDRs = append(spec.exemptCIDRs, ps...)
+	}
+	names := map[string]bool{def.name: true}
+	for i, fr := range fc.Rules {
+		where := fmt.Sprintf("rules[%d]", i)
+		if fr.Name != "" {
+			where += fmt.Sprintf(" (%s)", fr.Name)
+		}
+		if err := checkName(fr.Name); err != nil {
+			return nil, fmt.Errorf("%s: name %v", where, err)
+		}
+		if names[fr.Name] {
+			return nil, fmt.Errorf("%s: name %q is used twice (the command line's limits are named %q)", where, fr.Name, def.name)
+		}
+		names[fr.Name] = true
+		r := ruleSpec{name: fr.Name, policyID: def.policyID, key: def.key}
+		for _, m := range fr.Methods {
+			if m == "" || strings.ContainsAny(m, " \t/") {
+				return nil, fmt.Errorf("%s: methods: %q is not an HTTP method", where, m)
+			}
+			r.methods = append(r.methods, strings.ToUpper(m))
+		}
+		for _, p := range fr.Paths {
+			if !strings.HasPrefix(p, "/") {
+				return nil, fmt.Errorf("%s: paths: %q must start with /", where, p)
+			}
+			r.prefixes = append(r.prefixes, p)
+		}
+		if len(fr.Rates) == 0 {
+			return nil, fmt.Errorf("%s: rates: at least one, like [10/1s, 1000/1h]", where)
+		}
+		for _, s := range fr.Rates {
+			rt, err := parseRate(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: rates: %v", where, err)
+			}
+			r.rates = append(r.rates, rt)
+		}
+		if fr.Policy != "" {
+			r.policyID = fr.Policy
+		}
+		if fr.Key != "" {
+			r.key = fr.Key
+		}
+		if err := checkKey(r.key); err != nil {
+			return nil, fmt.Errorf("%s: key %v", where, err)
+		}
+		if err := checkRates(r.rates); err != nil {
+			return nil, fmt.Errorf("%s: rates: %v", where, err)
+		}
+		spec.rules = append(spec.rules, r)
+	}
+	spec.rules = append(spec.rules, def)
+	return spec, nil
+}
+
+// checkName accepts a rule name: it becomes part of the RateLimit fields, of Redis key names and
+// of metric labels.
+func checkName(n string) error {
+	if n == "" || len(n) > 64 {
+		return fmt.Errorf("%q: must be 1 to 64 characters", n)
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%q: only letters, digits, '-', '_' and '.'", n)
+		}
+	}
+	return nil
+}
+
+// checkRates refuses two limits with one window: their names (rule-window) would collide.
+func checkRates(rs []rate) error {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if seen[r.label()] {
+			return fmt.Errorf("two limits with the window %s: give each window one limit", r.label())
+		}
+		seen[r.label()] = true
+	}
+	return nil
+}
+
+// matches reports whether r applies to a request with method and path.
+func (r *ruleSpec) matches(method, path string) bool {
+	if r.methods != nil {
+		ok := false
+		for _, m := range r.methods {
+			if m == method {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if r.prefixes == nil {
+		return true
+	}
+	for _, p := range r.prefixes {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// headerUpstream records the headers and host of every request that reaches it.
+type headerUpstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func newHeaderUpstream(t *testing.T) *headerUpstream {
+	u := &headerUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("Host", r.Host)
+		u.mu.Lock()
+		u.seen = append(u.seen, h)
+		u.mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *headerUpstream) last() http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[len(u.seen)-1]
+}
+
+// From a trusted load balancer, X-Forwarded-Proto, X-Forwarded-Host, Forwarded and X-Real-IP
+// reach the upstream as the balancer wrote them, the chains extended by this hop. From anyone
+// else, the client-address headers are dropped and the forwarding headers say what this proxy
+// saw.
+func TestProxyForwardingHeaders(t *testing.T) {
+	up := newHeaderUpstream(t)
+	sent := map[string]string{
+		"X-Forwarded-For":   "203.0.113.5",
+		"X-Forwarded-Proto": "https",
+		"X-Forwarded-Host":  "shop.example",
+		"Forwarded":         `for=203.0.113.5;host=shop.example;proto=https`,
+		"X-Real-Ip":         "203.0.113.5",
+		"True-Client-Ip":    "203.0.113.5",
+	}
+	trusted := startProxy(t, "-upstream", up.URL, "-trusted-proxies", "127.0.0.1")
+	c := newClient(t, false)
+	require.Equal(t, 200, do(t, c, trusted.url("/"), sent).status)
+	h := up.last()
+	host := trusted.addr
+	assert.Equal(t, "203.0.113.5, 127.0.0.1", h.Get("X-Forwarded-For"))
+	assert.Equal(t, "https", h.Get("X-Forwarded-Proto"))
+	assert.Equal(t, "shop.example", h.Get("X-Forwarded-Host"))
+	assert.Equal(t, `for=203.0.113.5;host=shop.example;proto=https, for=127.0.0.1;host="`+host+`";proto=http`, h.Get("Forwarded"))
+	assert.Equal(t, "203.0.113.5", h.Get("X-Real-Ip"))
+	assert.Equal(t, "203.0.113.5", h.Get("True-Client-Ip"))
+
+	untrusted := startProxy(t, "-upstream", up.URL)
+	require.Equal(t, 200, do(t, c, untrusted.url("/"), sent).status)
+	h = up.last()
+	assert.Equal(t, "127.0.0.1", h.Get("X-Forwarded-For"))
+	assert.Equal(t, "http", h.Get("X-Forwarded-Proto"))
+	assert.Equal(t, untrusted.addr, h.Get("X-Forwarded-Host"))
+	assert.Equal(t, `for=127.0.0.1;host="`+untrusted.addr+`";proto=http`, h.Get("Forwarded"))
+	assert.Empty(t, h.Values("X-Real-Ip"), "a forged X-Real-IP never reaches the upstream")
+	assert.Empty(t, h.Values("True-Client-Ip"))
+}
+
+// With -forwarded-header forwarded, clients are told apart by the trusted proxy's Forwarded
+// field, and the upstream gets that field with this hop appended.
+func TestProxyForwardedHeaderMode(t *testing.T) {
+	up := newHeaderUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-trusted-proxies", "127.0.0.1", "-forwarded-header", "forwarded", "-limit", "1", "-window", "1h")
+	c := newClient(t, true)
+	fwd := func(v string) int { return do(t, c, p.url("/"), map[string]string{"Forwarded": v}).status }
+	assert.Equal(t, 200, fwd(`for="[2001:db8::1]";proto=https`))
+	assert.Equal(t, `for="[2001:db8::1]";proto=https, for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
+	assert.Equal(t, 429, fwd(`for="[2001:db8::2]"`), "the same /64")
+	assert.Equal(t, 200, fwd(`for=203.0.113.7`))
+}
+
+// SIGHUP never stops the proxy: without -config it says there is nothing to reload, and a
+// request in flight finishes.
+func TestProxySIGHUPWithoutConfig(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			once.Do(func() { close(entered) })
+			<-release
+		}
+		io.WriteString(w, "done")
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL)
+	c := newClient(t, false)
+	got := make(chan resp, 1)
+	go func() {
+		res, err := c.Get(p.url("/slow"))
+		if err != nil {
+			got <- resp{body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		got <- resp{status: res.StatusCode, body: string(b)}
+	}()
+	<-entered
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "nothing to reload") })
+	close(release)
+	assert.Equal(t, resp{status: 200, body: "done"}, <-got)
+	assert.Equal(t, 200, do(t, c, p.url("/"), nil).status, "still serving")
+	select {
+	case <-p.exited:
+		t.Fatal("SIGHUP stopped the proxy")
+	default:
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(failsafe)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "condition not met in time")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// Per-route rules from -config, exemptions, and reloads: SIGHUP and a change to the file swap in
+// a new configuration, a bad file keeps the last good one and says why, and a limit the reload
+// keeps keeps its counts.
+func TestProxyConfigAndReload(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "rules.yaml")
+	writeFile(t, cfg, `
+exempt:
+  paths: [/healthz]
+rules:
+  - name: login
+    methods: [POST]
+    paths: [/login]
+    rates: [2/1h]
+  - name: search
+    paths: [/search]
+    rates: [1/1h]
+    key: header:X-Api-Key
+`)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "3", "-window", "1h", "-config", cfg, "-config-poll", "50ms", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	post := func(path string) resp {
+		res, err := c.Post(p.url(path), "text/plain", strings.NewReader("x"))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return resp{res.StatusCode, string(b), res.Header.Get("RateLimit-Policy"), res.Header.Get("RateLimit"), res.Header.Get("Retry-After")}
+	}
+	assert.Equal(t, []int{200, 200, 429}, []int{post("/login").status, post("/login").status, post("/login").status})
+	assert.Equal(t, `"login";q=2;w=3600`, post("/login").policy)
+	assert.Equal(t, 200, do(t, c, p.url("/login"), nil).status, "GET /login is not the login rule")
+	key := func(v string) int { return do(t, c, p.url("/search?q=1"), map[string]string{"X-Api-Key": v}).status }
+	assert.Equal(t, []int{200, 429, 200}, []int{key("a"), key("a"), key("b")})
+	for range 5 {
+		r := do(t, c, p.url("/healthz"), nil)
+		assert.Equal(t, resp{status: 200, body: "upstream saw /healthz"}, r, "exempt: no limit, no fields")
+	}
+
+	// A bad file: the last good configuration stays, and the log says why.
+	writeFile(t, cfg, "rules:\n  - name: login\n    rates: [2/1h]\n    colour: blue\n")
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reload failed") })
+	assert.Contains(t, p.stderr(), "field colour not found")
+	assert.Equal(t, 429, post("/login").status, "still the login rule, still counting")
+
+	// SIGHUP with a bad file: the same, and the proxy lives.
+	writeFile(t, cfg, "rules: [")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Count(p.stderr(), "config reload failed") >= 2 })
+
+	// A good file again: login keeps its count (same name and limit), search is gone (so its
+	// requests fall to the command line's 3/1h), and /healthz is no longer exempt.
+	writeFile(t, cfg, "rules:\n  - name: login\n    methods: [POST]\n    paths: [/login]\n    rates: [2/1h]\n")
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+	assert.Equal(t, 429, post("/login").status, "the kept limit kept its count")
+	assert.Equal(t, `"default";q=3;w=3600`, do(t, c, p.url("/healthz"), nil).policy)
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+	// 2 or 3: the poller may see the second bad file before the signal arrives.
+	assert.Regexp(t, `slidelimit_config_reloads_total\{result="error"\} [23]\n`, m)
+	assert.Contains(t, m, `slidelimit_config_reloads_total{result="ok"} 1`)
+	assert.Contains(t, m, `slidelimit_decisions_total{decision="denied",reason="limited",rule="login"}`)
+	assert.Contains(t, m, `slidelimit_decisions_total{decision="allowed",reason="ok",rule="search"} 2`)
+	assert.Contains(t, m, `slidelimit_exempt_total{why="path"} 5`)
+	assert.Contains(t, m, `slidelimit_rules 2`)
+	select {
+	case <-p.exited:
+		t.Fatal("a reload stopped the proxy")
+	default:
+	}
+}
+
+// The private metrics listener: per-rule decisions, the decision-latency histogram and
+// build_info; the public listener forwards /metrics to the upstream.
+func TestProxyMetricsListener(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "2", "-window", "1h", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	do(t, c, p.url("/"), nil)
+	assert.Equal(t, "upstream saw /metrics", do(t, c, p.url("/metrics"), nil).body, "limited like any path, and forwarded")
+	do(t, c, p.url("/"), nil)
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+	assert.Contains(t, m, `slidelimit_decisions_total{decision="allowed",reason="ok",rule="default"} 2`)
+	assert.Contains(t, m, `slidelimit_decisions_total{decision="denied",reason="limited",rule="default"} 1`)
+	assert.Regexp(t, `(?m)^slidelimit_decision_duration_seconds_count\{rule="default"\} 3$`, m)
+	assert.Regexp(t, `(?m)^slidelimit_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`, m)
+}
+
+// A sampled access log in slog's format: rule, decision, status and the key hashed, never the
+// client's address.
+func TestProxyAccessLog(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-log-admitted", "1", "-log-refused", "2", "-trusted-proxies", "127.0.0.1", "-log-format", "json")
+	c := newClient(t, true)
+	for range 4 {
+		do(t, c, p.url("/x"), map[string]string{"X-Forwarded-For": "198.51.100.77"})
+	}
+	waitFor(t, func() bool { return strings.Count(p.stderr(), `"msg":"request"`) == 3 })
+	var lines []map[string]any
+	for _, l := range strings.Split(p.stderr(), "\n") {
+		if strings.Contains(l, `"msg":"request"`) {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &m))
+			lines = append(lines, m)
+		}
+	}
+	// One admitted (all of them logged), three refused (one in two: the first and the third).
+	require.Len(t, lines, 3)
+	assert.Equal(t, []any{"allowed", "denied", "denied"}, []any{lines[0]["decision"], lines[1]["decision"], lines[2]["decision"]})
+	assert.Equal(t, []any{200.0, 429.0, 429.0}, []any{lines[0]["status"], lines[1]["status"], lines[2]["status"]})
+	assert.Equal(t, "default", lines[1]["rule"])
+	assert.Regexp(t, `^sha256:[0-9a-f]{12}$`, lines[1]["key"])
+	assert.Equal(t, lines[0]["key"], lines[1]["key"])
+	assert.NotContains(t, p.stderr(), "198.51.100.77")
+}
+
+// Trusting every address is allowed but loud.
+func TestProxyTrustEverythingWarns(t *testing.T) {
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-trusted-proxies", "0.0.0.0/0")
+	assert.Regexp(t, `level=WARN msg="WARNING: -trusted-proxies 0\.0\.0\.0/0 trusts a large part of the Internet`, p.stderr())
+}
+
+// -exempt-paths, -problem-json and -max-delay.
+func TestProxyExemptProblemDelay(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-exempt-paths", "/healthz", "-problem-json")
+	c := newClient(t, true)
+	for range 3 {
+		assert.Equal(t, 200, do(t, c, p.url("/healthz"), nil).status)
+	}
+	assert.Equal(t, 200, do(t, c, p.url("/"), nil).status)
+	res, err := c.Get(p.url("/"))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, 429, res.StatusCode)
+	assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"rate limit exceeded","violated-policies":["default"]}`, string(body))
+
+	// One request per 50 ms, burst 1: without a delay the second of three back-to-back
+	// requests is refused; with -max-delay 1s each waits its turn.
+	strict := startProxy(t, "-upstream", up.URL, "-policy", "gcra", "-rate", "1/50ms")
+	delayed := startProxy(t, "-upstream", up.URL, "-policy", "gcra", "-rate", "1/50ms", "-max-delay", "1s")
+	var s, d []int
+	for range 3 {
+		s = append(s, do(t, c, strict.url("/"), nil).status)
+	}
+	for range 3 {
+		d = append(d, do(t, c, delayed.url("/"), nil).status)
+	}
+	assert.Equal(t, 429, s[1])
+	assert.Equal(t, []int{200, 200, 200}, d)
+}
+
+// The command line: the commands list, version, and flag errors that say what to write.
+func TestCommandLine(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"help"}, {"--help"}} {
+		cmd := exec.Command(binary, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Run(), "%v", args)
+		for _, want := range []string{"slidelimit proxy [flags]", "slidelimit rls [flags]       Envoy rate limit service (see rls -h)", "slidelimit version", "slidelimit load"} {
+			assert.Contains(t, stdout.String(), want, "%v", args)
+		}
+		assert.NotContains(t, stdout.String()+stderr.String(), "-keys", "%v: the commands, not the benchmark's flags", args)
+	}
+	out, err := exec.Command(binary, "version").Output()
+	require.NoError(t, err)
+	assert.Regexp(t, `^slidelimit \S+\nrevision \S+.*\ngo1\.\S+ \w+/\w+\n$`, string(out))
+
+	cmd := exec.Command(binary, "proxy", "-upstream", "http://127.0.0.1:1", "-window", "60")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	require.Error(t, err)
+	assert.Equal(t, "slidelimit proxy: -window 60: 60 has no unit: add a unit, like 60s\nRun \"slidelimit proxy -h\" for the flags.\n", stderr.String())
+}
+
+func TestVersionOverride(t *testing.T) {
+	defer func(v string) { version = v }(version)
+	version = "v9.8.7"
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitOK, run([]string{"version"}, &stdout, &stderr))
+	assert.True(t, strings.HasPrefix(stdout.String(), "slidelimit v9.8.7\n"), stdout.String())
+	stdout.Reset()
+	assert.Equal(t, exitOK, run([]string{"--version"}, &stdout, &stderr))
+	assert.Regexp(t, regexp.MustCompile(`^slidelimit v9\.8\.7\n`), stdout.String())
+}

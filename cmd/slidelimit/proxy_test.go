@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/httplimit"
+)
+
+// w0 is the start of a minute (and of every window that divides one): 28_333_333 × 60_000 ms.
+const w0 = int64(1_699_999_980_000)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// inProcess is the real proxy handler, parsed from real flags, served by a real server in this
+// process, with its in-process limiters on a manual clock, in front of a real upstream.
+type inProcess struct {
+	px  *proxy
+	srv *httptest.Server
+	up  *upstream
+	log *syncBuffer
+	clk *clock.Clock
+}
+
+func startInProcess(t *testing.T, startMs int64, args ...string) *inProcess {
+	t.Helper()
+	ip := &inProcess{up: newUpstream(t), log: &syncBuffer{}, clk: clock.NewManual(startMs)}
+	c, fs := proxyFlags(io.Discard)
+	require.NoError(t, parseFlags(fs, append([]string{"-upstream", ip.up.URL}, args...)))
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	c.clk = ip.clk
+	px, err := buildProxy(c, slog.New(slog.NewTextHandler(ip.log, nil)))
+	require.NoError(t, err)
+	t.Cleanup(px.close)
+	ip.px = px
+	ip.srv = httptest.NewUnstartedServer(px.handler)
+	ip.srv.Config.ConnContext = httplimit.ConnContext
+	ip.srv.Start()
+	t.Cleanup(ip.srv.Close)
+	return ip
+}
+
+func (ip *inProcess) get(t *testing.T, path string, header map[string]string) resp {
+	t.Helper()
+	return do(t, ip.srv.Client(), ip.srv.URL+path, header)
+}
+
+// On a refusal, t is the time until the quota is available again, equal to Retry-After: the
+// operator's case of two requests at second 6 of a 10 s window and two at 0.5 s into the next.
+func TestRefusalTEqualsRetryAfter(t *testing.T) {
+	p := startInProcess(t, w0+6000, "-limit", "2", "-window", "10s")
+	assert.Equal(t, `"default";r=1;t=4`, p.get(t, "/", nil).rateLimit)
+	assert.Equal(t, `"default";r=0;t=4`, p.get(t, "/", nil).rateLimit)
+	p.clk.Advance(4500 * time.Millisecond)
+	// 0.5 s in: the previous 2 carry floor(2 × 9.5/10) = 1, so one more passes. The next must
+	// wait until the carried weight is 0: floor(2 × (10000-e)/10000) = 0 from e = 5001 ms, 4.501 s
+	// away, so both t and Retry-After are 5.
+	assert.Equal(t, resp{status: 200, body: "upstream saw /", policy: `"default";q=2;w=10`, rateLimit: `"default";r=0;t=10`}, p.get(t, "/", nil))
+	assert.Equal(t, resp{status: 429, body: "rate limit exceeded\n", policy: `"default";q=2;w=10`, rateLimit: `"default";r=0;t=5`, retryAfter: "5"}, p.get(t, "/", nil))
+}
+
+// Several -rate limits: all must admit, a refusal by one consumes nothing of the others, and
+// both fields list them.
+func TestSeveralRates(t *testing.T) {
+	p := startInProcess(t, w0, "-policy", "fixed-window", "-rate", "2/1s", "-rate", "3/1m")
+	const pol = `"default-1s";q=2;w=1, "default-1m";q=3;w=60`
+	assert.Equal(t, resp{200, "upstream saw /", pol, `"default-1s";r=1;t=1, "default-1m";r=2;t=60`, ""}, p.get(t, "/", nil))
+	assert.Equal(t, 200, p.get(t, "/", nil).status)
+	// Refused by the per-second limit, which is asked first; the minute is not charged, and is
+	// shown as it stands.
+	assert.Equal(t, resp{429, "rate limit exceeded\n", pol, `"default-1s";r=0;t=1, "default-1m";r=1;t=60`, "1"}, p.get(t, "/", nil))
+	p.clk.Advance(time.Second)
+	assert.Equal(t, resp{200, "upstream saw /", pol, `"default-1s";r=1;t=1, "default-1m";r=0;t=59`, ""}, p.get(t, "/", nil))
+	// Refused by the minute: the second's unit is given back, and shows.
+	assert.Equal(t, resp{429, "rate limit exceeded\n", pol, `"default-1s";r=1;t=1, "default-1m";r=0;t=59`, "59"}, p.get(t, "/", nil))
+	assert.Equal(t, int64(3), p.up.hits.Load())
+}
+
+// Bucket policies below one unit per second: nginx's 10r/m as a token bucket of burst 10 that
+// refills one unit every 6 s, and the default 100/1m.
+func TestBucketBelowOnePerSecond(t *testing.T) {
+	p := startInProcess(t, w0, "-policy", "token-bucket", "-rate", "10r/m")
+	for i := range 10 {
+		r := p.get(t, "/", nil)
+		require.Equal(t, 200, r.status, "request %d", i)
+		// The bucket is full again (i+1) × 6 s after it was full.
+		assert.Equal(t, `"default";r=`+strconv.Itoa(9-i)+`;t=`+strconv.Itoa(6*(i+1)), r.rateLimit, "request %d", i)
+	}
+	assert.Equal(t, resp{429, "rate limit exceeded\n", `"default";q=10;w=60`, `"default";r=0;t=6`, "6"}, p.get(t, "/", nil))
+	p.clk.Advance(5999 * time.Millisecond)
+	assert.Equal(t, "1", p.get(t, "/", nil).retryAfter, "1 ms short of one unit")
+	p.clk.Advance(time.Millisecond)
+	assert.Equal(t, 200, p.get(t, "/", nil).status)
+	assert.Equal(t, 429, p.get(t, "/", nil).status)
+
+	for _, id := range []string{"token-bucket", "gcra", "leaky-bucket"} {
+		d := startInProcess(t, w0, "-policy", id) // the defaults, -limit 100 -window 1m
+		r := d.get(t, "/", nil)
+		assert.Equal(t, 200, r.status, id)
+		assert.Equal(t, `"default";q=100;w=60`, r.policy, id)
+	}
+}
+
+func TestBucketScale(t *testing.T) {
+	for _, tc := range []struct {
+		window time.Duration
+		limits []int64
+		want   int64
+	}{
+		{time.Minute, []int64{100}, 3},      // 5 per second over a burst of 300
+		{time.Minute, []int64{10}, 6},       // 1 per second, burst 60
+		{time.Second, []int64{7}, 1},        // already whole
+		{time.Hour, []int64{1}, 3600},       // 1 per second, burst 3600
+		{time.Minute, []int64{100, 33}, 60}, // the fleet's 100 and a share of 33, in one unit
+		{1500 * time.Millisecond, []int64{3}, 1},
+	} {
+		k, err := bucketScale(tc.window, tc.limits...)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, k, "%v %v", tc.window, tc.limits)
+		for _, l := range tc.limits {
+			assert.Zero(t, 1000*k*l%tc.window.Milliseconds(), "%v %v: whole tokens per second", tc.window, tc.limits)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]rate{
+		"10/1s": {10, time.Second}, "1000/1h": {1000, time.Hour}, "10r/s": {10, time.Second},
+		"10r/m": {10, time.Minute}, "5/90s": {5, 90 * time.Second}, "7/2d": {7, 48 * time.Hour},
+		"3/250ms": {3, 250 * time.Millisecond},
+	} {
+		got, err := parseRate(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for in, want := range map[string]string{
+		"10":      "write LIMIT/WINDOW",
+		"x/1s":    `the limit "x" is not a whole number`,
+		"10/60":   "add a unit, like 60s",
+		"10/1.5x": "is not a duration",
+		"10/0s":   "must be a whole number of milliseconds",
+	} {
+		_, err := parseRate(in)
+		assert.ErrorContains(t, err, want, in)
+	}
+}
+
+// Each process's share of a limit while Redis is down rounds down, so that the fleet together
+// never admits more than the limit, and is at least 1.
+func TestFleetShare(t *testing.T) {
+	assert.Equal(t, int64(100), fleetShare(100, 1))
+	assert.Equal(t, int64(33), fleetShare(100, 3))
+	assert.Equal(t, int64(1), fleetShare(2, 5))
+}
+
+// -max-keys: a new key beyond the cap gets 503, and the metric says key_cap.
+func TestKeyCap(t *testing.T) {
+	p := startInProcess(t, w0, "-max-keys", "1", "-trusted-proxies", "127.0.0.1", "-limit", "5")
+	assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.1"}).status)
+	r := p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.2"})
+	assert.Equal(t, 503, r.status)
+	assert.Equal(t, "rate limiter at its key capacity\n", r.body)
+	assert.Equal(t, "1", r.retryAfter)
+	m := httptest.NewRecorder()
+	p.px.metrics.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, m.Body.String(), `slidelimit_decisions_total{decision="denied",reason="key_cap",rule="default"} 1`+"\n")
+}
+
+// -exempt-cidrs: a client in the range is never limited and gets no field; the metric counts it.
+func TestExemptCIDR(t *testing.T) {
+	p := startInProcess(t, w0, "-limit", "1", "-trusted-proxies", "127.0.0.1", "-exempt-cidrs", "198.51.100.0/24")
+	for range 3 {
+		r := p.get(t, "/", map[string]string{"X-Forwarded-For": "198.51.100.9"})
+		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, r)
+	}
+	assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.9"}).status)
+	assert.Equal(t, 429, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.9"}).status)
+	m := httptest.NewRecorder()
+	p.px.metrics.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, m.Body.String(), `slidelimit_exempt_total{why="cidr"} 3`+"\n")
+}
+
+// Config files that are refused, each with an error naming the rule and the field.
+func TestParseConfigErrors(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	for in, want := range map[string]string{
+		"rules: [": "yaml:",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    colour: x\n":    "field colour not found",
+		"rules:\n  - rates: [1/1s]\n":                                `rules[0]: name "": must be 1 to 64 characters`,
+		"rules:\n  - name: a b\n    rates: [1/1s]\n":                 `name "a b": only letters, digits`,
+		"rules:\n  - name: default\n    rates: [1/1s]\n":             `name "default" is used twice`,
+		"rules:\n  - name: a\n":                                      "rules[0] (a): rates: at least one",
+		"rules:\n  - name: a\n    rates: [1/60]\n":                   "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
+		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":             "two limits with the window 1s",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":  `key "cookie": must be ip, header:NAME, conn or path`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n": `paths: "api" must start with /`,
+		"exempt:\n  cidrs: [10.0.0.0/33]\n":                          `exempt.cidrs: "10.0.0.0/33"`,
+	} {
+		_, err := parseConfig([]byte(in), def)
+		assert.ErrorContains(t, err, want, "%q", in)
+	}
+	spec, err := parseConfig([]byte("rules:\n  - name: a\n    methods: [post]\n    paths: [/x]\n    rates: [1/1s]\n"), def)
+	require.NoError(t, err)
+	require.Len(t, spec.rules, 2)
+	assert.True(t, spec.rules[0].matches("POST", "/x/y"))
+	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
+	assert.False(t, spec.rules[0].matches("POST", "/y"))
+	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// rate is one limit as written on the command line or in the config file: limit units per
+// window.
+type rate struct {
+	limit  int64
+	window time.Duration
+}
+
+// String writes the rate back as -rate takes it, the window in its shortest form: 10/1s, 1000/1h.
+func (r rate) String() string { return strconv.FormatInt(r.limit, 10) + "/" + shortDuration(r.window) }
+
+// label is the window alone, for naming one limit among several: 1s, 1h, 1500ms.
+func (r rate) label() string { return shortDuration(r.window) }
+
+// shortDuration writes d without the zero parts time.Duration.String adds (1h, not 1h0m0s).
+func shortDuration(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	case d%time.Millisecond == 0:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	}
+	return d.String()
+}
+
+// parseRate parses LIMIT/WINDOW: "10/1s", "1000/1h", "5/90s", and nginx's "10r/s" and "10r/m"
+// (a bare unit s, m, h or d means one of it). The error says what to write instead.
+func parseRate(s string) (rate, error) {
+	num, win, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return rate{}, fmt.Errorf("%q: write LIMIT/WINDOW, like 10/1s, 1000/1h or 10r/m", s)
+	}
+	num = strings.TrimSuffix(num, "r")
+	limit, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return rate{}, fmt.Errorf("%q: the limit %q is not a whole number; write LIMIT/WINDOW, like 10/1s", s, num)
+	}
+	if limit < 1 || limit > policy.MaxLimit {
+		return rate{}, fmt.Errorf("%q: the limit must be in [1, %d]", s, int64(policy.MaxLimit))
+	}
+	var window time.Duration
+	switch win {
+	case "s", "m", "h", "d":
+		win = "1" + win
+	}
+	window, err = parseDuration(win)
+	if err != nil {
+		return rate{}, fmt.Errorf("%q: the window %v", s, err)
+	}
+	if err := checkWindow(window); err != nil {
+		return rate{}, fmt.Errorf("%q: the window %v", s, err)
+	}
+	return rate{limit, window}, nil
+}
+
+// parseDuration is time.ParseDuration with a day unit (1d = 24h) and errors that say what to
+// write instead: "60" gets "add a unit, like 60s".
+func parseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New(`"" is empty: write a duration, like 60s`)
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("%s has no unit: add a unit, like %ss", s, s)
+	}
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		if v, err := strconv.ParseInt(n, 10, 64); err == nil && v >= 0 && v <= math.MaxInt64/int64(24*time.Hour) {
+			return time.Duration(v) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration: write a number and a unit (ms, s, m, h, d), like 500ms, 60s or 1h", s)
+	}
+	return d, nil
+}
+
+func checkWindow(w time.Duration) error {
+	if w < time.Millisecond || w%time.Millisecond != 0 || w > policy.MaxWindow {
+		return fmt.Errorf("%v: must be a whole number of milliseconds in [1ms, %v]", w, policy.MaxWindow)
+	}
+	return nil
+}
+
+// durationFlag is a flag.Value for a duration with parseDuration's errors.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+// rateFlags is the repeatable -rate flag.
+type rateFlags struct{ rates *[]rate }
+
+func (f rateFlags) String() string {
+	if f.rates == nil {
+		return ""
+	}
+	var parts []string
+	for _, r := range *f.rates {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, " ")
+}
+
+func (f rateFlags) Set(s string) error {
+	r, err := parseRate(s)
+	if err != nil {
+		return err
+	}
+	*f.rates = append(*f.rates, r)
+	return nil
+}
+
+// bucketScale is the factor k by which the proxy multiplies costs, limits and rates so that a
+// bucket refilling limit units per window (below one unit per second, or not a whole number per
+// second) becomes a bucket the policy package can express: Rate = 1000*k*limit/window_ms tokens
+// per second, a whole number, and Burst = limit*k. It is the least k that makes every given
+// limit (the fleet's and each process's share) whole, so that all of them count in the same
+// units. The scaled bucket is the same bucket: the policy's integer arithmetic holds the tokens
+// exactly (in thousandths, per ms), so k tokens there are one unit here for every decision,
+// remaining count (rounded down), wait and reset time.
+func bucketScale(window time.Duration, limits ...int64) (int64, error) {
+	ms := window.Milliseconds()
+	k := int64(1)
+	for _, l := range limits {
+		// k*1000*l must be a multiple of ms: k must be a multiple of ms / gcd(1000*l, ms).
+		need := ms / gcd(1000*l, ms)
+		k = k / gcd(k, need) * need
+		if k > policy.MaxLimit {
+			return 0, errors.New("no whole tokens-per-second rate expresses it")
+		}
+	}
+	for _, l := range limits {
+		if l*k > policy.MaxLimit {
+			return 0, fmt.Errorf("it needs a burst of %d×%d units, above %d", l, k, int64(policy.MaxLimit))
+		}
+	}
+	return k, nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// policyFor builds policy id for limit units per window, in units scaled by k (1 for the window
+// policies). The buckets take limit as their burst (or capacity) and refill it over one window.
+func policyFor(id string, limit int64, window time.Duration, k int64) (policy.Policy, error) {
+	var p policy.Policy
+	switch id {
+	case "sliding-counter":
+		p = policy.SlidingCounter{Limit: limit, Window: window}
+	case "fixed-window":
+		p = policy.FixedWindow{Limit: limit, Window: window}
+	case "sliding-log":
+		p = policy.SlidingLog{Limit: limit, Window: window}
+	case "token-bucket", "gcra", "leaky-bucket":
+		rate := 1000 * k * limit / window.Milliseconds()
+		switch id {
+		case "token-bucket":
+			p = policy.TokenBucket{Rate: rate, Burst: limit * k}
+		case "gcra":
+			p = policy.GCRA{Rate: rate, Burst: limit * k}
+		default:
+			p = policy.LeakyBucket{Rate: rate, Capacity: limit * k}
+		}
+	default:
+		return nil, fmt.Errorf("-policy %q: unknown policy; one of %s", id, strings.Join(policyIDs, ", "))
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("-policy %s %d/%v: %v", id, limit, shortDuration(window), err)
+	}
+	return p, nil
+}
+
+// isBucket reports whether id refills at a rate (and so may need scaling).
+func isBucket(id string) bool { return id == "token-bucket" || id == "gcra" || id == "leaky-bucket" }
+
+// fleetShare is each process's share of limit when fleet processes share it and Redis is down:
+// limit/fleet rounded down, so that the fleet together never admits more than limit, and at least
+// 1, so that no process refuses everything.
+func fleetShare(limit int64, fleet int) int64 {
+	if fleet <= 1 {
+		return limit
+	}
+	return max(limit/int64(fleet), 1)
+}
+
+// scaled presents a limiter that counts in units k times smaller as one that counts whole
+// requests: costs are multiplied by k on the way in, Limit and Remaining divided by k (rounded
+// down) on the way out. It is the limiter itself for k = 1. Safe for concurrent use, as the
+// limiter it wraps.
+type scaled struct {
+	lim    slidelimit.Limiter
+	k      int64
+	eng    *engine.Limiter // the engine, when lim is one: for refunds
+	onTake func(time.Duration)
+}
+
+func (s *scaled) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
+	start := time.Now()
+	cost := n
+	if n > 0 {
+		cost = n * s.k
+		if n > math.MaxInt64/s.k {
+			cost = math.MaxInt64
+		}
+	}
+	d, err := s.lim.Take(ctx, key, cost)
+	if s.onTake != nil {
+		s.onTake(time.Since(start))
+	}
+	d.Limit /= s.k
+	d.Remaining /= s.k
+	return d, err
+}
+
+// refundable adds the Refund method httplimit gives units back through.
+type refundable struct{ *scaled }
+
+func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
+	if n <= 0 || n > math.MaxInt64/s.k {
+		return 0, nil
+	}
+	return s.eng.Refund(key, n*s.k, d) / s.k, nil
+}
+
+// Peek shows the limit as it stands for key, counting nothing, in whole requests.
+func (s refundable) Peek(key string) slidelimit.Decision {
+	d := s.eng.Peek(key)
+	d.Limit /= s.k
+	d.Remaining /= s.k
+	return d
+}
+
+// canRefund reports whether the engine's Refund gives units back for p (see engine.All).
+func canRefund(p policy.Policy) bool {
+	switch p.(type) {
+	case policy.SlidingLog, policy.DualBucket:
+		return false
+	}
+	return true
+}

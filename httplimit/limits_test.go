@@ -1,0 +1,200 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// newOn returns a limiter of p on clk.
+func newOn(t *testing.T, p policy.Policy, clk *clock.Clock, opts ...engine.Option) *engine.Limiter {
+	t.Helper()
+	l, err := engine.New(p, append([]engine.Option{engine.WithClock(clk)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Two limits on one middleware: 3 per second and 5 per minute. A request the per-second limit
+// refuses consumes nothing of the per-minute one, and both are listed in both fields.
+func TestSeveralLimitsAllOrNothing(t *testing.T) {
+	clk := clock.NewManual(w0)
+	perSec := newOn(t, policy.FixedWindow{Limit: 3, Window: time.Second}, clk)
+	perMin := newOn(t, policy.FixedWindow{Limit: 5, Window: time.Minute}, clk)
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(perMin), Quota: httplimit.Quota{Name: "minute"},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(perSec), Quota: httplimit.Quota{Name: "second"}}},
+		Now:    nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	c := ts.Client()
+	const pol = `"minute";q=5;w=60, "second";q=3;w=1`
+	for i := range 3 {
+		r := get(t, c, ts.URL, nil)
+		assert.Equal(t, 200, r.status, "request %d", i)
+		assert.Equal(t, pol, r.policy)
+	}
+	// The fourth in the same second: refused by "second"; "minute" counted it and gave it back,
+	// so it still shows 2 remaining, and t for "second" is Retry-After (1 s to the next second).
+	assert.Equal(t, reply{429, pol, `"minute";r=2;t=60, "second";r=0;t=1`, "1", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
+	assert.Equal(t, 429, get(t, c, ts.URL, nil).status)
+	// The next second: two more fit the minute, exactly, which would not be so had the refused
+	// ones been counted.
+	clk.Advance(time.Second)
+	assert.Equal(t, reply{200, pol, `"minute";r=1;t=59, "second";r=2;t=1`, "", "ok"}, get(t, c, ts.URL, nil))
+	assert.Equal(t, 200, get(t, c, ts.URL, nil).status)
+	r := get(t, c, ts.URL, nil)
+	// The minute refuses first; the second, not asked, is shown as it stands (Peek): 1 left.
+	assert.Equal(t, reply{429, pol, `"minute";r=0;t=59, "second";r=1;t=1`, "59", "rate limit exceeded\n"}, r)
+	in, _ := perSec.Inspect("ip:127.0.0.1")
+	assert.Equal(t, int64(2), in.Count, "the per-second limit was not charged for the minute's refusal")
+}
+
+// countingRefunder is a Limiter outside the engine that gives units back through a Refund
+// method, recording the calls.
+type countingRefunder struct {
+	l       *engine.Limiter
+	mu      sync.Mutex
+	refunds int
+}
+
+func (c *countingRefunder) Take(_ context.Context, key string, n int64) (slidelimit.Decision, error) {
+	return c.l.Take(key, n), nil
+}
+
+func (c *countingRefunder) Refund(_ context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
+	c.mu.Lock()
+	c.refunds++
+	c.mu.Unlock()
+	return c.l.Refund(key, n, d), nil
+}
+
+// A stack: an outer middleware for the whole server (5 per minute) and an inner one for one
+// route (1 per minute). The inner one's refusal gives back what the outer one counted, and the
+// fields list both limits.
+func TestStackedMiddlewares(t *testing.T) {
+	clk := clock.NewManual(w0)
+	outerLim := &countingRefunder{l: newOn(t, policy.FixedWindow{Limit: 5, Window: time.Minute}, clk)}
+	inner := &httplimit.Middleware{Limiter: httplimit.Local(newOn(t, policy.FixedWindow{Limit: 1, Window: time.Minute}, clk)), Quota: httplimit.Quota{Name: "route"}, Now: nowOf(clk)}
+	outer := &httplimit.Middleware{Limiter: outerLim, Quota: httplimit.Quota{Name: "server", Limit: 5, Window: time.Minute}, Now: nowOf(clk)}
+	mux := http.NewServeMux()
+	mux.Handle("/route", inner.Wrap(ok))
+	mux.Handle("/", ok)
+	ts := serve(t, outer.Wrap(mux))
+	c := ts.Client()
+
+	assert.Equal(t, reply{200, `"server";q=5;w=60, "route";q=1;w=60`, `"server";r=4;t=60, "route";r=0;t=60`, "", "ok"}, get(t, c, ts.URL+"/route", nil))
+	for range 3 {
+		r := get(t, c, ts.URL+"/route", nil)
+		assert.Equal(t, reply{429, `"server";q=5;w=60, "route";q=1;w=60`, `"server";r=4;t=60, "route";r=0;t=60`, "60", "rate limit exceeded\n"}, r)
+	}
+	assert.Equal(t, 3, outerLim.refunds)
+	// The outer limit still holds 4: the three refusals cost it nothing.
+	for i := range 4 {
+		assert.Equal(t, 200, get(t, c, ts.URL+"/other", nil).status, "request %d", i)
+	}
+	assert.Equal(t, reply{429, `"server";q=5;w=60`, `"server";r=0;t=60`, "60", "rate limit exceeded\n"}, get(t, c, ts.URL+"/other", nil))
+}
+
+func TestSkip(t *testing.T) {
+	lim, clk := newEngine(t, 1, time.Minute, w0)
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk), Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }}
+	ts := serve(t, mw.Wrap(ok))
+	for range 3 {
+		assert.Equal(t, reply{status: 200, body: "ok"}, get(t, ts.Client(), ts.URL+"/healthz", nil))
+	}
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL+"/", nil).status)
+	assert.Equal(t, 429, get(t, ts.Client(), ts.URL+"/", nil).status)
+}
+
+func TestProblemBody(t *testing.T) {
+	lim, clk := newEngine(t, 1, time.Minute, w0)
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk), Problem: true, Quota: httplimit.Quota{Name: "api"}}
+	ts := serve(t, mw.Wrap(ok))
+	get(t, ts.Client(), ts.URL, nil)
+	res, err := ts.Client().Get(ts.URL)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, 429, res.StatusCode)
+	assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+	var p map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&p))
+	assert.Equal(t, map[string]any{
+		"type": "https://iana.org/assignments/http-problem-types#quota-exceeded", "title": "Too Many Requests",
+		"status": 429.0, "detail": "rate limit exceeded", "violated-policies": []any{"api"},
+	}, p)
+}
+
+// A request over the limit by less than MaxDelay waits and is admitted; one further over is
+// refused at once.
+func TestMaxDelay(t *testing.T) {
+	// Real time: the delay sleeps on a timer. 20 per second is one every 50 ms.
+	lim, err := engine.New(policy.GCRA{Rate: 20, Burst: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { lim.Close() })
+	var mu sync.Mutex
+	var decided []bool
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), MaxDelay: 200 * time.Millisecond, OnDecision: func(_ *http.Request, _ string, d engine.Decision) {
+		mu.Lock()
+		decided = append(decided, d.Allowed)
+		mu.Unlock()
+	}}
+	ts := serve(t, mw.Wrap(ok))
+	for i := range 3 {
+		assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status, "request %d waits its turn", i)
+	}
+	assert.Equal(t, []bool{true, true, true}, decided, "OnDecision hears the final decision only")
+
+	strict := &httplimit.Middleware{Limiter: httplimit.Local(lim), MaxDelay: time.Millisecond, KeyFunc: func(*http.Request) string { return "k" }}
+	ts2 := serve(t, strict.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts2.Client(), ts2.URL, nil).status)
+	assert.Equal(t, 429, get(t, ts2.Client(), ts2.URL, nil).status, "a 50 ms wait does not fit in 1 ms")
+}
+
+// Refusals that waiting does not cure have their own status and reason.
+func TestRefusalReasons(t *testing.T) {
+	clk := clock.NewManual(w0)
+	capped := newOn(t, policy.SlidingCounter{Limit: 5, Window: time.Minute}, clk, engine.WithMaxKeys(1), engine.WithShards(1))
+	var mu sync.Mutex
+	var reasons []string
+	record := func(_ *http.Request, _ string, d engine.Decision) {
+		mu.Lock()
+		reasons = append(reasons, d.Reason.String())
+		mu.Unlock()
+	}
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(capped), Now: nowOf(clk), OnDecision: record, KeyFunc: func(r *http.Request) string { return r.URL.Path }}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL+"/a", nil).status)
+	r := get(t, ts.Client(), ts.URL+"/b", nil)
+	assert.Equal(t, 503, r.status)
+	assert.Equal(t, "1", r.retryAfter)
+	assert.Equal(t, "rate limiter at its key capacity\n", r.body)
+
+	costly := &httplimit.Middleware{Limiter: httplimit.Local(capped), Now: nowOf(clk), OnDecision: record, KeyFunc: func(*http.Request) string { return "/a" },
+		Cost: func(r *http.Request) int64 {
+			if r.URL.Path == "/neg" {
+				return -1
+			}
+			return 6
+		}}
+	ts2 := serve(t, costly.Wrap(ok))
+	r = get(t, ts2.Client(), ts2.URL+"/neg", nil)
+	assert.Equal(t, reply{500, `"default";q=5;w=60`, `"default";r=0`, "", "rate limiter: negative cost\n"}, r)
+	r = get(t, ts2.Client(), ts2.URL+"/big", nil)
+	assert.Equal(t, 429, r.status)
+	assert.Empty(t, r.retryAfter, "waiting never admits a cost above the limit")
+	assert.Equal(t, "request cost exceeds the limit\n", r.body)
+	assert.Equal(t, []string{"ok", "key cap reached", "negative cost", "cost above limit"}, reasons)
+}
