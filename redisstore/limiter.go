@@ -139,6 +139,11 @@ func checkClient(c redis.UniversalClient, timeout time.Duration) error {
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
 // with it. A key refused recently is decided from the local deny cache with no round trip.
 //
+// When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
+// failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
+// context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
+// circuit breaker does not count it. A ctx already done on entry costs no round trip.
+//
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
@@ -180,6 +185,11 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if l.cfg.serverTime {
 		argNow = -1
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller has already given up: no round trip, and nothing learned about Redis.
+		l.br.abandon(probe)
+		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
+	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	res, err := l.algo.script.run(cctx, l.client, keyFor(l.cfg.prefix, l.name, key), l.algo.args(argNow, cost))
 	cancel()
@@ -188,8 +198,10 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		err = fmt.Errorf("redisstore: script returned %v, want 5 values when admitting, 8 when refusing", res)
 	}
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			// The caller gave up: that says nothing about Redis.
+		if ctx.Err() != nil {
+			// The caller's own context ended (cancelled, or its deadline passed, as behind
+			// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
+			// cctx's, and leaves ctx.Err() nil, so it still counts against the store.
 			l.br.abandon(probe)
 			return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err()))
 		}
