@@ -88,7 +88,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	}
 	l := &Limiter{
 		client: client, name: name, algo: a, cfg: cfg,
-		br:    newBreaker(cfg.threshold, cfg.cooldown),
+		br:    newBreaker(cfg),
 		calls: xsync.NewCounter(), roundTrips: xsync.NewCounter(), denyHits: xsync.NewCounter(),
 		failures: xsync.NewCounter(), shortCircuits: xsync.NewCounter(),
 	}

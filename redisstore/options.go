@@ -34,10 +34,18 @@ const (
 
 // Defaults, constants safe to read from anywhere.
 const (
-	DefaultTimeout          = 50 * time.Millisecond
-	DefaultSkew             = 2 * time.Second
+	DefaultTimeout = 50 * time.Millisecond
+	DefaultSkew    = 2 * time.Second
+	// DefaultBreakerThreshold is the consecutive-failure threshold tests and simulations usually
+	// give WithBreaker; the default breaker judges a failure ratio instead (WithBreakerRatio).
 	DefaultBreakerThreshold = 1
 	DefaultBreakerCooldown  = 500 * time.Millisecond
+	// The default breaker opens when, over the last DefaultBreakerWindow, at least
+	// DefaultBreakerMinCalls calls reached Redis and at least DefaultBreakerRatio of them failed.
+	// TestBreakerDefaults measures what they cost: see the package documentation.
+	DefaultBreakerRatio    = 0.5
+	DefaultBreakerMinCalls = 10
+	DefaultBreakerWindow   = time.Second
 	DefaultDenyCacheKeys    = 1 << 16
 	DefaultPrefix           = "sl:"
 )
@@ -49,7 +57,10 @@ type config struct {
 	skew       time.Duration
 	onFailure  OnFailure
 	fallback   *engine.Limiter
-	threshold  int
+	threshold  int // consecutive failures that open the breaker; 0 = the ratio rule
+	ratio      float64
+	minCalls   int
+	window     time.Duration
 	cooldown   time.Duration
 	denyKeys   int
 	prefix     string
@@ -61,7 +72,9 @@ func defaultConfig() config {
 		timeout:   DefaultTimeout,
 		skew:      DefaultSkew,
 		onFailure: FailOpen,
-		threshold: DefaultBreakerThreshold,
+		ratio:     DefaultBreakerRatio,
+		minCalls:  DefaultBreakerMinCalls,
+		window:    DefaultBreakerWindow,
 		cooldown:  DefaultBreakerCooldown,
 		denyKeys:  DefaultDenyCacheKeys,
 		prefix:    DefaultPrefix,
@@ -141,10 +154,12 @@ func WithFallback(l *engine.Limiter) Option {
 	}
 }
 
-// WithBreaker sets the circuit breaker: after threshold consecutive failed calls it opens, and
-// while open every Take decides by the failure choice without touching Redis; after cooldown one
-// call (and only one) tries Redis again, closing the breaker on success. Defaults: threshold 1,
-// cooldown 500ms, so a dead or paused Redis costs one timeout per cooldown, not one per request.
+// WithBreaker replaces the default failure-ratio breaker with a consecutive-failure one: after
+// threshold consecutive failed calls it opens, and while open every Take decides by the failure
+// choice without touching Redis; after cooldown one call (and only one) tries Redis again,
+// closing the breaker on success and reopening it on failure. With threshold 1 a single slow
+// reply takes Redis out of the decisions for a whole cooldown, which suits tests more than
+// production; the default (WithBreakerRatio) rides out a short stall.
 func WithBreaker(threshold int, cooldown time.Duration) Option {
 	return func(cfg *config) error {
 		if threshold < 1 || threshold > 1<<20 {
@@ -154,6 +169,58 @@ func WithBreaker(threshold int, cooldown time.Duration) Option {
 			return fmt.Errorf("redisstore: WithBreaker cooldown = %v: must be in [1ms, 1h]", cooldown)
 		}
 		cfg.threshold, cfg.cooldown = threshold, cooldown
+		return nil
+	}
+}
+
+// BreakerRatio configures the failure-ratio circuit breaker; a zero field takes its default.
+type BreakerRatio struct {
+	// Ratio is the share of failed calls, in (0, 1], that opens the breaker (default
+	// DefaultBreakerRatio).
+	Ratio float64
+	// MinCalls is how many calls must have reached Redis within Window before Ratio is judged
+	// (default DefaultBreakerMinCalls), so that a quiet limiter is not opened by one failure.
+	MinCalls int
+	// Window is the interval the calls are counted over, sliding by a tenth of itself (default
+	// DefaultBreakerWindow).
+	Window time.Duration
+	// Cooldown is how long the breaker stays open before one call probes Redis (default
+	// DefaultBreakerCooldown).
+	Cooldown time.Duration
+}
+
+// WithBreakerRatio sets the circuit breaker that New uses by default: it opens when, over the
+// last Window, at least MinCalls calls reached Redis and at least Ratio of them failed; while
+// open every Take decides by the failure choice without touching Redis; after Cooldown one call
+// (and only one) tries Redis again, closing the breaker on success and reopening it on failure.
+// Errors that affect every key (ErrMisconfigured) open it at once whatever the ratio.
+func WithBreakerRatio(b BreakerRatio) Option {
+	return func(cfg *config) error {
+		if b.Ratio == 0 {
+			b.Ratio = DefaultBreakerRatio
+		}
+		if b.MinCalls == 0 {
+			b.MinCalls = DefaultBreakerMinCalls
+		}
+		if b.Window == 0 {
+			b.Window = DefaultBreakerWindow
+		}
+		if b.Cooldown == 0 {
+			b.Cooldown = DefaultBreakerCooldown
+		}
+		if !(b.Ratio > 0 && b.Ratio <= 1) {
+			return fmt.Errorf("redisstore: WithBreakerRatio Ratio = %v: must be in (0, 1]", b.Ratio)
+		}
+		if b.MinCalls < 1 || b.MinCalls > 1<<20 {
+			return fmt.Errorf("redisstore: WithBreakerRatio MinCalls = %d: must be in [1, 2^20]", b.MinCalls)
+		}
+		if b.Window < 10*time.Millisecond || b.Window > time.Hour {
+			return fmt.Errorf("redisstore: WithBreakerRatio Window = %v: must be in [10ms, 1h]", b.Window)
+		}
+		if b.Cooldown < time.Millisecond || b.Cooldown > time.Hour {
+			return fmt.Errorf("redisstore: WithBreakerRatio Cooldown = %v: must be in [1ms, 1h]", b.Cooldown)
+		}
+		cfg.threshold, cfg.ratio, cfg.minCalls, cfg.window, cfg.cooldown = 0, b.Ratio, b.MinCalls, b.Window, b.Cooldown
 		return nil
 	}
 }
