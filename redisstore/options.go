@@ -46,8 +46,8 @@ const (
 	DefaultBreakerRatio    = 0.5
 	DefaultBreakerMinCalls = 10
 	DefaultBreakerWindow   = time.Second
-	DefaultDenyCacheKeys    = 1 << 16
-	DefaultPrefix           = "sl:"
+	DefaultDenyCacheKeys   = 1 << 16
+	DefaultPrefix          = "sl:"
 )
 
 type config struct {
