@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,11 @@ var (
 	// ErrCircuitOpen is returned (wrapping ErrUnavailable) while the breaker is open: the call was
 	// decided without trying Redis.
 	ErrCircuitOpen = fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	// ErrMisconfigured is returned (wrapping ErrUnavailable) for an error reply that every key
+	// would get: a wrong password (WRONGPASS, NOAUTH), a missing permission (NOPERM), a cluster
+	// node behind a client that does not follow MOVED or ASK, a server without Lua scripting.
+	// It opens the breaker at once, and is reported once per cause (see WithOnError).
+	ErrMisconfigured = fmt.Errorf("%w: misconfigured", ErrUnavailable)
 	// ErrClosed is returned by Take after Close.
 	ErrClosed = errors.New("redisstore: limiter closed")
 )
@@ -49,6 +56,10 @@ type Limiter struct {
 	// offset is the server's clock minus ours (ms), learned from each reply under WithServerTime,
 	// so that the deny cache can judge "until" in the server's time base.
 	offset atomic.Int64
+
+	cluster bool // the client follows MOVED and ASK itself
+	// lastFatal is the last error every key got, reported once; nil once Redis answers again.
+	lastFatal atomic.Pointer[fatalReport]
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -92,6 +103,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		calls: xsync.NewCounter(), roundTrips: xsync.NewCounter(), denyHits: xsync.NewCounter(),
 		failures: xsync.NewCounter(), shortCircuits: xsync.NewCounter(),
 	}
+	_, l.cluster = client.(*redis.ClusterClient)
 	if cfg.denyKeys > 0 {
 		l.deny = newDenyCache(cfg.denyKeys)
 	}
@@ -176,50 +188,17 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 			}
 		}
 	}
-	ok, probe, wait := l.br.allow()
-	if !ok {
-		l.shortCircuits.Inc()
-		return l.fail(key, n, wait, ErrCircuitOpen)
-	}
 	argNow := now
 	if l.cfg.serverTime {
 		argNow = -1
 	}
-	if err := ctx.Err(); err != nil {
-		// The caller has already given up: no round trip, and nothing learned about Redis.
-		l.br.abandon(probe)
-		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
-	}
-	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	res, err := l.algo.script.run(cctx, l.client, keyFor(l.cfg.prefix, l.name, key), l.algo.args(argNow, cost))
-	cancel()
-	l.roundTrips.Inc()
+	res, wait, err := l.eval(ctx, l.algo.script, []string{keyFor(l.cfg.prefix, l.name, key)}, l.algo.args(argNow, cost))
 	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 8 && res[0] == 0) {
-		err = fmt.Errorf("redisstore: script returned %v, want 5 values when admitting, 8 when refusing", res)
+		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, 8 when refusing", ErrUnavailable, res)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			// The caller's own context ended (cancelled, or its deadline passed, as behind
-			// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
-			// cctx's, and leaves ctx.Err() nil, so it still counts against the store.
-			l.br.abandon(probe)
-			return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err()))
-		}
-		if serverAnswered(err) {
-			// The server is up and refused this one script (a key of another type, say): no
-			// reason to take every other key off Redis.
-			l.br.success(probe)
-		} else {
-			l.br.failure(probe)
-		}
-		l.failures.Inc()
-		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		if l.cfg.onError != nil {
-			l.cfg.onError(err)
-		}
-		return l.fail(key, n, l.cfg.cooldown, err)
+		return l.fail(key, n, wait, err)
 	}
-	l.br.success(probe)
 	r := policy.Result{Allowed: res[0] == 1, Limit: l.algo.limit, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
 	if l.cfg.serverTime {
 		l.offset.Store(res[4] - local)
@@ -233,6 +212,105 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		}
 	}
 	return l.decision(r, cost), nil
+}
+
+// eval runs one script under the circuit breaker and the limiter's deadline. On failure it
+// returns the error for Take to hand back (already counted, classified and reported) and how long
+// until the breaker next tries Redis.
+func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any) ([]int64, time.Duration, error) {
+	ok, probe, wait := l.br.allow()
+	if !ok {
+		l.shortCircuits.Inc()
+		if f := l.lastFatal.Load(); f != nil {
+			// Say why it is open: the cause was reported once, and the caller may not see logs.
+			return nil, wait, fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
+		}
+		return nil, wait, ErrCircuitOpen
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller has already given up: no round trip, and nothing learned about Redis.
+		l.br.abandon(probe)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	res, err := s.run(cctx, l.client, keys, args)
+	cancel()
+	l.roundTrips.Inc()
+	if err == nil {
+		l.br.success(probe)
+		if l.lastFatal.Load() != nil {
+			l.lastFatal.Store(nil)
+		}
+		return res, 0, nil
+	}
+	if ctx.Err() != nil {
+		// The caller's own context ended (cancelled, or its deadline passed, as behind
+		// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
+		// cctx's, and leaves ctx.Err() nil, so it still counts against the store.
+		l.br.abandon(probe)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err())
+	}
+	l.failures.Inc()
+	if hint := everyKey(err, l.cluster); hint != "" {
+		l.br.fatal(probe)
+		err = fmt.Errorf("%w: %s: %w", ErrMisconfigured, hint, err)
+		l.reportFatal(err)
+		return nil, time.Duration(l.br.curCool.Load()), err
+	}
+	if serverAnswered(err) {
+		// The server is up and refused this one script (a key of another type, say): no
+		// reason to take every other key off Redis.
+		l.br.success(probe)
+	} else {
+		l.br.failure(probe)
+	}
+	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+	}
+	return nil, l.cfg.cooldown, err
+}
+
+// reportFatal hands an error every key gets to the WithOnError hook, or to log/slog's default
+// logger, once per cause: until Redis answers again, the same error is not reported twice.
+func (l *Limiter) reportFatal(err error) {
+	msg := err.Error()
+	if p := l.lastFatal.Swap(&fatalReport{err: err, msg: msg}); p != nil && p.msg == msg {
+		return
+	}
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+		return
+	}
+	slog.Error("redisstore: Redis refuses every key; decisions follow the failure choice until a probe succeeds",
+		"limiter", l.name, "err", msg)
+}
+
+type fatalReport struct {
+	err error
+	msg string
+}
+
+// everyKey returns, for an error reply that every key would get, what is wrong in words; ""
+// for anything else. MOVED and ASK reach the limiter only from a client that does not follow
+// them, that is anything but a ClusterClient (which follows them itself, and passes one on only
+// after its redirect limit, for one slot in migration).
+func everyKey(err error, cluster bool) string {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return ""
+	}
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
+		return "authentication failed: check the username and password the client connects with"
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL, and GET, SET, PTTL and TIME on the limiter's keys)"
+	case !cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
+		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
+	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
+		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
+	}
+	return ""
 }
 
 // serverAnswered reports whether err is an error reply about this call alone, as opposed to a

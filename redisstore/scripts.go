@@ -233,15 +233,24 @@ type noRetryCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis never to replay this command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-func (s *script) run(ctx context.Context, c redis.UniversalClient, key string, args []any) ([]int64, error) {
-	cmd := redis.NewCmd(ctx, append([]any{"evalsha", s.sha, 1, key}, args...)...)
+func (s *script) run(ctx context.Context, c redis.UniversalClient, keys []string, args []any) ([]int64, error) {
+	cmd := redis.NewCmd(ctx, s.argv("evalsha", s.sha, keys, args)...)
 	err := c.Process(ctx, noRetryCmd{cmd})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = redis.NewCmd(ctx, append([]any{"eval", s.src, 1, key}, args...)...)
+		cmd = redis.NewCmd(ctx, s.argv("eval", s.src, keys, args)...)
 		err = c.Process(ctx, noRetryCmd{cmd})
 	}
 	if err != nil {
 		return nil, err
 	}
 	return cmd.Int64Slice()
+}
+
+func (s *script) argv(verb, body string, keys []string, args []any) []any {
+	v := make([]any, 0, 3+len(keys)+len(args))
+	v = append(v, verb, body, len(keys))
+	for _, k := range keys {
+		v = append(v, k)
+	}
+	return append(v, args...)
 }
