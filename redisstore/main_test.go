@@ -17,14 +17,14 @@ import (
 // start their own.
 var testAddr string
 
-// TestMain runs every test against a real redis-server on a free loopback port. It installs
-// nothing: without redis-server on PATH it fails under CI=true and skips the package otherwise
+// TestMain runs every test against a real redis-server (or $SLIDELIMIT_REDIS_SERVER, such as
+// valkey-server) on a free loopback port. It installs nothing: without the program on PATH it fails under CI=true and skips the package otherwise
 // (the repository's test script installs it).
 func TestMain(m *testing.M) {
 	srv, err := redisserver.Start()
 	if err != nil {
 		if errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") != "true" {
-			fmt.Println("redisstore: SKIP: redis-server is not installed (apt-get install redis-server); CI=true makes this a failure")
+			fmt.Printf("redisstore: SKIP: %s is not installed (apt-get install redis-server); CI=true makes this a failure\n", redisserver.Program())
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "redisstore:", err)
