@@ -90,6 +90,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if cfg.onFailure == FailFallback && cfg.fallback == nil {
 		return nil, errors.New("redisstore: WithOnFailure(FailFallback) needs WithFallback")
 	}
+	cfg.serverTime = cfg.forceSrv || !cfg.clientTime
 	a, err := newAlgo(p, cfg.skew.Milliseconds())
 	if err != nil {
 		return nil, err
@@ -181,8 +182,8 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
 	}
 	if l.deny != nil && cost > 0 {
-		if e, ok := l.deny.get(key, now); ok {
-			if r := l.algo.replay(e.st, now, cost); !r.Allowed {
+		if e, ok := l.deny.get(key, local); ok {
+			if r := l.algo.replay(e.st, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
 				return l.decision(r, cost), nil
 			}
@@ -193,8 +194,8 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		argNow = -1
 	}
 	res, wait, err := l.eval(ctx, l.algo.script, []string{keyFor(l.cfg.prefix, l.name, key)}, l.algo.args(argNow, cost))
-	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 8 && res[0] == 0) {
-		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, 8 when refusing", ErrUnavailable, res)
+	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 9 && res[0] == 0) {
+		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, 9 when refusing", ErrUnavailable, res)
 	}
 	if err != nil {
 		return l.fail(key, n, wait, err)
@@ -205,13 +206,29 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	}
 	if l.deny != nil {
 		switch {
-		case !r.Allowed && r.RetryAfterMs > 0:
-			l.deny.put(key, denyEntry{until: res[4] + r.RetryAfterMs, st: [3]int64{res[5], res[6], res[7]}}, now)
+		case !r.Allowed && r.RetryAfterMs > 0 && res[8] != -2:
+			l.deny.put(key, l.denyEntryFor(res, local, r.RetryAfterMs), local)
 		case r.Allowed && cost > 0:
 			l.deny.forget(key)
 		}
 	}
 	return l.decision(r, cost), nil
+}
+
+// denyEntryFor is what the deny cache remembers of a refusal: the state, and until when the
+// refusal may hold, on this process's clock. The script decided at res[4] on the server's clock
+// (or ours, under client time); off = res[4] - local maps our later readings onto that clock.
+// local was read before the call was sent, so off is at least the true offset between the two
+// clocks, and local + off never runs behind the server: the entry expires no later than the
+// refusal does on Redis. It is cut short, too, at the key's TTL on Redis (res[8], in ms), since
+// once the key is gone Redis decides as for a new key, whatever a skewed clock wrote in it.
+func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
+	off := res[4] - local
+	life := retry
+	if res[8] >= 0 {
+		life = min(life, res[8])
+	}
+	return denyEntry{until: local + life, off: off, st: [3]int64{res[5], res[6], res[7]}}
 }
 
 // eval runs one script under the circuit breaker and the limiter's deadline. On failure it

@@ -52,7 +52,9 @@ const (
 
 type config struct {
 	clock      *clock.Clock
-	serverTime bool
+	serverTime bool // resolved by New: forced, or the default without clientTime
+	forceSrv   bool
+	clientTime bool
 	timeout    time.Duration
 	skew       time.Duration
 	onFailure  OnFailure
@@ -81,26 +83,39 @@ func defaultConfig() config {
 	}
 }
 
-// WithClock makes the limiter send the time read from c with every decision, instead of the
-// process-wide coarse clock (clock.Acquire). Use clock.NewManual to pass explicit times in tests
-// and simulations. The limiter does not stop c. Hosts whose clocks differ by more than a few
-// milliseconds see each other's windows shifted; WithServerTime avoids that.
+// WithClock makes the limiter decide at the times read from c, sent with every call, instead of
+// the server's time: client time, as WithClientTime, on c rather than the process-wide coarse
+// clock. Use clock.NewManual to pass explicit times in tests and simulations. The limiter does
+// not stop c. With WithServerTime as well, decisions use the server's time and c serves only the
+// deny cache's reckoning between replies.
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
 			return fmt.Errorf("redisstore: WithClock(nil)")
 		}
-		cfg.clock = c
+		cfg.clock, cfg.clientTime = c, true
 		return nil
 	}
 }
 
 // WithServerTime makes every decision read the time from the Redis server (TIME, inside the
-// script, so still one round trip) instead of the caller's clock, so that hosts with skewed
-// clocks agree. In a cluster, each key's time comes from the node that holds it.
+// script, so still one round trip), so that hosts with skewed clocks agree. It is the default;
+// the option exists to keep it when WithClock is given too. In a cluster, each key's time comes
+// from the node that holds it.
 func WithServerTime() Option {
 	return func(cfg *config) error {
-		cfg.serverTime = true
+		cfg.forceSrv = true
+		return nil
+	}
+}
+
+// WithClientTime makes the limiter send this process's coarse clock with every call instead of
+// using the server's time, saving the TIME call inside each script. Hosts whose clocks differ
+// then see each other's windows shifted by the difference; the deny cache stays bounded by the
+// key's TTL on Redis (see the package documentation).
+func WithClientTime() Option {
+	return func(cfg *config) error {
+		cfg.clientTime = true
 		return nil
 	}
 }

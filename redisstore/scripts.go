@@ -10,9 +10,10 @@ import (
 
 // Every script takes one key and ARGV = now, limit (or rate), window (or burst), cost, ttl, extra.
 // It returns five integers when it admits — allowed (1), remaining, retry-after ms (0), reset-at
-// ms, the now it decided at — and eight when it refuses: the same five and the key's state as
-// stored (three integers), so that the local deny cache can replay the key's next requests on
-// exactly what Redis holds, without a round trip. A refused request writes nothing, and so does
+// ms, the now it decided at — and nine when it refuses: the same five, the key's state as stored
+// (three integers), so that the local deny cache can replay the key's next requests on exactly
+// what Redis holds, without a round trip, and the key's PTTL (-2 when there is no key), so that
+// the deny cache never remembers a refusal longer than Redis remembers the state behind it. A refused request writes nothing, and so does
 // cost 0: rolling a state forward is invisible to every later decision, so it need not be stored.
 //
 // Exactness. Lua numbers in Redis (and Valkey) are IEEE doubles, exact for integers below 2^53.
@@ -113,8 +114,8 @@ if cost <= limit then
     end
   end
 end
-if v then return {0, remaining, retry, win + w, now, s1, s2, s3} end
-return {0, remaining, retry, win + w, now, start, 0, 0}
+if v then return {0, remaining, retry, win + w, now, s1, s2, s3, call('PTTL', key)} end
+return {0, remaining, retry, win + w, now, start, 0, 0, -2}
 `
 
 // fixedWindowLua mirrors policy.FixedWindow.Take: a state from a later window than now's is kept,
@@ -134,8 +135,8 @@ local retry = 0
 if cost <= limit then retry = win + w - now end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
-if v then return {0, remaining, retry, win + w, now, s1, s2, 0} end
-return {0, remaining, retry, win + w, now, win, 0, 0}
+if v then return {0, remaining, retry, win + w, now, s1, s2, 0, call('PTTL', key)} end
+return {0, remaining, retry, win + w, now, win, 0, 0, -2}
 `
 
 // tokenBucketLua mirrors policy.TokenBucket.Take; waits count from the later of now and the
@@ -167,8 +168,8 @@ if cost == 0 or (cost <= burst and tokens >= cost) then
 end
 local retry = 0
 if cost <= burst then retry = base - now + floor(((cost - tokens) * 1000 - credit + rate - 1) / rate) end
-if v then return {0, tokens, retry, reset, now, s1, s2, s3} end
-return {0, tokens, retry, reset, now, burst, 0, now}
+if v then return {0, tokens, retry, reset, now, s1, s2, s3, call('PTTL', key)} end
+return {0, tokens, retry, reset, now, burst, 0, now, -2}
 `
 
 // gcraLua mirrors policy.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
@@ -210,7 +211,7 @@ local retry = dm - floor((room - tr) / rate)
 local remaining, reset = 0, tm
 if tr > 0 then reset = tm + 1 end
 if lag < B then remaining = floor((B - lag) / 1000) end
-return {0, remaining, retry, reset, now, tm, tr, 0}
+return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 `
 
 // script is one Lua source and its SHA-1, run with EVALSHA and, only on NOSCRIPT (the server
