@@ -181,8 +181,9 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if now < 0 || now > l.algo.maxTime {
 		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
 	}
+	sub := shortSubject(key)
 	if l.deny != nil && cost > 0 {
-		if e, ok := l.deny.get(key, local); ok {
+		if e, ok := l.deny.get(sub, local); ok {
 			if r := l.algo.replay(e.st, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
 				return l.decision(r, cost), nil
@@ -193,7 +194,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if l.cfg.serverTime {
 		argNow = -1
 	}
-	res, wait, err := l.eval(ctx, l.algo.script, []string{keyFor(l.cfg.prefix, l.name, key)}, l.algo.args(argNow, cost))
+	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, l.algo.args(argNow, cost))
 	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 9 && res[0] == 0) {
 		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, 9 when refusing", ErrUnavailable, res)
 	}
@@ -207,9 +208,9 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if l.deny != nil {
 		switch {
 		case !r.Allowed && r.RetryAfterMs > 0 && res[8] != -2:
-			l.deny.put(key, l.denyEntryFor(res, local, r.RetryAfterMs), local)
+			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
 		case r.Allowed && cost > 0:
-			l.deny.forget(key)
+			l.deny.forget(sub)
 		}
 	}
 	return l.decision(r, cost), nil
@@ -386,17 +387,21 @@ func (l *Limiter) fail(key string, n int64, wait time.Duration, err error) (engi
 // as a new key's. Other processes' deny caches may still refuse it until their retry times.
 // Safe for concurrent use; a Take racing with Reset may count before or after it.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	sub := shortSubject(key)
 	if l.deny != nil {
-		l.deny.forget(key)
+		l.deny.forget(sub)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	return l.client.Del(cctx, keyFor(l.cfg.prefix, l.name, key)).Err()
+	return l.client.Del(cctx, l.redisKey(sub)).Err()
 }
 
-// Key returns the Redis key that holds key's state, for inspection and administration. A pure
-// function of the limiter's name and prefix, safe for concurrent use.
-func (l *Limiter) Key(key string) string { return keyFor(l.cfg.prefix, l.name, key) }
+// Key returns the Redis key that holds key's state, for inspection and administration:
+// <prefix>{<hash tag>}<name>:<policy fingerprint>:<key, or '#' and its hash when long>. A pure
+// function of the limiter's prefix, name and policy, safe for concurrent use.
+func (l *Limiter) Key(key string) string { return l.redisKey(shortSubject(key)) }
+
+func (l *Limiter) redisKey(sub string) string { return keyFor(l.cfg.prefix, l.name, l.algo.tag, sub) }
 
 // Policy returns the policy the limiter was built with. Safe for concurrent use.
 func (l *Limiter) Policy() policy.Policy {

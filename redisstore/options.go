@@ -241,7 +241,7 @@ func WithBreakerRatio(b BreakerRatio) Option {
 }
 
 // WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
-// 0 turns the cache off. A remembered key is decided in process, with the state Redis returned
+// 0 turns the cache off. Each takes at most DenyCacheEntryBytes, whatever the subject's length. A remembered key is decided in process, with the state Redis returned
 // when it refused it, until its retry time: the policy is replayed on that state, so the answer is
 // the one Redis would give when no other host touches the key, and with other hosts it can only
 // refuse what Redis would refuse too (their requests only add to the count).
@@ -251,6 +251,24 @@ func WithDenyCache(maxKeys int) Option {
 			return fmt.Errorf("redisstore: WithDenyCache(%d): must be in [0, 2^26]", maxKeys)
 		}
 		cfg.denyKeys = maxKeys
+		return nil
+	}
+}
+
+// DenyCacheEntryBytes bounds the memory one deny-cache entry takes, key included: the cache keeps
+// a key by its short name (at most MaxInlineSubject bytes; a longer subject is kept as its hash),
+// so the cache's memory is at most its key count times this, whatever subjects clients send.
+const DenyCacheEntryBytes = 512
+
+// WithDenyCacheBytes bounds the deny cache's memory instead of its key count: it remembers at
+// most maxBytes / DenyCacheEntryBytes keys (0 turns it off). The default, DefaultDenyCacheKeys
+// keys, is at most 32 MiB.
+func WithDenyCacheBytes(maxBytes int64) Option {
+	return func(cfg *config) error {
+		if maxBytes < 0 || maxBytes/DenyCacheEntryBytes > 1<<26 {
+			return fmt.Errorf("redisstore: WithDenyCacheBytes(%d): must be in [0, 2^26 * %d]", maxBytes, DenyCacheEntryBytes)
+		}
+		cfg.denyKeys = int(maxBytes / DenyCacheEntryBytes)
 		return nil
 	}
 }

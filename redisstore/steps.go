@@ -44,6 +44,8 @@ type algo struct {
 	argX   string // token bucket: fillMs
 	// maxTime is the latest time (ms) accepted: MaxTimeMs.
 	maxTime int64
+	// tag is the policy's fingerprint in key names (policyTag).
+	tag string
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -72,6 +74,8 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 		return algo{}, fmt.Errorf("redisstore: policy %q (%T) is not available on Redis; use sliding-counter, fixed-window, token-bucket or gcra", p.ID(), p)
 	}
 	a.maxTime = MaxTimeMs
+	// Every parameter that gives the stored state its meaning; the kind's ID first.
+	a.tag = policyTag(fmt.Sprintf("%s limit=%d window=%dms rate=%d/s", p.ID(), a.limit, a.w, a.rate))
 	if a.rate > 0 {
 		// After fillMs without a request a bucket is full again: its state is a new key's.
 		a.fillMs = ceilDiv(a.limit*1000, a.rate)
