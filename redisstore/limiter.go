@@ -261,12 +261,12 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		}
 		return res, 0, nil
 	}
-	if ctx.Err() != nil {
+	if cerr := callerDone(ctx); cerr != nil {
 		// The caller's own context ended (cancelled, or its deadline passed, as behind
 		// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
-		// cctx's, and leaves ctx.Err() nil, so it still counts against the store.
+		// cctx's, and leaves ctx alive, so it still counts against the store.
 		l.br.abandon(probe)
-		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err())
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", cerr)
 	}
 	l.failures.Inc()
 	if hint := everyKey(err, l.cluster); hint != "" {
@@ -287,6 +287,19 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		l.cfg.onError(err)
 	}
 	return nil, l.cfg.cooldown, err
+}
+
+// callerDone returns ctx's error once it is done, or context.DeadlineExceeded once its deadline
+// has passed: a socket deadline set from ctx can fire a moment before ctx's own timer marks it
+// done, and that failure is the caller's too.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // reportFatal hands an error every key gets to the WithOnError hook, or to log/slog's default
