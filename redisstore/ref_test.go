@@ -301,7 +301,9 @@ func caseName(p policy.Policy, start int64) string {
 
 func mustNew(t testing.TB, name string, p policy.Policy, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(newClient(t, testAddr), name, p, opts...)
+	// A generous deadline first (a test's own options may override it): a loaded machine can
+	// stall a healthy reply past the 50ms default.
+	l, err := New(newClient(t, testAddr), name, p, append([]Option{WithTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%s, %+v): %v", name, p, err)
 	}
