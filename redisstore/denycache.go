@@ -12,7 +12,7 @@ import (
 type denyEntry struct {
 	until int64
 	off   int64
-	st    [3]int64
+	st    [5]int64
 }
 
 // denyCache remembers refused keys so that a blocked client costs no round trip. It is bounded:

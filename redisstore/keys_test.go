@@ -154,7 +154,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"nil policy", c, "n", nil, nil, "policy is nil"},
 		{"bad limit", c, "n", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"bad window", c, "n", policy.SlidingCounter{Limit: 1, Window: 1500 * time.Microsecond}, nil, "SlidingCounter.Window = 1.5ms"},
-		{"unsupported", c, "n", policy.SlidingLog{Limit: 1, Window: time.Second}, nil, `"sliding-log"`},
+		{"log limit", c, "n", policy.SlidingLog{Limit: policy.MaxLogLimit + 1, Window: time.Second}, nil, "SlidingLog.Limit = 10001"},
 		{"timeout", c, "n", p, []Option{WithTimeout(0)}, "WithTimeout(0s)"},
 		{"skew", c, "n", p, []Option{WithClockSkew(-time.Second)}, "WithClockSkew(-1s)"},
 		{"breaker", c, "n", p, []Option{WithBreaker(0, time.Second)}, "threshold = 0"},

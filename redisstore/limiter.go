@@ -68,8 +68,9 @@ type Limiter struct {
 }
 
 // New returns a limiter named name (printable ASCII without spaces, braces or ':', at most 64
-// bytes) applying policy p on client: policy.SlidingCounter, policy.FixedWindow,
-// policy.TokenBucket or policy.GCRA, over the full ranges their Validate accepts. Any
+// bytes) applying policy p on client: any of the seven policies (policy.SlidingCounter,
+// SlidingLog, FixedWindow, TokenBucket, GCRA, LeakyBucket, DualBucket), over the full ranges their
+// Validate accepts, deciding as the engine does. Any
 // redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
 // sentinel-backed client; it must honour the per-call deadline, so a go-redis client needs
 // ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's), and New
@@ -182,7 +183,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
 	}
 	sub := shortSubject(key)
-	if l.deny != nil && cost > 0 {
+	if l.deny != nil && (cost > 0 || l.algo.kind == kindDualBucket) {
 		if e, ok := l.deny.get(sub, local); ok {
 			if r := l.algo.replay(e.st, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
@@ -195,8 +196,8 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		argNow = -1
 	}
 	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, l.algo.args(argNow, cost))
-	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 9 && res[0] == 0) {
-		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, 9 when refusing", ErrUnavailable, res)
+	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 6+l.algo.stateLen && res[0] == 0) {
+		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, %d when refusing", ErrUnavailable, res, 6+l.algo.stateLen)
 	}
 	if err != nil {
 		return l.fail(key, n, wait, err)
@@ -207,9 +208,10 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	}
 	if l.deny != nil {
 		switch {
-		case !r.Allowed && r.RetryAfterMs > 0 && res[8] != -2:
+		case !r.Allowed && r.RetryAfterMs > 0 && l.algo.stateLen > 0 && res[len(res)-1] != -2:
 			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
-		case r.Allowed && cost > 0:
+		case r.Allowed && (cost > 0 || l.algo.kind == kindDualBucket):
+			// The dual bucket spends a request even at cost 0.
 			l.deny.forget(sub)
 		}
 	}
@@ -226,10 +228,12 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
 	off := res[4] - local
 	life := retry
-	if res[8] >= 0 {
-		life = min(life, res[8])
+	if ttl := res[len(res)-1]; ttl >= 0 {
+		life = min(life, ttl)
 	}
-	return denyEntry{until: local + life, off: off, st: [3]int64{res[5], res[6], res[7]}}
+	e := denyEntry{until: local + life, off: off}
+	copy(e.st[:], res[5:len(res)-1])
+	return e
 }
 
 // eval runs one script under the circuit breaker and the limiter's deadline. On failure it
@@ -417,17 +421,7 @@ func (l *Limiter) Key(key string) string { return l.redisKey(shortSubject(key)) 
 func (l *Limiter) redisKey(sub string) string { return keyFor(l.cfg.prefix, l.name, l.algo.tag, sub) }
 
 // Policy returns the policy the limiter was built with. Safe for concurrent use.
-func (l *Limiter) Policy() policy.Policy {
-	switch l.algo.kind {
-	case kindSlidingCounter:
-		return l.algo.sc
-	case kindFixedWindow:
-		return policy.FixedWindow{Limit: l.algo.limit, Window: time.Duration(l.algo.w) * time.Millisecond}
-	case kindTokenBucket:
-		return policy.TokenBucket{Rate: l.algo.rate, Burst: l.algo.limit}
-	}
-	return policy.GCRA{Rate: l.algo.rate, Burst: l.algo.limit}
-}
+func (l *Limiter) Policy() policy.Policy { return l.algo.pol }
 
 // Name returns the limiter's name. Safe for concurrent use.
 func (l *Limiter) Name() string { return l.name }

@@ -40,7 +40,7 @@ import (
 // Numbers are stored with string.format('%d'), never tostring, which keeps only 14 digits.
 // Globals are read once into locals: in Redis 7 every global read goes through the sandbox's
 // metatable, and the scripts' cost on the server is what bounds a fleet's decisions per second.
-const luaPrelude = `
+const luaHeader = `
 local call, tonumber, floor, fmt, match = redis.call, tonumber, math.floor, string.format, string.match
 local A, key = ARGV, KEYS[1]
 local now = tonumber(A[1])
@@ -49,12 +49,16 @@ if now < 0 then
   now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 end
 local cost = tonumber(A[4])
+`
+
+// luaPrelude reads a state stored as up to five integers separated by spaces into s1 … s5.
+const luaPrelude = luaHeader + `
 local v = call('GET', key)
-local s1, s2, s3
+local s1, s2, s3, s4, s5
 if v then
-  s1, s2, s3 = match(v, '^(%-?%d+) (%-?%d+) ?(%-?%d*)$')
+  s1, s2, s3, s4, s5 = match(v, '^(%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)$')
   if not s1 then return redis.error_reply('redisstore: malformed state at ' .. key) end
-  s1, s2, s3 = tonumber(s1), tonumber(s2), tonumber(s3) or 0
+  s1, s2, s3, s4, s5 = tonumber(s1), tonumber(s2), tonumber(s3) or 0, tonumber(s4) or 0, tonumber(s5) or 0
 end
 `
 
@@ -212,6 +216,139 @@ local remaining, reset = 0, tm
 if tr > 0 then reset = tm + 1 end
 if lag < B then remaining = floor((B - lag) / 1000) end
 return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
+`
+
+// slidingLogLua mirrors policy.SlidingLog.Take on a sorted set: one member per admitted unit,
+// scored by its time, named "<time>:<i>" with i counting the units at that time (they all leave
+// the window together, so the names never repeat while live). Live entries are those after
+// now - window, as in the engine; a refusal and cost 0 write nothing, and an admission first drops
+// the expired entries. Units are recorded at the newest entry's time if that is later than now,
+// which keeps the log sorted, as the engine does. Times are below 2^50, exact as scores.
+// ARGV: now, limit, windowMs, cost, ttlMs.
+const slidingLogLua = luaHeader + `
+local limit, w = tonumber(A[2]), tonumber(A[3])
+local cut = now - w
+local n = call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
+local function newest()
+  local e = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return tonumber(e[2])
+end
+if cost <= limit - n then
+  if cost > 0 then
+    call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cut))
+    local t = now
+    if n > 0 then
+      local nt = newest()
+      if nt > t then t = nt end
+    end
+    local ts = fmt('%d', t)
+    local c = call('ZCOUNT', key, ts, ts)
+    local i = 0
+    while i < cost do
+      -- ZADD in chunks: Lua's unpack is bounded by the C stack.
+      local args, m = {}, 0
+      while i < cost and m < 1000 do
+        args[2 * m + 1] = ts
+        args[2 * m + 2] = ts .. ':' .. fmt('%d', c + i)
+        i, m = i + 1, m + 1
+      end
+      call('ZADD', key, unpack(args))
+    end
+    call('PEXPIRE', key, A[5])
+    n = n + cost
+  end
+  local reset = now
+  if n > 0 then reset = newest() + w end
+  return {1, limit - n, 0, reset, now}
+end
+local retry = 0
+if cost <= limit then
+  -- The (cost - free)-th oldest live entry must leave the window first.
+  local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES', 'LIMIT', cost - (limit - n) - 1, 1)
+  retry = tonumber(e[2]) + w - now
+end
+local reset = now
+if n > 0 then reset = newest() + w end
+return {0, limit - n, retry, reset, now, -2}
+`
+
+// leakyBucketLua mirrors policy.LeakyBucket.Take; waits count from the later of now and the
+// state's last drain. A gap longer than drainMs is clamped to it, which empties any bucket just
+// as the full gap would, and keeps rate*dt <= capacity*1000 + rate < 2^43.
+// ARGV: now, ratePerSec, capacity, cost, ttlMs, drainMs.
+const leakyBucketLua = luaPrelude + `
+local rate, cap = tonumber(A[2]), tonumber(A[3])
+local level, credit, last = 0, 0, now
+if v then level, credit, last = s1, s2, s3 end
+local dt = now - last
+if dt > 0 then
+  local drain = tonumber(A[6])
+  if dt > drain then dt = drain end
+  local c = credit + rate * dt
+  local r = c % 1000
+  local drained = (c - r) / 1000
+  if drained >= level then level, credit = 0, 0 else level, credit = level - drained, r end
+  last = now
+end
+local base = now
+if last > now then base = last end
+if cost <= cap - level then
+  if cost > 0 then
+    level = level + cost
+    call('SET', key, fmt('%d %d %d', level, credit, last), 'PX', A[5])
+  end
+  local reset = base
+  if level > 0 then reset = base + floor((level * 1000 - credit + rate - 1) / rate) end
+  return {1, cap - level, 0, reset, now}
+end
+local retry = 0
+if cost <= cap then retry = base - now + floor(((level + cost - cap) * 1000 - credit + rate - 1) / rate) end
+local reset = base
+if level > 0 then reset = base + floor((level * 1000 - credit + rate - 1) / rate) end
+if v then return {0, cap - level, retry, reset, now, s1, s2, s3, call('PTTL', key)} end
+return {0, cap - level, retry, reset, now, 0, 0, now, -2}
+`
+
+// dualBucketLua mirrors policy.DualBucket.Take: two buckets per minute sharing one clock, in
+// sixty-thousandths; a gap is clamped to the period, which fills both, and keeps perMin*dt below
+// 2^48. An admitted call spends a request even at cost 0, so it is always stored.
+// ARGV: now, requestsPerMin, tokensPerMin, cost, ttlMs.
+const dualBucketLua = luaPrelude + `
+local rpm, tpm = tonumber(A[2]), tonumber(A[3])
+local req, tok, rc, tc, last = rpm, tpm, 0, 0, now
+if v then req, tok, rc, tc, last = s1, s2, s3, s4, s5 end
+local dt = now - last
+if dt > 0 then
+  if dt > 60000 then dt = 60000 end
+  local c = rc + rpm * dt
+  local r = c % 60000
+  req, rc = req + (c - r) / 60000, r
+  if req >= rpm then req, rc = rpm, 0 end
+  c = tc + tpm * dt
+  r = c % 60000
+  tok, tc = tok + (c - r) / 60000, r
+  if tok >= tpm then tok, tc = tpm, 0 end
+  last = now
+end
+local base = now
+if last > now then base = last end
+local function wait(have, credit, per, need)
+  if have >= need then return 0 end
+  return floor(((need - have) * 60000 - credit + per - 1) / per)
+end
+local allowed = 0
+if req >= 1 and tok >= cost then
+  req, tok, allowed = req - 1, tok - cost, 1
+  call('SET', key, fmt('%d %d %d %d %d', req, tok, rc, tc, last), 'PX', A[5])
+end
+local remaining = tok
+if req < 1 then remaining = 0 end
+local reset = base + math.max(wait(req, rc, rpm, rpm), wait(tok, tc, tpm, tpm))
+if allowed == 1 then return {1, remaining, 0, reset, now} end
+local retry = 0
+if cost <= tpm then retry = base - now + math.max(wait(req, rc, rpm, 1), wait(tok, tc, tpm, cost)) end
+if v then return {0, remaining, retry, reset, now, s1, s2, s3, s4, s5, call('PTTL', key)} end
+return {0, remaining, retry, reset, now, rpm, tpm, 0, 0, now, -2}
 `
 
 // script is one Lua source and its SHA-1, run with EVALSHA and, only on NOSCRIPT (the server

@@ -19,6 +19,9 @@ const (
 	kindFixedWindow
 	kindTokenBucket
 	kindGCRA
+	kindSlidingLog
+	kindLeakyBucket
+	kindDualBucket
 )
 
 var (
@@ -26,12 +29,16 @@ var (
 	fixedWindowScript    = newScript(fixedWindowLua)
 	tokenBucketScript    = newScript(tokenBucketLua)
 	gcraScript           = newScript(gcraLua)
+	slidingLogScript     = newScript(slidingLogLua)
+	leakyBucketScript    = newScript(leakyBucketLua)
+	dualBucketScript     = newScript(dualBucketLua)
 )
 
 // algo is one policy's Redis side: its script, its constant arguments (formatted once), and a Go
 // replay of the script's step for the deny cache. Immutable after newAlgo.
 type algo struct {
 	kind   kind
+	pol    policy.Policy
 	sc     policy.SlidingCounter
 	limit  int64 // limit, or burst
 	w      int64 // window ms (window policies)
@@ -46,6 +53,9 @@ type algo struct {
 	maxTime int64
 	// tag is the policy's fingerprint in key names (policyTag).
 	tag string
+	// stateLen is how many integers of state a refusal returns for the deny cache (0: none, the
+	// refusal is not cached).
+	stateLen int
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -70,13 +80,35 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 		a = algo{kind: kindTokenBucket, limit: p.Burst, rate: p.Rate, script: tokenBucketScript}
 	case policy.GCRA:
 		a = algo{kind: kindGCRA, limit: p.Burst, rate: p.Rate, script: gcraScript}
+	case policy.SlidingLog:
+		a = algo{kind: kindSlidingLog, limit: p.Limit, w: p.WindowMs(), script: slidingLogScript}
+		// One window without an admission leaves every entry expired: the log is a new key's.
+		a.argTTL = strconv.FormatInt(a.w+skewMs, 10)
+	case policy.LeakyBucket:
+		a = algo{kind: kindLeakyBucket, limit: p.Capacity, rate: p.Rate, script: leakyBucketScript}
+	case policy.DualBucket:
+		// Costs are tokens, so the limit is the token bucket's; w holds the requests per minute.
+		a = algo{kind: kindDualBucket, limit: p.TokensPerMin, w: p.RequestsPerMin, script: dualBucketScript}
 	default:
-		return algo{}, fmt.Errorf("redisstore: policy %q (%T) is not available on Redis; use sliding-counter, fixed-window, token-bucket or gcra", p.ID(), p)
+		return algo{}, fmt.Errorf("redisstore: policy %q (%T) is not available on Redis", p.ID(), p)
 	}
+	a.pol = p
 	a.maxTime = MaxTimeMs
 	// Every parameter that gives the stored state its meaning; the kind's ID first.
 	a.tag = policyTag(fmt.Sprintf("%s limit=%d window=%dms rate=%d/s", p.ID(), a.limit, a.w, a.rate))
-	if a.rate > 0 {
+	switch a.kind {
+	case kindSlidingLog:
+		a.stateLen = 0
+	case kindDualBucket:
+		a.stateLen = 5
+	default:
+		a.stateLen = 3
+	}
+	if a.kind == kindDualBucket {
+		a.argP1, a.argP2 = strconv.FormatInt(a.w, 10), strconv.FormatInt(a.limit, 10)
+		// After a whole period both buckets are full: the state is a new key's.
+		a.argTTL = strconv.FormatInt(policy.DualPeriodMs+skewMs, 10)
+	} else if a.rate > 0 {
 		// After fillMs without a request a bucket is full again: its state is a new key's.
 		a.fillMs = ceilDiv(a.limit*1000, a.rate)
 		a.argP1, a.argP2 = strconv.FormatInt(a.rate, 10), strconv.FormatInt(a.limit, 10)
@@ -95,8 +127,14 @@ func (a *algo) args(now, cost int64) []any {
 // replay runs the policy's pure step (the engine's own) on a state the script returned, changing
 // nothing. The scripts mirror these steps line for line; the tests compare the two on random
 // sequences.
-func (a *algo) replay(st [3]int64, now, cost int64) policy.Result {
+func (a *algo) replay(st [5]int64, now, cost int64) policy.Result {
 	switch a.kind {
+	case kindLeakyBucket:
+		s := policy.LeakyBucketState{Level: st[0], Credit: st[1], Last: st[2]}
+		return a.pol.(policy.LeakyBucket).Take(&s, now, cost)
+	case kindDualBucket:
+		s := policy.DualBucketState{Requests: st[0], Tokens: st[1], RequestCredit: st[2], TokenCredit: st[3], Last: st[4]}
+		return a.pol.(policy.DualBucket).Take(&s, now, cost)
 	case kindSlidingCounter:
 		s := policy.SlidingCounterState{Window: st[0], Current: st[1], Previous: st[2]}
 		return a.sc.Take(&s, now, cost)
