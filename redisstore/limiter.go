@@ -161,6 +161,38 @@ func checkClient(c redis.UniversalClient, timeout time.Duration) error {
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	return l.take(ctx, key, n, 0)
+}
+
+// TakeWithLimit is Take for a key whose limit is limit rather than the policy's, given on each
+// call as redis_rate takes it: premium tenants, internal services. It is available for the window
+// policies, whose counts are units whatever the limit: the sliding counter and the fixed window
+// (limit 1 … policy.MaxLimit) and the sliding log (1 … policy.MaxLogLimit). For another policy,
+// or a limit out of range, the request is refused with ReasonInvalidLimit and consumes nothing.
+//
+// The limit is not stored with the key: pass the same one on every call for that key. A changed
+// limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take
+// the difference straight away; lowered below what it has taken, it is refused until its counts
+// decay under the new limit. The deny cache does not answer these calls (its replay knows only
+// the policy's limit), so each costs a round trip. Safe for concurrent use, as Take.
+func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
+	maxLimit := int64(policy.MaxLimit)
+	switch l.algo.kind {
+	case kindSlidingCounter, kindFixedWindow:
+	case kindSlidingLog:
+		maxLimit = policy.MaxLogLimit
+	default:
+		maxLimit = 0
+	}
+	if limit < 1 || limit > maxLimit {
+		l.calls.Inc()
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonInvalidLimit}, nil
+	}
+	return l.take(ctx, key, n, limit)
+}
+
+// take is Take, and TakeWithLimit when perCall > 0.
+func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engine.Decision, error) {
 	l.calls.Inc()
 	if l.closed.Load() {
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
@@ -172,8 +204,12 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		// GCRA refuses a cost above its burst before any lookup (docs/policies.md).
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
 	}
+	lim := l.algo.limit
+	if perCall > 0 {
+		lim = perCall
+	}
 	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
-	cost := min(n, l.algo.limit+1)
+	cost := min(n, lim+1)
 	local := l.clk.Now()
 	now := local
 	if l.cfg.serverTime {
@@ -183,11 +219,11 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
 	}
 	sub := shortSubject(key)
-	if l.deny != nil && (cost > 0 || l.algo.kind == kindDualBucket) {
+	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
 		if e, ok := l.deny.get(sub, local); ok {
 			if r := l.algo.replay(e.st, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
-				return l.decision(r, cost), nil
+				return l.decision(r, cost, lim), nil
 			}
 		}
 	}
@@ -195,27 +231,31 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if l.cfg.serverTime {
 		argNow = -1
 	}
-	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, l.algo.args(argNow, cost))
+	args := l.algo.args(argNow, cost)
+	if perCall > 0 {
+		args[1] = perCall
+	}
+	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, args)
 	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 6+l.algo.stateLen && res[0] == 0) {
 		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, %d when refusing", ErrUnavailable, res, 6+l.algo.stateLen)
 	}
 	if err != nil {
 		return l.fail(key, n, wait, err)
 	}
-	r := policy.Result{Allowed: res[0] == 1, Limit: l.algo.limit, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
+	r := policy.Result{Allowed: res[0] == 1, Limit: lim, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
 	if l.cfg.serverTime {
 		l.offset.Store(res[4] - local)
 	}
 	if l.deny != nil {
 		switch {
-		case !r.Allowed && r.RetryAfterMs > 0 && l.algo.stateLen > 0 && res[len(res)-1] != -2:
+		case !r.Allowed && r.RetryAfterMs > 0 && perCall == 0 && l.algo.stateLen > 0 && res[len(res)-1] != -2:
 			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
 		case r.Allowed && (cost > 0 || l.algo.kind == kindDualBucket):
 			// The dual bucket spends a request even at cost 0.
 			l.deny.forget(sub)
 		}
 	}
-	return l.decision(r, cost), nil
+	return l.decision(r, cost, lim), nil
 }
 
 // denyEntryFor is what the deny cache remembers of a refusal: the state, and until when the
@@ -370,7 +410,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 	return d.Allowed, err
 }
 
-func (l *Limiter) decision(r policy.Result, cost int64) engine.Decision {
+func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 	d := engine.Decision{
 		Allowed:    r.Allowed,
 		Limit:      r.Limit,
@@ -381,7 +421,7 @@ func (l *Limiter) decision(r policy.Result, cost int64) engine.Decision {
 	switch {
 	case r.Allowed:
 		d.Reason = engine.ReasonOK
-	case cost > l.algo.limit:
+	case cost > limit:
 		d.Reason = engine.ReasonCostAboveLimit
 	default:
 		d.Reason = engine.ReasonLimited
