@@ -22,10 +22,11 @@ const MaxInlineSubject = 128
 //
 // The hash tag comes first and is the only braced part Redis reads (it takes the first '{' and the
 // first '}' after it), so whatever braces the subject contains, a cluster hashes the key by the tag
-// alone. The tag is xxhash64 of name and subject: the same in every process (a fleet must agree on
-// the slot), spreading subjects over all slots, and never containing a brace. A collision of tags
-// only puts two keys on one slot; it never merges their counters, because the key name keeps the
-// subject itself.
+// alone. The tag is xxhash64 of the subject: the same in every process (a fleet must agree on the
+// slot), spreading subjects over all slots, and never containing a brace. It leaves the limiter's
+// name out so that every limiter's key for one subject is on one slot, where a single script can
+// decide several limits at once (All). A collision of tags only puts two keys on one slot; it
+// never merges their counters, because the key name keeps the subject itself.
 //
 // The policy's fingerprint in the name keeps a changed policy (another kind, another limit or
 // window) from reading the state the old one wrote as its own: a GCRA arrival time read as a
@@ -35,12 +36,8 @@ const MaxInlineSubject = 128
 //
 // subject must come from shortSubject.
 func keyFor(prefix, name, pol, subject string) string {
-	d := xxhash.New()
-	_, _ = d.WriteString(name)
-	_, _ = d.WriteString("\x00")
-	_, _ = d.WriteString(subject)
 	var tag [16]byte
-	h := strconv.AppendUint(tag[:0], d.Sum64(), 16)
+	h := strconv.AppendUint(tag[:0], xxhash.Sum64String(subject), 16)
 	var b strings.Builder
 	b.Grow(len(prefix) + 2 + 16 + len(name) + 1 + len(pol) + 1 + len(subject))
 	b.WriteString(prefix)

@@ -40,19 +40,29 @@ import (
 // Numbers are stored with string.format('%d'), never tostring, which keeps only 14 digits.
 // Globals are read once into locals: in Redis 7 every global read goes through the sandbox's
 // metatable, and the scripts' cost on the server is what bounds a fleet's decisions per second.
-const luaHeader = `
+const luaLocals = `
 local call, tonumber, floor, fmt, match = redis.call, tonumber, math.floor, string.format, string.match
-local A, key = ARGV, KEYS[1]
-local now = tonumber(A[1])
+`
+
+// luaNow is the decision's time: ARGV[1], or the server's clock when that is negative.
+const luaNow = `
+local now = tonumber(ARGV[1])
 if now < 0 then
   local t = call('TIME')
   now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 end
-local cost = tonumber(A[4])
 `
 
-// luaPrelude reads a state stored as up to five integers separated by spaces into s1 … s5.
-const luaPrelude = luaHeader + `
+// luaHeader opens a single-key take script. The policy bodies write through write, which is
+// call here and, in the several-limits script (multiLua), a no-op during its first, deciding pass.
+const luaHeader = luaLocals + luaNow + `
+local A, key = ARGV, KEYS[1]
+local cost = tonumber(A[4])
+local write = call
+`
+
+// luaGetState reads a state stored as up to five integers separated by spaces into s1 … s5.
+const luaGetState = `
 local v = call('GET', key)
 local s1, s2, s3, s4, s5
 if v then
@@ -62,9 +72,11 @@ if v then
 end
 `
 
+const luaPrelude = luaHeader + luaGetState
+
 // slidingCounterLua mirrors policy.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
 // ARGV: now, limit, windowMs, cost, ttlMs.
-const slidingCounterLua = luaPrelude + `
+const slidingCounterBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local start = now - now % w
 local win, cur, prev = start, 0, 0
@@ -89,7 +101,7 @@ if prev > 0 then
 end
 if cost == 0 or (cost <= limit and est + cost <= limit) then
   if cost > 0 then
-    call('SET', key, fmt('%d %d %d', win, cur + cost, prev), 'PX', A[5])
+    write('SET', key, fmt('%d %d %d', win, cur + cost, prev), 'PX', A[5])
   end
   local remaining = limit - est - cost
   if remaining < 0 then remaining = 0 end
@@ -122,16 +134,18 @@ if v then return {0, remaining, retry, win + w, now, s1, s2, s3, call('PTTL', ke
 return {0, remaining, retry, win + w, now, start, 0, 0, -2}
 `
 
+const slidingCounterLua = luaPrelude + slidingCounterBody
+
 // fixedWindowLua mirrors policy.FixedWindow.Take: a state from a later window than now's is kept,
 // with now counted as that window's first millisecond. ARGV: now, limit, windowMs, cost, skewMs.
-const fixedWindowLua = luaPrelude + `
+const fixedWindowBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local win, count = now - now % w, 0
 if v and s1 >= win then win, count = s1, s2 end
 if cost == 0 or (cost <= limit and count + cost <= limit) then
   if cost > 0 then
     count = count + cost
-    call('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
+    write('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
   end
   return {1, limit - count, 0, win + w, now}
 end
@@ -143,9 +157,11 @@ if v then return {0, remaining, retry, win + w, now, s1, s2, 0, call('PTTL', key
 return {0, remaining, retry, win + w, now, win, 0, 0, -2}
 `
 
+const fixedWindowLua = luaPrelude + fixedWindowBody
+
 // tokenBucketLua mirrors policy.TokenBucket.Take; waits count from the later of now and the
 // state's last refill. ARGV: now, ratePerSec, burst, cost, ttlMs, fillMs.
-const tokenBucketLua = luaPrelude + `
+const tokenBucketBody = `
 local rate, burst = tonumber(A[2]), tonumber(A[3])
 local tokens, credit, last = burst, 0, now
 if v then tokens, credit, last = s1, s2, s3 end
@@ -165,7 +181,7 @@ if tokens < burst then reset = base + floor(((burst - tokens) * 1000 - credit + 
 if cost == 0 or (cost <= burst and tokens >= cost) then
   if cost > 0 then
     tokens = tokens - cost
-    call('SET', key, fmt('%d %d %d', tokens, credit, last), 'PX', A[5])
+    write('SET', key, fmt('%d %d %d', tokens, credit, last), 'PX', A[5])
     reset = base + floor(((burst - tokens) * 1000 - credit + rate - 1) / rate)
   end
   return {1, tokens, 0, reset, now}
@@ -176,10 +192,12 @@ if v then return {0, tokens, retry, reset, now, s1, s2, s3, call('PTTL', key)} e
 return {0, tokens, retry, reset, now, burst, 0, now, -2}
 `
 
+const tokenBucketLua = luaPrelude + tokenBucketBody
+
 // gcraLua mirrors policy.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
 // now*rate would not be exact in a double. ARGV: now, ratePerSec, burst, cost (at most burst: a
 // larger one is refused in Go before any lookup), ttlMs.
-const gcraLua = luaPrelude + `
+const gcraBody = `
 local rate, burst = tonumber(A[2]), tonumber(A[3])
 local tm, tr = now, 0
 if v then tm, tr = s1, s2 end
@@ -197,7 +215,7 @@ if lag <= room then
     local x = tr + cost * 1000
     local r = x % rate
     tm, tr = tm + (x - r) / rate, r
-    call('SET', key, fmt('%d %d', tm, tr), 'PX', A[5])
+    write('SET', key, fmt('%d %d', tm, tr), 'PX', A[5])
     if lag < 0 then lag = 0 end
     lag = lag + cost * 1000
   end
@@ -218,6 +236,8 @@ if lag < B then remaining = floor((B - lag) / 1000) end
 return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 `
 
+const gcraLua = luaPrelude + gcraBody
+
 // slidingLogLua mirrors policy.SlidingLog.Take on a sorted set: one member per admitted unit,
 // scored by its time, named "<time>:<i>" with i counting the units at that time (they all leave
 // the window together, so the names never repeat while live). Live entries are those after
@@ -225,7 +245,7 @@ return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 // the expired entries. Units are recorded at the newest entry's time if that is later than now,
 // which keeps the log sorted, as the engine does. Times are below 2^50, exact as scores.
 // ARGV: now, limit, windowMs, cost, ttlMs.
-const slidingLogLua = luaHeader + `
+const slidingLogBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local cut = now - w
 local n = call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
@@ -235,7 +255,7 @@ local function newest()
 end
 if cost <= limit - n then
   if cost > 0 then
-    call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cut))
+    write('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cut))
     local t = now
     if n > 0 then
       local nt = newest()
@@ -252,10 +272,12 @@ if cost <= limit - n then
         args[2 * m + 2] = ts .. ':' .. fmt('%d', c + i)
         i, m = i + 1, m + 1
       end
-      call('ZADD', key, unpack(args))
+      write('ZADD', key, unpack(args))
     end
-    call('PEXPIRE', key, A[5])
-    n = n + cost
+    write('PEXPIRE', key, A[5])
+    -- t is now the newest entry; read as such, since a deciding pass of the several-limits
+    -- script (multiLua) has not written it.
+    return {1, limit - n - cost, 0, t + w, now}
   end
   local reset = now
   if n > 0 then reset = newest() + w end
@@ -272,11 +294,13 @@ if n > 0 then reset = newest() + w end
 return {0, limit - n, retry, reset, now, -2}
 `
 
+const slidingLogLua = luaHeader + slidingLogBody
+
 // leakyBucketLua mirrors policy.LeakyBucket.Take; waits count from the later of now and the
 // state's last drain. A gap longer than drainMs is clamped to it, which empties any bucket just
 // as the full gap would, and keeps rate*dt <= capacity*1000 + rate < 2^43.
 // ARGV: now, ratePerSec, capacity, cost, ttlMs, drainMs.
-const leakyBucketLua = luaPrelude + `
+const leakyBucketBody = `
 local rate, cap = tonumber(A[2]), tonumber(A[3])
 local level, credit, last = 0, 0, now
 if v then level, credit, last = s1, s2, s3 end
@@ -295,7 +319,7 @@ if last > now then base = last end
 if cost <= cap - level then
   if cost > 0 then
     level = level + cost
-    call('SET', key, fmt('%d %d %d', level, credit, last), 'PX', A[5])
+    write('SET', key, fmt('%d %d %d', level, credit, last), 'PX', A[5])
   end
   local reset = base
   if level > 0 then reset = base + floor((level * 1000 - credit + rate - 1) / rate) end
@@ -309,11 +333,13 @@ if v then return {0, cap - level, retry, reset, now, s1, s2, s3, call('PTTL', ke
 return {0, cap - level, retry, reset, now, 0, 0, now, -2}
 `
 
+const leakyBucketLua = luaPrelude + leakyBucketBody
+
 // dualBucketLua mirrors policy.DualBucket.Take: two buckets per minute sharing one clock, in
 // sixty-thousandths; a gap is clamped to the period, which fills both, and keeps perMin*dt below
 // 2^48. An admitted call spends a request even at cost 0, so it is always stored.
 // ARGV: now, requestsPerMin, tokensPerMin, cost, ttlMs.
-const dualBucketLua = luaPrelude + `
+const dualBucketBody = `
 local rpm, tpm = tonumber(A[2]), tonumber(A[3])
 local req, tok, rc, tc, last = rpm, tpm, 0, 0, now
 if v then req, tok, rc, tc, last = s1, s2, s3, s4, s5 end
@@ -339,7 +365,7 @@ end
 local allowed = 0
 if req >= 1 and tok >= cost then
   req, tok, allowed = req - 1, tok - cost, 1
-  call('SET', key, fmt('%d %d %d %d %d', req, tok, rc, tc, last), 'PX', A[5])
+  write('SET', key, fmt('%d %d %d %d %d', req, tok, rc, tc, last), 'PX', A[5])
 end
 local remaining = tok
 if req < 1 then remaining = 0 end
@@ -350,6 +376,8 @@ if cost <= tpm then retry = base - now + math.max(wait(req, rc, rpm, 1), wait(to
 if v then return {0, remaining, retry, reset, now, s1, s2, s3, s4, s5, call('PTTL', key)} end
 return {0, remaining, retry, reset, now, rpm, tpm, 0, 0, now, -2}
 `
+
+const dualBucketLua = luaPrelude + dualBucketBody
 
 // script is one Lua source and its SHA-1, run with EVALSHA and, only on NOSCRIPT (the server
 // never ran it), once more with EVAL.

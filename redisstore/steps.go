@@ -45,6 +45,7 @@ type algo struct {
 	rate   int64 // per second (buckets)
 	fillMs int64 // ms for an empty bucket to fill (buckets)
 	script *script
+	body   string // the script's policy part, for the several-limits script (multiLua)
 	argP1  string // limit, or rate
 	argP2  string // window ms, or burst
 	argTTL string // ttl ms (fixed window: the skew, the script adds the rest of the window)
@@ -70,25 +71,25 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	var a algo
 	switch p := p.(type) {
 	case policy.SlidingCounter:
-		a = algo{kind: kindSlidingCounter, sc: p, limit: p.Limit, w: p.WindowMs(), script: slidingCounterScript}
+		a = algo{kind: kindSlidingCounter, sc: p, limit: p.Limit, w: p.WindowMs(), script: slidingCounterScript, body: slidingCounterBody}
 		// Two whole windows untouched make a state identical to a new key's (docs/design.md ("Eviction")).
 		a.argTTL = strconv.FormatInt(2*a.w+skewMs, 10)
 	case policy.FixedWindow:
-		a = algo{kind: kindFixedWindow, limit: p.Limit, w: p.Window.Milliseconds(), script: fixedWindowScript}
+		a = algo{kind: kindFixedWindow, limit: p.Limit, w: p.Window.Milliseconds(), script: fixedWindowScript, body: fixedWindowBody}
 		a.argTTL = strconv.FormatInt(skewMs, 10)
 	case policy.TokenBucket:
-		a = algo{kind: kindTokenBucket, limit: p.Burst, rate: p.Rate, script: tokenBucketScript}
+		a = algo{kind: kindTokenBucket, limit: p.Burst, rate: p.Rate, script: tokenBucketScript, body: tokenBucketBody}
 	case policy.GCRA:
-		a = algo{kind: kindGCRA, limit: p.Burst, rate: p.Rate, script: gcraScript}
+		a = algo{kind: kindGCRA, limit: p.Burst, rate: p.Rate, script: gcraScript, body: gcraBody}
 	case policy.SlidingLog:
-		a = algo{kind: kindSlidingLog, limit: p.Limit, w: p.WindowMs(), script: slidingLogScript}
+		a = algo{kind: kindSlidingLog, limit: p.Limit, w: p.WindowMs(), script: slidingLogScript, body: slidingLogBody}
 		// One window without an admission leaves every entry expired: the log is a new key's.
 		a.argTTL = strconv.FormatInt(a.w+skewMs, 10)
 	case policy.LeakyBucket:
-		a = algo{kind: kindLeakyBucket, limit: p.Capacity, rate: p.Rate, script: leakyBucketScript}
+		a = algo{kind: kindLeakyBucket, limit: p.Capacity, rate: p.Rate, script: leakyBucketScript, body: leakyBucketBody}
 	case policy.DualBucket:
 		// Costs are tokens, so the limit is the token bucket's; w holds the requests per minute.
-		a = algo{kind: kindDualBucket, limit: p.TokensPerMin, w: p.RequestsPerMin, script: dualBucketScript}
+		a = algo{kind: kindDualBucket, limit: p.TokensPerMin, w: p.RequestsPerMin, script: dualBucketScript, body: dualBucketBody}
 	default:
 		return algo{}, fmt.Errorf("redisstore: policy %q (%T) is not available on Redis", p.ID(), p)
 	}
