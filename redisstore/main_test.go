@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -52,4 +53,22 @@ func newClient(t testing.TB, addr string) *redis.Client {
 		t.Fatalf("FLUSHALL: %v", err)
 	}
 	return c
+}
+
+// TestServerProgram checks that the tests run against the program the harness was told to run:
+// a Valkey run that silently fell back to Redis would prove nothing.
+func TestServerProgram(t *testing.T) {
+	info, err := newClient(t, testAddr).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantValkey := strings.Contains(redisserver.Program(), "valkey")
+	if isValkey := strings.Contains(info, "valkey_version:") || strings.Contains(info, "server_name:valkey"); isValkey != wantValkey {
+		t.Fatalf("running %s, but the server says valkey = %v", redisserver.Program(), isValkey)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if strings.HasPrefix(line, "redis_version:") || strings.HasPrefix(line, "valkey_version:") {
+			t.Logf("%s: %s", redisserver.Program(), line)
+		}
+	}
 }
