@@ -70,8 +70,8 @@ type Multi struct {
 // All returns a Multi over ls: at least one, at most 16, all on the same client (one script sees
 // all their keys: on a cluster every limiter's key for a subject carries the same hash tag), with
 // the same time source (all on the server's time, or all on one clock), and none twice. A Multi
-// decides under the first limiter's timeout, circuit breaker and failure choice; the limiters'
-// deny caches answer refusals they know about without a round trip. Any of the seven policies may
+// decides under the first limiter's timeout, circuit breaker and failure choice; the first
+// limiter's deny cache answers refusals it knows about without a round trip. Any of the seven policies may
 // be combined.
 func All(ls ...*Limiter) (*Multi, error) {
 	if len(ls) == 0 || len(ls) > 16 {
@@ -126,26 +126,19 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		return l0.fail(key, n, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
 	}
 	sub := shortSubject(key)
-	// Refusals known here, in order, up to the first limiter that needs Redis: the decision is
-	// always the first refusing limiter's, as if each were asked in turn.
-	for _, l := range m.ls {
-		if l.algo.kind == kindGCRA && n > l.algo.limit {
-			return gcraOverBurst(l), nil
+	// A refusal known here decides only for the first limiter: a later one's would leave open
+	// whether an earlier one refuses first, which only Redis knows (the deny cache knows refusals,
+	// never admissions).
+	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
+		return gcraOverBurst(l0), nil
+	}
+	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
+		if e, ok := l0.deny.get(sub, local); ok {
+			if r := l0.algo.replay(e.st, local+e.off, cost); !r.Allowed {
+				l0.denyHits.Inc()
+				return l0.decision(r, cost, l0.algo.limit), nil
+			}
 		}
-		cost := min(n, l.algo.limit+1)
-		e, ok := denyEntry{}, false
-		if l.deny != nil && (cost > 0 || l.algo.kind == kindDualBucket) {
-			e, ok = l.deny.get(sub, local)
-		}
-		if !ok {
-			break
-		}
-		r := l.algo.replay(e.st, local+e.off, cost)
-		if r.Allowed {
-			break
-		}
-		l.denyHits.Inc()
-		return l.decision(r, cost, l.algo.limit), nil
 	}
 	argNow := local
 	if l0.cfg.serverTime {
