@@ -15,7 +15,7 @@ import (
 )
 
 // DiscoveryTimeout bounds the one round trip NewClient makes to learn whether a server is a
-// cluster node.
+// cluster node. A constant, safe to read from anywhere.
 const DiscoveryTimeout = 2 * time.Second
 
 // NewClient returns a go-redis client for rawURL, set up as a Limiter needs it (context deadlines

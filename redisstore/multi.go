@@ -72,7 +72,7 @@ type Multi struct {
 // the same time source (all on the server's time, or all on one clock), and none twice. A Multi
 // decides under the first limiter's timeout, circuit breaker and failure choice; the first
 // limiter's deny cache answers refusals it knows about without a round trip. Any of the seven policies may
-// be combined.
+// be combined. All only reads the limiters, and may run concurrently with their use.
 func All(ls ...*Limiter) (*Multi, error) {
 	if len(ls) == 0 || len(ls) > 16 {
 		return nil, fmt.Errorf("redisstore: All: %d limiters, want 1 to 16", len(ls))

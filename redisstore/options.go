@@ -188,7 +188,8 @@ func WithBreaker(threshold int, cooldown time.Duration) Option {
 	}
 }
 
-// BreakerRatio configures the failure-ratio circuit breaker; a zero field takes its default.
+// BreakerRatio configures the failure-ratio circuit breaker; a zero field takes its default. A
+// plain value, safe to copy and share.
 type BreakerRatio struct {
 	// Ratio is the share of failed calls, in (0, 1], that opens the breaker (default
 	// DefaultBreakerRatio).
