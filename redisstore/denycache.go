@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // denyEntry is what Redis said about a key when it refused it: the key's state then, until when
@@ -13,6 +15,7 @@ type denyEntry struct {
 	until int64
 	off   int64
 	st    [5]int64
+	log   *policy.SlidingLogState // the sliding log's entries instead of st; never written
 }
 
 // denyCache remembers refused keys so that a blocked client costs no round trip. It is bounded:

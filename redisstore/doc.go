@@ -48,8 +48,8 @@
 // with every refusal, and the entry ends then, so a host an hour ahead that writes a window in the
 // future makes the others' caches refuse only while Redis itself still holds that state. The
 // cache keeps at most WithDenyCache keys, each in at most DenyCacheEntryBytes (long subjects are
-// kept as their hash), so it is bounded in bytes (WithDenyCacheBytes) whatever clients send. The
-// sliding log's refusals are not cached.
+// kept as their hash), so it is bounded in bytes (WithDenyCacheBytes) whatever clients send. It
+// remembers the sliding log's refusals only up to MaxCachedLogLimit, whose whole log it keeps.
 //
 // # Failures
 //

@@ -221,7 +221,7 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	sub := shortSubject(key)
 	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
 		if e, ok := l.deny.get(sub, local); ok {
-			if r := l.algo.replay(e.st, local+e.off, cost); !r.Allowed {
+			if r := l.algo.replay(e, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
 				return l.decision(r, cost, lim), nil
 			}
@@ -236,8 +236,9 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 		args[1] = perCall
 	}
 	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, args)
-	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 6+l.algo.stateLen && res[0] == 0) {
-		err = fmt.Errorf("%w: redisstore: script returned %v, want 5 values when admitting, %d when refusing", ErrUnavailable, res, 6+l.algo.stateLen)
+	refused, cacheable := l.algo.refusalShape(res)
+	if err == nil && !(len(res) == 5 && res[0] == 1 || refused) {
+		err = fmt.Errorf("%w: redisstore: script returned %v, not the policy's admission (5 values) or refusal", ErrUnavailable, res)
 	}
 	if err != nil {
 		return l.fail(key, n, wait, err)
@@ -248,7 +249,7 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	}
 	if l.deny != nil {
 		switch {
-		case !r.Allowed && r.RetryAfterMs > 0 && perCall == 0 && l.algo.stateLen > 0 && res[len(res)-1] != -2:
+		case !r.Allowed && r.RetryAfterMs > 0 && perCall == 0 && cacheable:
 			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
 		case r.Allowed && (cost > 0 || l.algo.kind == kindDualBucket):
 			// The dual bucket spends a request even at cost 0.
@@ -271,9 +272,7 @@ func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
 	if ttl := res[len(res)-1]; ttl >= 0 {
 		life = min(life, ttl)
 	}
-	e := denyEntry{until: local + life, off: off}
-	copy(e.st[:], res[5:len(res)-1])
-	return e
+	return l.algo.newDenyEntry(res, local+life, off)
 }
 
 // eval runs one script under the circuit breaker and the limiter's deadline. On failure it

@@ -134,7 +134,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	}
 	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
 		if e, ok := l0.deny.get(sub, local); ok {
-			if r := l0.algo.replay(e.st, local+e.off, cost); !r.Allowed {
+			if r := l0.algo.replay(e, local+e.off, cost); !r.Allowed {
 				l0.denyHits.Inc()
 				return l0.decision(r, cost, l0.algo.limit), nil
 			}
@@ -174,7 +174,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		}
 		cost := min(n, l.algo.limit+1)
 		pr := policy.Result{Limit: l.algo.limit, Remaining: r[1], RetryAfterMs: r[2], ResetAtMs: r[3]}
-		if l.deny != nil && pr.RetryAfterMs > 0 && l.algo.stateLen > 0 && r[len(r)-1] != -2 {
+		if _, cacheable := l.algo.refusalShape(r); l.deny != nil && pr.RetryAfterMs > 0 && cacheable {
 			l.deny.put(sub, l.denyEntryFor(r, local, pr.RetryAfterMs), local)
 		}
 		return l.decision(pr, cost, l.algo.limit), nil
@@ -202,8 +202,10 @@ func gcraOverBurst(l *Limiter) engine.Decision {
 // check validates the shape of the script's reply.
 func (m *Multi) check(res []int64) error {
 	if len(res) > 0 && res[0] < 0 {
-		if i := -res[0]; i <= int64(len(m.ls)) && len(res) == 7+m.ls[i-1].algo.stateLen && res[1] == 0 {
-			return nil
+		if i := -res[0]; i <= int64(len(m.ls)) {
+			if ok, _ := m.ls[i-1].algo.refusalShape(res[1:]); ok {
+				return nil
+			}
 		}
 	} else if len(res) == 5*len(m.ls) {
 		ok := true

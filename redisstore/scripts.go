@@ -238,7 +238,8 @@ return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 
 const gcraLua = luaPrelude + gcraBody
 
-// slidingLogLua mirrors policy.SlidingLog.Take on a sorted set: one member per admitted unit,
+// slidingLogLua mirrors policy.SlidingLog.Take on a sorted set (see MaxCachedLogLimit for what
+// a refusal returns): one member per admitted unit,
 // scored by its time, named "<time>:<i>" with i counting the units at that time (they all leave
 // the window together, so the names never repeat while live). Live entries are those after
 // now - window, as in the engine; a refusal and cost 0 write nothing, and an admission first drops
@@ -291,7 +292,23 @@ if cost <= limit then
 end
 local reset = now
 if n > 0 then reset = newest() + w end
-return {0, limit - n, retry, reset, now, -2}
+if n == 0 or limit > 32 then return {0, limit - n, retry, reset, now, -2} end
+-- A small log goes back whole, as (time, count) pairs oldest first, for the deny cache.
+local out = {0, limit - n, retry, reset, now}
+local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES')
+local at, cnt = nil, 0
+for j = 2, #e, 2 do
+  local sc = tonumber(e[j])
+  if sc == at then
+    cnt = cnt + 1
+  else
+    if at then out[#out + 1], out[#out + 2] = at, cnt end
+    at, cnt = sc, 1
+  end
+end
+out[#out + 1], out[#out + 2] = at, cnt
+out[#out + 1] = call('PTTL', key)
+return out
 `
 
 const slidingLogLua = luaHeader + slidingLogBody

@@ -54,8 +54,8 @@ type algo struct {
 	maxTime int64
 	// tag is the policy's fingerprint in key names (policyTag).
 	tag string
-	// stateLen is how many integers of state a refusal returns for the deny cache (0: none, the
-	// refusal is not cached).
+	// stateLen is how many integers of state a refusal returns for the deny cache; -1 for the
+	// sliding log's variable list of (time, count) pairs, which may be empty (not cached).
 	stateLen int
 }
 
@@ -99,7 +99,7 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	a.tag = policyTag(fmt.Sprintf("%s limit=%d window=%dms rate=%d/s", p.ID(), a.limit, a.w, a.rate))
 	switch a.kind {
 	case kindSlidingLog:
-		a.stateLen = 0
+		a.stateLen = -1
 	case kindDualBucket:
 		a.stateLen = 5
 	default:
@@ -125,11 +125,52 @@ func (a *algo) args(now, cost int64) []any {
 	return []any{now, a.argP1, a.argP2, cost, a.argTTL, a.argX}
 }
 
+// MaxCachedLogLimit is the largest sliding-log limit whose refusals the deny cache remembers:
+// the script then returns the whole log, at most this many entries, and the cache keeps it in
+// under DenyCacheEntryBytes. Refusals under a larger limit always go to Redis.
+const MaxCachedLogLimit = 32
+
+// refusalShape reports whether res is a well-formed refusal for a, and whether it carries a
+// state the deny cache can keep.
+func (a *algo) refusalShape(res []int64) (ok, cacheable bool) {
+	if len(res) < 6 || res[0] != 0 {
+		return false, false
+	}
+	if a.stateLen >= 0 {
+		return len(res) == 6+a.stateLen, a.stateLen > 0 && res[len(res)-1] != -2
+	}
+	pairs := len(res) - 6
+	return pairs%2 == 0 && pairs <= 2*MaxCachedLogLimit, pairs > 0 && res[len(res)-1] != -2
+}
+
+// newDenyEntry builds the cache entry of a refusal from its reply (see denyEntryFor).
+func (a *algo) newDenyEntry(res []int64, until, off int64) denyEntry {
+	e := denyEntry{until: until, off: off}
+	if a.kind != kindSlidingLog {
+		copy(e.st[:], res[5:len(res)-1])
+		return e
+	}
+	// Rebuilt by pushing each time's units at that time, oldest first: every entry is live at the
+	// refusal, so none is dropped on the way, and the ring comes out as the engine's would.
+	p := a.pol.(policy.SlidingLog)
+	log := p.Fresh(0)
+	for i := 5; i+1 < len(res)-1; i += 2 {
+		p.Take(&log, res[i], res[i+1])
+	}
+	e.log = &log
+	return e
+}
+
 // replay runs the policy's pure step (the engine's own) on a state the script returned, changing
 // nothing. The scripts mirror these steps line for line; the tests compare the two on random
 // sequences.
-func (a *algo) replay(st [5]int64, now, cost int64) policy.Result {
+func (a *algo) replay(e denyEntry, now, cost int64) policy.Result {
+	st := e.st
 	switch a.kind {
+	case kindSlidingLog:
+		// The cached log is shared by concurrent replays: decide on a copy.
+		s := e.log.Clone()
+		return a.pol.(policy.SlidingLog).Take(&s, now, cost)
 	case kindLeakyBucket:
 		s := policy.LeakyBucketState{Level: st[0], Credit: st[1], Last: st[2]}
 		return a.pol.(policy.LeakyBucket).Take(&s, now, cost)
