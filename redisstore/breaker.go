@@ -1,26 +1,52 @@
 package redisstore
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// breaker is a consecutive-failure circuit breaker with a single half-open probe. The closed
-// state costs one atomic load per call; the clock is read only while open. It starts no
+// breakerBuckets is how many slices the breaker's window is counted in: the window slides by a
+// tenth of itself, so a failure leaves the count at most a tenth of a window late.
+const breakerBuckets = 10
+
+// maxFatalBackoff caps the cooldown growth after repeated errors that affect every key: probes
+// of a server that keeps refusing the password go out at most 64 cooldowns apart.
+const maxFatalBackoff = 64
+
+// breaker is a circuit breaker with a single half-open probe. It opens on a failure ratio over a
+// sliding window (the default), or on consecutive failures (WithBreaker), or at once on an error
+// that affects every key. The closed state costs one atomic load per call before the round trip
+// and one short critical section after it; the round trip dominates both. It starts no
 // goroutine: the next call after the cooldown is the probe.
 type breaker struct {
+	// Consecutive rule (threshold > 0) or ratio rule (threshold == 0).
 	threshold int64
+	ratio     float64
+	minCalls  int64
+	bucketNs  int64
 	cooldown  int64 // ns
 
-	fails    atomic.Int64
+	mu      sync.Mutex
+	fails   int64 // consecutive failures
+	buckets [breakerBuckets]struct{ epoch, ok, bad int64 }
+
 	openedAt atomic.Int64 // monotonic ns since base; 0 = closed
+	curCool  atomic.Int64 // the cooldown of the current opening, ns
+	backoff  atomic.Int64 // multiplier of the cooldown after fatal errors, 1 when none
 	probing  atomic.Bool
 	opens    atomic.Uint64
 	base     time.Time
 }
 
-func newBreaker(threshold int, cooldown time.Duration) *breaker {
-	return &breaker{threshold: int64(threshold), cooldown: int64(cooldown), base: time.Now()}
+func newBreaker(cfg config) *breaker {
+	b := &breaker{
+		threshold: int64(cfg.threshold), ratio: cfg.ratio, minCalls: int64(cfg.minCalls),
+		bucketNs: max(int64(cfg.window)/breakerBuckets, 1), cooldown: int64(cfg.cooldown), base: time.Now(),
+	}
+	b.curCool.Store(b.cooldown)
+	b.backoff.Store(1)
+	return b
 }
 
 // since returns monotonic ns since base, at least 1 so that 0 can mean "closed".
@@ -34,9 +60,10 @@ func (b *breaker) allow() (ok, probe bool, wait time.Duration) {
 	if opened == 0 {
 		return true, false, 0
 	}
+	cool := b.curCool.Load()
 	elapsed := b.since() - opened
-	if elapsed < b.cooldown {
-		return false, false, time.Duration(b.cooldown - elapsed)
+	if elapsed < cool {
+		return false, false, time.Duration(cool - elapsed)
 	}
 	if b.probing.CompareAndSwap(false, true) {
 		return true, true, 0
@@ -44,26 +71,87 @@ func (b *breaker) allow() (ok, probe bool, wait time.Duration) {
 	return false, false, time.Duration(b.cooldown)
 }
 
+// record counts one outcome in the window and returns the window's totals.
+func (b *breaker) record(bad bool) (ok, failed int64) {
+	now := b.since() / b.bucketNs
+	cur := &b.buckets[now%breakerBuckets]
+	if cur.epoch != now {
+		*cur = struct{ epoch, ok, bad int64 }{epoch: now}
+	}
+	if bad {
+		cur.bad++
+	} else {
+		cur.ok++
+	}
+	for i := range b.buckets {
+		if x := &b.buckets[i]; now-x.epoch < breakerBuckets {
+			ok += x.ok
+			failed += x.bad
+		}
+	}
+	return ok, failed
+}
+
 // success closes the breaker: Redis answered.
 func (b *breaker) success(probe bool) {
-	b.fails.Store(0)
+	b.mu.Lock()
+	b.fails = 0
 	if b.openedAt.Load() != 0 {
+		// Closing starts a clean window: the failures that opened it are over.
+		b.buckets = [breakerBuckets]struct{ epoch, ok, bad int64 }{}
 		b.openedAt.Store(0)
+		b.curCool.Store(b.cooldown)
+		b.backoff.Store(1)
+	} else if b.threshold == 0 {
+		b.record(false)
 	}
+	b.mu.Unlock()
 	if probe {
 		b.probing.Store(false)
 	}
 }
 
-// failure counts one failed call; the threshold-th consecutive one, or a failed probe, (re)opens
-// the breaker for another cooldown.
+// failure counts one failed call; a failed probe, the threshold-th consecutive failure, or a
+// window whose failure ratio reaches the bound (re)opens the breaker for another cooldown.
 func (b *breaker) failure(probe bool) {
 	if probe {
 		b.openedAt.Store(b.since())
 		b.probing.Store(false)
 		return
 	}
-	if b.fails.Add(1) >= b.threshold && b.openedAt.CompareAndSwap(0, b.since()) {
+	b.mu.Lock()
+	trip := false
+	if b.threshold > 0 {
+		b.fails++
+		trip = b.fails >= b.threshold
+	} else {
+		ok, bad := b.record(true)
+		trip = ok+bad >= b.minCalls && float64(bad) >= b.ratio*float64(ok+bad)
+	}
+	b.mu.Unlock()
+	if trip && b.openedAt.CompareAndSwap(0, b.since()) {
+		b.opens.Add(1)
+	}
+}
+
+// fatal opens the breaker at once, for an error that every key would get (a wrong password, a
+// missing permission, a cluster node behind a single-node client): each further request would
+// only fail the same way, and with a bad password also dial a new connection. Each fatal failure
+// of a probe doubles the cooldown, up to maxFatalBackoff times the configured one, so that a
+// misconfigured fleet does not hammer the server; the first success resets it.
+func (b *breaker) fatal(probe bool) {
+	k := b.backoff.Load()
+	if probe {
+		k = min(2*k, maxFatalBackoff)
+		b.backoff.Store(k)
+	}
+	b.curCool.Store(k * b.cooldown)
+	if probe {
+		b.openedAt.Store(b.since())
+		b.probing.Store(false)
+		return
+	}
+	if b.openedAt.CompareAndSwap(0, b.since()) {
 		b.opens.Add(1)
 	}
 }

@@ -4,13 +4,18 @@ import (
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
-// denyEntry is what Redis said about a key when it refused it: the key's state then, and until
-// when (in the limiter's time base) the refusal may still hold.
+// denyEntry is what Redis said about a key when it refused it: the key's state then, until when
+// (on the limiter's clock) the refusal may still hold, and the offset from the limiter's clock to
+// the time base the script decided in (the server's, by default).
 type denyEntry struct {
 	until int64
-	st    [3]int64
+	off   int64
+	st    [5]int64
+	log   *policy.SlidingLogState // the sliding log's entries instead of st; never written
 }
 
 // denyCache remembers refused keys so that a blocked client costs no round trip. It is bounded:

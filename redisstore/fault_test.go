@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,13 +61,15 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(int(float64(len(s))*p), len(s)-1)]
 }
 
-// TestFaults kills (SIGKILL) or pauses (SIGSTOP) a real redis-server under load from 8 goroutines
-// and checks, for each failure choice: every call returns within its deadline plus slack and
-// with the choice's decision; the breaker keeps almost all calls off the dead server; the limiter
-// recovers when the server returns; no goroutine is left behind. It logs the latency during the
-// outage.
+// TestFaults kills (SIGKILL), pauses (SIGSTOP), restarts (SIGKILL then a fresh, empty server) or
+// locks (a password set and every connection dropped: each call then gets NOAUTH) a real
+// redis-server under load from 8 goroutines and checks, for each failure choice: every call
+// returns within its deadline plus slack and with the choice's decision; the breaker keeps
+// almost all calls off the failed server; the limiter recovers when the server returns; no
+// goroutine is left behind. It reports p50, p99 and max latency during the outage, how many
+// outage decisions honoured the failure choice, and the goroutines before and after.
 func TestFaults(t *testing.T) {
-	for _, fault := range []string{"SIGKILL", "SIGSTOP"} {
+	for _, fault := range []string{"SIGKILL", "SIGSTOP", "restart", "wrong-password"} {
 		for _, mode := range []OnFailure{FailOpen, FailClosed, FailFallback} {
 			t.Run(fault+"/fail-"+mode.String(), func(t *testing.T) { runFault(t, fault, mode) })
 		}
@@ -75,6 +78,7 @@ func TestFaults(t *testing.T) {
 
 func runFault(t *testing.T, fault string, mode OnFailure) {
 	leaks := goleak.IgnoreCurrent()
+	goroutinesBefore := runtime.NumGoroutine()
 	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32, DisableIdentity: true, ContextTimeoutEnabled: true,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
@@ -124,10 +128,18 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	faultAt := time.Now()
 	phase.Store(1)
 	switch fault {
-	case "SIGKILL":
+	case "SIGKILL", "restart":
 		srv.Kill()
 	case "SIGSTOP":
 		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	case "wrong-password":
+		lockServer(t, srv.Addr)
+	}
+	if fault == "restart" {
+		// Restarted at once, empty: the outage is the restart itself plus the breaker's cooldown.
+		if err := srv.Restart(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,6 +156,8 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 		if err := srv.Resume(); err != nil {
 			t.Fatal(err)
 		}
+	case "wrong-password":
+		unlockServer(t, srv.Addr)
 	}
 	// Recovery: the next probe after the cooldown closes the breaker. Bounded wait.
 	recovered := time.Duration(-1)
@@ -168,7 +182,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 		t.Fatalf("no successful call within 5s after the server came back; stats %+v", statsOf(l))
 	}
 	var outage []time.Duration
-	var healthyErrs, outageCalls, outageErrs, lateErrs int
+	var healthyErrs, outageCalls, outageErrs, lateErrs, honoured int
 	for _, c := range calls {
 		switch c.phase {
 		case 0:
@@ -206,6 +220,7 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 					t.Fatalf("fallback decided %+v, not with the fallback limiter (limit 5)", c.d)
 				}
 			}
+			honoured++
 		case 2:
 			if c.err != nil {
 				lateErrs++
@@ -215,13 +230,13 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	if healthyErrs > 0 {
 		t.Errorf("%d errors before the fault", healthyErrs)
 	}
-	if outageErrs == 0 {
+	if outageErrs == 0 && fault != "restart" {
 		t.Fatalf("no call failed during the outage (%d calls): the fault was not seen", outageCalls)
 	}
 	roundTrips := during.RoundTrips - before.RoundTrips
 	failures := during.Failures - before.Failures
 	short := during.ShortCircuits - before.ShortCircuits
-	if during.BreakerOpens == 0 || short == 0 {
+	if fault != "restart" && (during.BreakerOpens == 0 || short == 0) {
 		t.Fatalf("the breaker never opened: %+v", during)
 	}
 	// Without a breaker every outage call would be a failed round trip; with it only the first
@@ -229,11 +244,49 @@ func runFault(t *testing.T, fault string, mode OnFailure) {
 	if failures*4 > int64(outageCalls) {
 		t.Errorf("%d of %d outage calls reached the dead server: the breaker is not keeping them off", failures, outageCalls)
 	}
-	t.Logf("%s fail-%s: outage %v, %d calls from %d goroutines: p50 %v p99 %v max %v; %d round trips (%d failed), %d short-circuited; recovered %v after the server returned",
-		fault, mode, faultOutage, outageCalls, faultWorkers, percentile(outage, 0.5), percentile(outage, 0.99), slices.Max(outage),
-		roundTrips, failures, short, recovered.Round(time.Millisecond))
 	srv.Stop()
+	// Goroutines the test started are gone; what is left must be what was there before.
+	goroutinesAfter := runtime.NumGoroutine()
+	for deadline := time.Now().Add(2 * time.Second); goroutinesAfter > goroutinesBefore && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		goroutinesAfter = runtime.NumGoroutine()
+	}
+	t.Logf("%s fail-%s: outage %v, %d calls from %d goroutines: p50 %v p99 %v max %v; %d of %d failed calls decided as fail-%s; "+
+		"%d round trips (%d failed), %d short-circuited; recovered %v after the server returned; goroutines %d before, %d after",
+		fault, mode, faultOutage, outageCalls, faultWorkers, percentile(outage, 0.5), percentile(outage, 0.99), slices.Max(outage),
+		honoured, outageErrs, mode, roundTrips, failures, short, recovered.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
+	if p99 := percentile(outage, 0.99); p99 > faultTimeout+faultSlack {
+		t.Errorf("p99 during the outage %v, above the deadline %v plus %v", p99, faultTimeout, faultSlack)
+	}
+	if honoured != outageErrs {
+		t.Errorf("%d of %d failed calls honoured fail-%s", honoured, outageErrs, mode)
+	}
+	if goroutinesAfter > goroutinesBefore {
+		t.Errorf("%d goroutines after, %d before", goroutinesAfter, goroutinesBefore)
+	}
 	goleak.VerifyNone(t, leaks)
+}
+
+// lockServer sets a password and drops every connection, so that each reconnect without it gets
+// NOAUTH: every key fails at once, as with a rotated password.
+func lockServer(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.ConfigSet(ctx, "requirepass", "rotated").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Kills this connection too; the error is expected.
+	_ = c.Do(ctx, "CLIENT", "KILL", "TYPE", "normal").Err()
+}
+
+func unlockServer(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: "rotated", DisableIdentity: true})
+	defer c.Close()
+	if err := c.ConfigSet(context.Background(), "requirepass", "").Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestNoBlindRetry sends the script through a proxy that forwards it to the server but drops the

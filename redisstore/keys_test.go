@@ -44,16 +44,17 @@ func hashedPart(key string) string {
 	return key
 }
 
-var keyShape = regexp.MustCompile(`^sl:\{[0-9a-f]{16}\}api:`)
+var keyShape = regexp.MustCompile(`^sl:\{[0-9a-f]{16}\}api:0123abcd:`)
 
 func TestKeyNames(t *testing.T) {
 	long := strings.Repeat("x", MaxInlineSubject+1)
+	key := func(name, s string) string { return keyFor("sl:", name, "0123abcd", shortSubject(s)) }
 	subjects := []string{"", "user:42", "{", "}", "}{", "{a}", "a{b}c", "{}", "#abc", long, "ünïcode", "a\x00b"}
 	seen := map[string]string{}
 	for _, s := range subjects {
-		k := keyFor("sl:", "api", s)
+		k := key("api", s)
 		if !keyShape.MatchString(k) {
-			t.Errorf("key for %q = %q: not prefix{16 hex}name:", s, k)
+			t.Errorf("key for %q = %q: not prefix{16 hex}name:policy:", s, k)
 		}
 		tag := k[4:20]
 		if got := hashedPart(k); got != tag {
@@ -67,15 +68,70 @@ func TestKeyNames(t *testing.T) {
 		}
 		seen[k] = s
 	}
-	if k := keyFor("sl:", "api", long); strings.Contains(k, long) || len(k) > 100 {
+	if k := key("api", long); strings.Contains(k, long) || len(k) > 100 {
 		t.Errorf("a long subject is kept verbatim: %q", k)
 	}
-	if k := keyFor("sl:", "api", "user:42"); !strings.HasSuffix(k, "}api:user:42") {
+	if k := key("api", "user:42"); !strings.HasSuffix(k, "}api:0123abcd:user:42") {
 		t.Errorf("a short subject is not kept verbatim: %q", k)
 	}
-	// The same subject under two limiter names: two keys, normally on two slots.
-	if keyFor("sl:", "a", "x") == keyFor("sl:", "b", "x") {
-		t.Error("two limiters share a key")
+	// The same subject under two limiter names: two keys, on one slot (so that All can decide
+	// them in one script on a cluster).
+	if a, b := key("a", "x"), key("b", "x"); a == b || hashedPart(a) != hashedPart(b) {
+		t.Errorf("two limiters' keys for one subject: %q and %q, want two keys with one tag", a, b)
+	}
+}
+
+// TestKeysRecordThePolicy: every kind and every parameter changes the key, so that a limiter
+// rebuilt with another policy under the same name never reads the old state as its own.
+func TestKeysRecordThePolicy(t *testing.T) {
+	ps := []policy.Policy{
+		policy.SlidingCounter{Limit: 5, Window: time.Minute},
+		policy.SlidingCounter{Limit: 6, Window: time.Minute},
+		policy.SlidingCounter{Limit: 5, Window: time.Second},
+		policy.FixedWindow{Limit: 5, Window: time.Minute},
+		policy.TokenBucket{Rate: 5, Burst: 5},
+		policy.TokenBucket{Rate: 5, Burst: 6},
+		policy.GCRA{Rate: 5, Burst: 5},
+		policy.GCRA{Rate: 6, Burst: 5},
+	}
+	seen := map[string]policy.Policy{}
+	for _, p := range ps {
+		l := mustNew(t, "api", p, WithClock(clock.NewManual(1_000_000)))
+		k := l.Key("user:1")
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%+v and %+v share key %q", prev, p, k)
+		}
+		seen[k] = p
+	}
+}
+
+// TestPolicyChangeStartsAfresh: GCRA state, then a sliding counter under the same name. Read as
+// a window's counts, the arrival time would refuse a fresh client for a minute; with the policy in
+// the key name the sliding counter starts from nothing.
+func TestPolicyChangeStartsAfresh(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(1_760_000_000_000)
+	// Rate 3: the arrival time's remainder is not 0, and would read as a count.
+	g := mustNew(t, "api", policy.GCRA{Rate: 3, Burst: 5}, WithClock(clk))
+	for range 5 {
+		if _, err := g.Take(ctx, "user", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(newClient(t, testAddr), "api", policy.SlidingCounter{Limit: 5, Window: time.Minute}, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// newClient flushed the server: write the GCRA state again, as the old fleet would have.
+	for range 5 {
+		if _, err := g.Take(ctx, "user", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := s.Take(ctx, "user", 1)
+	if err != nil || !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("sliding counter after GCRA under the same name: %+v, %v; want admitted with 4 left", d, err)
 	}
 }
 
@@ -99,7 +155,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"nil policy", c, "n", nil, nil, "policy is nil"},
 		{"bad limit", c, "n", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"bad window", c, "n", policy.SlidingCounter{Limit: 1, Window: 1500 * time.Microsecond}, nil, "SlidingCounter.Window = 1.5ms"},
-		{"unsupported", c, "n", policy.SlidingLog{Limit: 1, Window: time.Second}, nil, `"sliding-log"`},
+		{"log limit", c, "n", policy.SlidingLog{Limit: policy.MaxLogLimit + 1, Window: time.Second}, nil, "SlidingLog.Limit = 10001"},
 		{"timeout", c, "n", p, []Option{WithTimeout(0)}, "WithTimeout(0s)"},
 		{"skew", c, "n", p, []Option{WithClockSkew(-time.Second)}, "WithClockSkew(-1s)"},
 		{"breaker", c, "n", p, []Option{WithBreaker(0, time.Second)}, "threshold = 0"},

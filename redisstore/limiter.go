@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,11 @@ var (
 	// ErrCircuitOpen is returned (wrapping ErrUnavailable) while the breaker is open: the call was
 	// decided without trying Redis.
 	ErrCircuitOpen = fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	// ErrMisconfigured is returned (wrapping ErrUnavailable) for an error reply that every key
+	// would get: a wrong password (WRONGPASS, NOAUTH), a missing permission (NOPERM), a cluster
+	// node behind a client that does not follow MOVED or ASK, a server without Lua scripting.
+	// It opens the breaker at once, and is reported once per cause (see WithOnError).
+	ErrMisconfigured = fmt.Errorf("%w: misconfigured", ErrUnavailable)
 	// ErrClosed is returned by Take after Close.
 	ErrClosed = errors.New("redisstore: limiter closed")
 )
@@ -50,6 +57,10 @@ type Limiter struct {
 	// so that the deny cache can judge "until" in the server's time base.
 	offset atomic.Int64
 
+	cluster bool // the client follows MOVED and ASK itself
+	// lastFatal is the last error every key got, reported once; nil once Redis answers again.
+	lastFatal atomic.Pointer[fatalReport]
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 
@@ -57,8 +68,9 @@ type Limiter struct {
 }
 
 // New returns a limiter named name (printable ASCII without spaces, braces or ':', at most 64
-// bytes) applying policy p on client: policy.SlidingCounter, policy.FixedWindow,
-// policy.TokenBucket or policy.GCRA, over the full ranges their Validate accepts. Any
+// bytes) applying policy p on client: any of the seven policies (policy.SlidingCounter,
+// SlidingLog, FixedWindow, TokenBucket, GCRA, LeakyBucket, DualBucket), over the full ranges their
+// Validate accepts, deciding as the engine does. Any
 // redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
 // sentinel-backed client; it must honour the per-call deadline, so a go-redis client needs
 // ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's), and New
@@ -79,6 +91,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if cfg.onFailure == FailFallback && cfg.fallback == nil {
 		return nil, errors.New("redisstore: WithOnFailure(FailFallback) needs WithFallback")
 	}
+	cfg.serverTime = cfg.forceSrv || !cfg.clientTime
 	a, err := newAlgo(p, cfg.skew.Milliseconds())
 	if err != nil {
 		return nil, err
@@ -88,10 +101,11 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	}
 	l := &Limiter{
 		client: client, name: name, algo: a, cfg: cfg,
-		br:    newBreaker(cfg.threshold, cfg.cooldown),
+		br:    newBreaker(cfg),
 		calls: xsync.NewCounter(), roundTrips: xsync.NewCounter(), denyHits: xsync.NewCounter(),
 		failures: xsync.NewCounter(), shortCircuits: xsync.NewCounter(),
 	}
+	_, l.cluster = client.(*redis.ClusterClient)
 	if cfg.denyKeys > 0 {
 		l.deny = newDenyCache(cfg.denyKeys)
 	}
@@ -139,9 +153,46 @@ func checkClient(c redis.UniversalClient, timeout time.Duration) error {
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
 // with it. A key refused recently is decided from the local deny cache with no round trip.
 //
+// When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
+// failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
+// context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
+// circuit breaker does not count it. A ctx already done on entry costs no round trip.
+//
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	return l.take(ctx, key, n, 0)
+}
+
+// TakeWithLimit is Take for a key whose limit is limit rather than the policy's, given on each
+// call as redis_rate takes it: premium tenants, internal services. It is available for the window
+// policies, whose counts are units whatever the limit: the sliding counter and the fixed window
+// (limit 1 … policy.MaxLimit) and the sliding log (1 … policy.MaxLogLimit). For another policy,
+// or a limit out of range, the request is refused with ReasonInvalidLimit and consumes nothing.
+//
+// The limit is not stored with the key: pass the same one on every call for that key. A changed
+// limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take
+// the difference straight away; lowered below what it has taken, it is refused until its counts
+// decay under the new limit. The deny cache does not answer these calls (its replay knows only
+// the policy's limit), so each costs a round trip. Safe for concurrent use, as Take.
+func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
+	maxLimit := int64(policy.MaxLimit)
+	switch l.algo.kind {
+	case kindSlidingCounter, kindFixedWindow:
+	case kindSlidingLog:
+		maxLimit = policy.MaxLogLimit
+	default:
+		maxLimit = 0
+	}
+	if limit < 1 || limit > maxLimit {
+		l.calls.Inc()
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonInvalidLimit}, nil
+	}
+	return l.take(ctx, key, n, limit)
+}
+
+// take is Take, and TakeWithLimit when perCall > 0.
+func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engine.Decision, error) {
 	l.calls.Inc()
 	if l.closed.Load() {
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
@@ -153,8 +204,12 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 		// GCRA refuses a cost above its burst before any lookup (docs/policies.md).
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
 	}
+	lim := l.algo.limit
+	if perCall > 0 {
+		lim = perCall
+	}
 	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
-	cost := min(n, l.algo.limit+1)
+	cost := min(n, lim+1)
 	local := l.clk.Now()
 	now := local
 	if l.cfg.serverTime {
@@ -163,64 +218,173 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 	if now < 0 || now > l.algo.maxTime {
 		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
 	}
-	if l.deny != nil && cost > 0 {
-		if e, ok := l.deny.get(key, now); ok {
-			if r := l.algo.replay(e.st, now, cost); !r.Allowed {
+	sub := shortSubject(key)
+	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
+		if e, ok := l.deny.get(sub, local); ok {
+			if r := l.algo.replay(e, local+e.off, cost); !r.Allowed {
 				l.denyHits.Inc()
-				return l.decision(r, cost), nil
+				return l.decision(r, cost, lim), nil
 			}
 		}
-	}
-	ok, probe, wait := l.br.allow()
-	if !ok {
-		l.shortCircuits.Inc()
-		return l.fail(key, n, wait, ErrCircuitOpen)
 	}
 	argNow := now
 	if l.cfg.serverTime {
 		argNow = -1
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	res, err := l.algo.script.run(cctx, l.client, keyFor(l.cfg.prefix, l.name, key), l.algo.args(argNow, cost))
-	cancel()
-	l.roundTrips.Inc()
-	if err == nil && !(len(res) == 5 && res[0] == 1 || len(res) == 8 && res[0] == 0) {
-		err = fmt.Errorf("redisstore: script returned %v, want 5 values when admitting, 8 when refusing", res)
+	args := l.algo.args(argNow, cost)
+	if perCall > 0 {
+		args[1] = perCall
+	}
+	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, args)
+	refused, cacheable := l.algo.refusalShape(res)
+	if err == nil && !(len(res) == 5 && res[0] == 1 || refused) {
+		err = fmt.Errorf("%w: redisstore: script returned %v, not the policy's admission (5 values) or refusal", ErrUnavailable, res)
 	}
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			// The caller gave up: that says nothing about Redis.
-			l.br.abandon(probe)
-			return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: %w", ctx.Err()))
-		}
-		if serverAnswered(err) {
-			// The server is up and refused this one script (a key of another type, say): no
-			// reason to take every other key off Redis.
-			l.br.success(probe)
-		} else {
-			l.br.failure(probe)
-		}
-		l.failures.Inc()
-		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		if l.cfg.onError != nil {
-			l.cfg.onError(err)
-		}
-		return l.fail(key, n, l.cfg.cooldown, err)
+		return l.fail(key, n, wait, err)
 	}
-	l.br.success(probe)
-	r := policy.Result{Allowed: res[0] == 1, Limit: l.algo.limit, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
+	r := policy.Result{Allowed: res[0] == 1, Limit: lim, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
 	if l.cfg.serverTime {
 		l.offset.Store(res[4] - local)
 	}
 	if l.deny != nil {
 		switch {
-		case !r.Allowed && r.RetryAfterMs > 0:
-			l.deny.put(key, denyEntry{until: res[4] + r.RetryAfterMs, st: [3]int64{res[5], res[6], res[7]}}, now)
-		case r.Allowed && cost > 0:
-			l.deny.forget(key)
+		case !r.Allowed && r.RetryAfterMs > 0 && perCall == 0 && cacheable:
+			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
+		case r.Allowed && (cost > 0 || l.algo.kind == kindDualBucket):
+			// The dual bucket spends a request even at cost 0.
+			l.deny.forget(sub)
 		}
 	}
-	return l.decision(r, cost), nil
+	return l.decision(r, cost, lim), nil
+}
+
+// denyEntryFor is what the deny cache remembers of a refusal: the state, and until when the
+// refusal may hold, on this process's clock. The script decided at res[4] on the server's clock
+// (or ours, under client time); off = res[4] - local maps our later readings onto that clock.
+// local was read before the call was sent, so off is at least the true offset between the two
+// clocks, and local + off never runs behind the server: the entry expires no later than the
+// refusal does on Redis. It is cut short, too, at the key's TTL on Redis (res[8], in ms), since
+// once the key is gone Redis decides as for a new key, whatever a skewed clock wrote in it.
+func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
+	off := res[4] - local
+	life := retry
+	if ttl := res[len(res)-1]; ttl >= 0 {
+		life = min(life, ttl)
+	}
+	return l.algo.newDenyEntry(res, local+life, off)
+}
+
+// eval runs one script under the circuit breaker and the limiter's deadline. On failure it
+// returns the error for Take to hand back (already counted, classified and reported) and how long
+// until the breaker next tries Redis.
+func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any) ([]int64, time.Duration, error) {
+	ok, probe, wait := l.br.allow()
+	if !ok {
+		l.shortCircuits.Inc()
+		if f := l.lastFatal.Load(); f != nil {
+			// Say why it is open: the cause was reported once, and the caller may not see logs.
+			return nil, wait, fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
+		}
+		return nil, wait, ErrCircuitOpen
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller has already given up: no round trip, and nothing learned about Redis.
+		l.br.abandon(probe)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	res, err := s.run(cctx, l.client, keys, args)
+	cancel()
+	l.roundTrips.Inc()
+	if err == nil {
+		l.br.success(probe)
+		if l.lastFatal.Load() != nil {
+			l.lastFatal.Store(nil)
+		}
+		return res, 0, nil
+	}
+	if cerr := callerDone(ctx); cerr != nil {
+		// The caller's own context ended (cancelled, or its deadline passed, as behind
+		// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
+		// cctx's, and leaves ctx alive, so it still counts against the store.
+		l.br.abandon(probe)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", cerr)
+	}
+	l.failures.Inc()
+	if hint := everyKey(err, l.cluster); hint != "" {
+		l.br.fatal(probe)
+		err = fmt.Errorf("%w: %s: %w", ErrMisconfigured, hint, err)
+		l.reportFatal(err)
+		return nil, time.Duration(l.br.curCool.Load()), err
+	}
+	if serverAnswered(err) {
+		// The server is up and refused this one script (a key of another type, say): no
+		// reason to take every other key off Redis.
+		l.br.success(probe)
+	} else {
+		l.br.failure(probe)
+	}
+	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+	}
+	return nil, l.cfg.cooldown, err
+}
+
+// callerDone returns ctx's error once it is done, or context.DeadlineExceeded once its deadline
+// has passed: a socket deadline set from ctx can fire a moment before ctx's own timer marks it
+// done, and that failure is the caller's too.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// reportFatal hands an error every key gets to the WithOnError hook, or to log/slog's default
+// logger, once per cause: until Redis answers again, the same error is not reported twice.
+func (l *Limiter) reportFatal(err error) {
+	msg := err.Error()
+	if p := l.lastFatal.Swap(&fatalReport{err: err, msg: msg}); p != nil && p.msg == msg {
+		return
+	}
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+		return
+	}
+	slog.Error("redisstore: Redis refuses every key; decisions follow the failure choice until a probe succeeds",
+		"limiter", l.name, "err", msg)
+}
+
+type fatalReport struct {
+	err error
+	msg string
+}
+
+// everyKey returns, for an error reply that every key would get, what is wrong in words; ""
+// for anything else. MOVED and ASK reach the limiter only from a client that does not follow
+// them, that is anything but a ClusterClient (which follows them itself, and passes one on only
+// after its redirect limit, for one slot in migration).
+func everyKey(err error, cluster bool) string {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return ""
+	}
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
+		return "authentication failed: check the username and password the client connects with"
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL, and GET, SET, PTTL and TIME on the limiter's keys)"
+	case !cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
+		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
+	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
+		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
+	}
+	return ""
 }
 
 // serverAnswered reports whether err is an error reply about this call alone, as opposed to a
@@ -245,7 +409,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 	return d.Allowed, err
 }
 
-func (l *Limiter) decision(r policy.Result, cost int64) engine.Decision {
+func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 	d := engine.Decision{
 		Allowed:    r.Allowed,
 		Limit:      r.Limit,
@@ -256,7 +420,7 @@ func (l *Limiter) decision(r policy.Result, cost int64) engine.Decision {
 	switch {
 	case r.Allowed:
 		d.Reason = engine.ReasonOK
-	case cost > l.algo.limit:
+	case cost > limit:
 		d.Reason = engine.ReasonCostAboveLimit
 	default:
 		d.Reason = engine.ReasonLimited
@@ -279,30 +443,24 @@ func (l *Limiter) fail(key string, n int64, wait time.Duration, err error) (engi
 // as a new key's. Other processes' deny caches may still refuse it until their retry times.
 // Safe for concurrent use; a Take racing with Reset may count before or after it.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	sub := shortSubject(key)
 	if l.deny != nil {
-		l.deny.forget(key)
+		l.deny.forget(sub)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	return l.client.Del(cctx, keyFor(l.cfg.prefix, l.name, key)).Err()
+	return l.client.Del(cctx, l.redisKey(sub)).Err()
 }
 
-// Key returns the Redis key that holds key's state, for inspection and administration. A pure
-// function of the limiter's name and prefix, safe for concurrent use.
-func (l *Limiter) Key(key string) string { return keyFor(l.cfg.prefix, l.name, key) }
+// Key returns the Redis key that holds key's state, for inspection and administration:
+// <prefix>{<hash tag>}<name>:<policy fingerprint>:<key, or '#' and its hash when long>. A pure
+// function of the limiter's prefix, name and policy, safe for concurrent use.
+func (l *Limiter) Key(key string) string { return l.redisKey(shortSubject(key)) }
+
+func (l *Limiter) redisKey(sub string) string { return keyFor(l.cfg.prefix, l.name, l.algo.tag, sub) }
 
 // Policy returns the policy the limiter was built with. Safe for concurrent use.
-func (l *Limiter) Policy() policy.Policy {
-	switch l.algo.kind {
-	case kindSlidingCounter:
-		return l.algo.sc
-	case kindFixedWindow:
-		return policy.FixedWindow{Limit: l.algo.limit, Window: time.Duration(l.algo.w) * time.Millisecond}
-	case kindTokenBucket:
-		return policy.TokenBucket{Rate: l.algo.rate, Burst: l.algo.limit}
-	}
-	return policy.GCRA{Rate: l.algo.rate, Burst: l.algo.limit}
-}
+func (l *Limiter) Policy() policy.Policy { return l.algo.pol }
 
 // Name returns the limiter's name. Safe for concurrent use.
 func (l *Limiter) Name() string { return l.name }

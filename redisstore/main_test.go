@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -17,14 +18,14 @@ import (
 // start their own.
 var testAddr string
 
-// TestMain runs every test against a real redis-server on a free loopback port. It installs
-// nothing: without redis-server on PATH it fails under CI=true and skips the package otherwise
+// TestMain runs every test against a real redis-server (or $SLIDELIMIT_REDIS_SERVER, such as
+// valkey-server) on a free loopback port. It installs nothing: without the program on PATH it fails under CI=true and skips the package otherwise
 // (the repository's test script installs it).
 func TestMain(m *testing.M) {
 	srv, err := redisserver.Start()
 	if err != nil {
 		if errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") != "true" {
-			fmt.Println("redisstore: SKIP: redis-server is not installed (apt-get install redis-server); CI=true makes this a failure")
+			fmt.Printf("redisstore: SKIP: %s is not installed (apt-get install redis-server); CI=true makes this a failure\n", redisserver.Program())
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "redisstore:", err)
@@ -52,4 +53,22 @@ func newClient(t testing.TB, addr string) *redis.Client {
 		t.Fatalf("FLUSHALL: %v", err)
 	}
 	return c
+}
+
+// TestServerProgram checks that the tests run against the program the harness was told to run:
+// a Valkey run that silently fell back to Redis would prove nothing.
+func TestServerProgram(t *testing.T) {
+	info, err := newClient(t, testAddr).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantValkey := strings.Contains(redisserver.Program(), "valkey")
+	if isValkey := strings.Contains(info, "valkey_version:") || strings.Contains(info, "server_name:valkey"); isValkey != wantValkey {
+		t.Fatalf("running %s, but the server says valkey = %v", redisserver.Program(), isValkey)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if strings.HasPrefix(line, "redis_version:") || strings.HasPrefix(line, "valkey_version:") {
+			t.Logf("%s: %s", redisserver.Program(), line)
+		}
+	}
 }

@@ -34,22 +34,35 @@ const (
 
 // Defaults, constants safe to read from anywhere.
 const (
-	DefaultTimeout          = 50 * time.Millisecond
-	DefaultSkew             = 2 * time.Second
+	DefaultTimeout = 50 * time.Millisecond
+	DefaultSkew    = 2 * time.Second
+	// DefaultBreakerThreshold is the consecutive-failure threshold tests and simulations usually
+	// give WithBreaker; the default breaker judges a failure ratio instead (WithBreakerRatio).
 	DefaultBreakerThreshold = 1
 	DefaultBreakerCooldown  = 500 * time.Millisecond
-	DefaultDenyCacheKeys    = 1 << 16
-	DefaultPrefix           = "sl:"
+	// The default breaker opens when, over the last DefaultBreakerWindow, at least
+	// DefaultBreakerMinCalls calls reached Redis and at least DefaultBreakerRatio of them failed.
+	// TestBreakerDefaults measures what they cost: see the package documentation.
+	DefaultBreakerRatio    = 0.5
+	DefaultBreakerMinCalls = 10
+	DefaultBreakerWindow   = time.Second
+	DefaultDenyCacheKeys   = 1 << 16
+	DefaultPrefix          = "sl:"
 )
 
 type config struct {
 	clock      *clock.Clock
-	serverTime bool
+	serverTime bool // resolved by New: forced, or the default without clientTime
+	forceSrv   bool
+	clientTime bool
 	timeout    time.Duration
 	skew       time.Duration
 	onFailure  OnFailure
 	fallback   *engine.Limiter
-	threshold  int
+	threshold  int // consecutive failures that open the breaker; 0 = the ratio rule
+	ratio      float64
+	minCalls   int
+	window     time.Duration
 	cooldown   time.Duration
 	denyKeys   int
 	prefix     string
@@ -61,33 +74,48 @@ func defaultConfig() config {
 		timeout:   DefaultTimeout,
 		skew:      DefaultSkew,
 		onFailure: FailOpen,
-		threshold: DefaultBreakerThreshold,
+		ratio:     DefaultBreakerRatio,
+		minCalls:  DefaultBreakerMinCalls,
+		window:    DefaultBreakerWindow,
 		cooldown:  DefaultBreakerCooldown,
 		denyKeys:  DefaultDenyCacheKeys,
 		prefix:    DefaultPrefix,
 	}
 }
 
-// WithClock makes the limiter send the time read from c with every decision, instead of the
-// process-wide coarse clock (clock.Acquire). Use clock.NewManual to pass explicit times in tests
-// and simulations. The limiter does not stop c. Hosts whose clocks differ by more than a few
-// milliseconds see each other's windows shifted; WithServerTime avoids that.
+// WithClock makes the limiter decide at the times read from c, sent with every call, instead of
+// the server's time: client time, as WithClientTime, on c rather than the process-wide coarse
+// clock. Use clock.NewManual to pass explicit times in tests and simulations. The limiter does
+// not stop c. With WithServerTime as well, decisions use the server's time and c serves only the
+// deny cache's reckoning between replies.
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
 			return fmt.Errorf("redisstore: WithClock(nil)")
 		}
-		cfg.clock = c
+		cfg.clock, cfg.clientTime = c, true
 		return nil
 	}
 }
 
 // WithServerTime makes every decision read the time from the Redis server (TIME, inside the
-// script, so still one round trip) instead of the caller's clock, so that hosts with skewed
-// clocks agree. In a cluster, each key's time comes from the node that holds it.
+// script, so still one round trip), so that hosts with skewed clocks agree. It is the default;
+// the option exists to keep it when WithClock is given too. In a cluster, each key's time comes
+// from the node that holds it.
 func WithServerTime() Option {
 	return func(cfg *config) error {
-		cfg.serverTime = true
+		cfg.forceSrv = true
+		return nil
+	}
+}
+
+// WithClientTime makes the limiter send this process's coarse clock with every call instead of
+// using the server's time, saving the TIME call inside each script. Hosts whose clocks differ
+// then see each other's windows shifted by the difference; the deny cache stays bounded by the
+// key's TTL on Redis (see the package documentation).
+func WithClientTime() Option {
+	return func(cfg *config) error {
+		cfg.clientTime = true
 		return nil
 	}
 }
@@ -141,10 +169,12 @@ func WithFallback(l *engine.Limiter) Option {
 	}
 }
 
-// WithBreaker sets the circuit breaker: after threshold consecutive failed calls it opens, and
-// while open every Take decides by the failure choice without touching Redis; after cooldown one
-// call (and only one) tries Redis again, closing the breaker on success. Defaults: threshold 1,
-// cooldown 500ms, so a dead or paused Redis costs one timeout per cooldown, not one per request.
+// WithBreaker replaces the default failure-ratio breaker with a consecutive-failure one: after
+// threshold consecutive failed calls it opens, and while open every Take decides by the failure
+// choice without touching Redis; after cooldown one call (and only one) tries Redis again,
+// closing the breaker on success and reopening it on failure. With threshold 1 a single slow
+// reply takes Redis out of the decisions for a whole cooldown, which suits tests more than
+// production; the default (WithBreakerRatio) rides out a short stall.
 func WithBreaker(threshold int, cooldown time.Duration) Option {
 	return func(cfg *config) error {
 		if threshold < 1 || threshold > 1<<20 {
@@ -158,8 +188,61 @@ func WithBreaker(threshold int, cooldown time.Duration) Option {
 	}
 }
 
+// BreakerRatio configures the failure-ratio circuit breaker; a zero field takes its default. A
+// plain value, safe to copy and share.
+type BreakerRatio struct {
+	// Ratio is the share of failed calls, in (0, 1], that opens the breaker (default
+	// DefaultBreakerRatio).
+	Ratio float64
+	// MinCalls is how many calls must have reached Redis within Window before Ratio is judged
+	// (default DefaultBreakerMinCalls), so that a quiet limiter is not opened by one failure.
+	MinCalls int
+	// Window is the interval the calls are counted over, sliding by a tenth of itself (default
+	// DefaultBreakerWindow).
+	Window time.Duration
+	// Cooldown is how long the breaker stays open before one call probes Redis (default
+	// DefaultBreakerCooldown).
+	Cooldown time.Duration
+}
+
+// WithBreakerRatio sets the circuit breaker that New uses by default: it opens when, over the
+// last Window, at least MinCalls calls reached Redis and at least Ratio of them failed; while
+// open every Take decides by the failure choice without touching Redis; after Cooldown one call
+// (and only one) tries Redis again, closing the breaker on success and reopening it on failure.
+// Errors that affect every key (ErrMisconfigured) open it at once whatever the ratio.
+func WithBreakerRatio(b BreakerRatio) Option {
+	return func(cfg *config) error {
+		if b.Ratio == 0 {
+			b.Ratio = DefaultBreakerRatio
+		}
+		if b.MinCalls == 0 {
+			b.MinCalls = DefaultBreakerMinCalls
+		}
+		if b.Window == 0 {
+			b.Window = DefaultBreakerWindow
+		}
+		if b.Cooldown == 0 {
+			b.Cooldown = DefaultBreakerCooldown
+		}
+		if !(b.Ratio > 0 && b.Ratio <= 1) {
+			return fmt.Errorf("redisstore: WithBreakerRatio Ratio = %v: must be in (0, 1]", b.Ratio)
+		}
+		if b.MinCalls < 1 || b.MinCalls > 1<<20 {
+			return fmt.Errorf("redisstore: WithBreakerRatio MinCalls = %d: must be in [1, 2^20]", b.MinCalls)
+		}
+		if b.Window < 10*time.Millisecond || b.Window > time.Hour {
+			return fmt.Errorf("redisstore: WithBreakerRatio Window = %v: must be in [10ms, 1h]", b.Window)
+		}
+		if b.Cooldown < time.Millisecond || b.Cooldown > time.Hour {
+			return fmt.Errorf("redisstore: WithBreakerRatio Cooldown = %v: must be in [1ms, 1h]", b.Cooldown)
+		}
+		cfg.threshold, cfg.ratio, cfg.minCalls, cfg.window, cfg.cooldown = 0, b.Ratio, b.MinCalls, b.Window, b.Cooldown
+		return nil
+	}
+}
+
 // WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
-// 0 turns the cache off. A remembered key is decided in process, with the state Redis returned
+// 0 turns the cache off. Each takes at most DenyCacheEntryBytes, whatever the subject's length. A remembered key is decided in process, with the state Redis returned
 // when it refused it, until its retry time: the policy is replayed on that state, so the answer is
 // the one Redis would give when no other host touches the key, and with other hosts it can only
 // refuse what Redis would refuse too (their requests only add to the count).
@@ -169,6 +252,24 @@ func WithDenyCache(maxKeys int) Option {
 			return fmt.Errorf("redisstore: WithDenyCache(%d): must be in [0, 2^26]", maxKeys)
 		}
 		cfg.denyKeys = maxKeys
+		return nil
+	}
+}
+
+// DenyCacheEntryBytes bounds the memory one deny-cache entry takes, key included: the cache keeps
+// a key by its short name (at most MaxInlineSubject bytes; a longer subject is kept as its hash),
+// so the cache's memory is at most its key count times this, whatever subjects clients send.
+const DenyCacheEntryBytes = 512
+
+// WithDenyCacheBytes bounds the deny cache's memory instead of its key count: it remembers at
+// most maxBytes / DenyCacheEntryBytes keys (0 turns it off). The default, DefaultDenyCacheKeys
+// keys, is at most 32 MiB.
+func WithDenyCacheBytes(maxBytes int64) Option {
+	return func(cfg *config) error {
+		if maxBytes < 0 || maxBytes/DenyCacheEntryBytes > 1<<26 {
+			return fmt.Errorf("redisstore: WithDenyCacheBytes(%d): must be in [0, 2^26 * %d]", maxBytes, DenyCacheEntryBytes)
+		}
+		cfg.denyKeys = int(maxBytes / DenyCacheEntryBytes)
 		return nil
 	}
 }
@@ -186,7 +287,10 @@ func WithPrefix(p string) Option {
 }
 
 // WithOnError sets a function called with every Redis failure (not with the breaker's short
-// circuits), for logs and metrics. It is called synchronously from Take, possibly from many
+// circuits), for logs and metrics. An error that every key gets (ErrMisconfigured: a wrong
+// password, a missing permission, a cluster node behind a single-node client, no scripting) is
+// passed once per cause, until Redis answers again; without a hook it is logged once with
+// log/slog's default logger. It is called synchronously from Take, possibly from many
 // goroutines at once, and must be fast and safe for concurrent use.
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {

@@ -62,6 +62,8 @@ type stepModel[S any] struct {
 	// for a state from a later window than now's: time ran backwards, see the report).
 	solvable   func(s S, now int64) bool
 	beforeLook func(cost int64) bool // GCRA: false refuses before any lookup
+	clone      func(S) S             // sliding log: a copy that shares no ring
+	spendsZero bool                  // dual bucket: cost 0 spends a request, and is stored
 	st         map[int]*S
 	big        *refGCRA
 }
@@ -78,14 +80,20 @@ func (m *stepModel[S]) take(key int, now, cost int64) engine.Decision {
 	// Redis stores a state only when it counts something (a refusal, or cost 0, writes nothing).
 	// With times that never run backwards that is invisible, the roll being idempotent; with
 	// times that do, the model must do the same to predict Redis.
-	after := *before
+	cp := func(s S) S {
+		if m.clone != nil {
+			return m.clone(s)
+		}
+		return s
+	}
+	after := cp(*before)
 	r := m.step(&after, now, cost)
-	if r.Allowed && cost > 0 {
+	if r.Allowed && (cost > 0 || m.spendsZero) {
 		m.st[key] = &after
 	}
 	if !r.Allowed && r.RetryAfterMs > 0 && (m.solvable == nil || m.solvable(*before, now)) {
 		admitted := func(t int64) bool {
-			c := *before
+			c := cp(*before)
 			return m.step(&c, now+t, cost).Allowed
 		}
 		if got := searchMin(1, m.horizon, admitted); got != r.RetryAfterMs {
@@ -164,6 +172,16 @@ func newRef(t *testing.T, p policy.Policy) refModel {
 	case policy.TokenBucket:
 		return &stepModel[policy.TokenBucketState]{t: t, limit: p.Burst, horizon: 2*p.FillMs() + 8,
 			fresh: p.Fresh, step: p.Take, st: map[int]*policy.TokenBucketState{}}
+	case policy.SlidingLog:
+		return &stepModel[policy.SlidingLogState]{t: t, limit: p.Limit, horizon: 2*p.WindowMs() + 16,
+			fresh: p.Fresh, step: p.Take, st: map[int]*policy.SlidingLogState{},
+			clone: func(s policy.SlidingLogState) policy.SlidingLogState { return s.Clone() }}
+	case policy.LeakyBucket:
+		return &stepModel[policy.LeakyBucketState]{t: t, limit: p.Capacity, horizon: 2*p.DrainMs() + 8,
+			fresh: p.Fresh, step: p.Take, st: map[int]*policy.LeakyBucketState{}}
+	case policy.DualBucket:
+		return &stepModel[policy.DualBucketState]{t: t, limit: p.TokensPerMin, horizon: 2*policy.DualPeriodMs + 8, spendsZero: true,
+			fresh: p.Fresh, step: p.Take, st: map[int]*policy.DualBucketState{}}
 	case policy.GCRA:
 		return &stepModel[policy.GCRAState]{t: t, limit: p.Burst, horizon: 2*ceilDiv(p.Burst*1000, p.Rate) + 8,
 			fresh: p.Fresh, st: map[int]*policy.GCRAState{}, beforeLook: p.CheckCost,
@@ -187,6 +205,12 @@ func span(p policy.Policy) int64 {
 		return ceilDiv(p.Burst*1000, p.Rate)
 	case policy.GCRA:
 		return ceilDiv(p.Burst*1000, p.Rate)
+	case policy.SlidingLog:
+		return p.WindowMs()
+	case policy.LeakyBucket:
+		return p.DrainMs()
+	case policy.DualBucket:
+		return policy.DualPeriodMs
 	}
 	return 1000
 }
@@ -201,6 +225,12 @@ func limitOf(p policy.Policy) int64 {
 		return p.Burst
 	case policy.GCRA:
 		return p.Burst
+	case policy.SlidingLog:
+		return p.Limit
+	case policy.LeakyBucket:
+		return p.Capacity
+	case policy.DualBucket:
+		return p.TokensPerMin
 	}
 	return 1
 }
@@ -292,6 +322,25 @@ func policyCases() []struct {
 		{policy.GCRA{Rate: maxL, Burst: maxL}, today},
 		{policy.GCRA{Rate: maxL, Burst: 1}, MaxTimeMs - 1000},
 		{policy.GCRA{Rate: 999, Burst: 1000}, 1 << 45},
+		{policy.SlidingLog{Limit: 5, Window: time.Second}, today},
+		{policy.SlidingLog{Limit: 1, Window: time.Millisecond}, today},
+		{policy.SlidingLog{Limit: 7, Window: 3 * time.Millisecond}, 0},
+		{policy.SlidingLog{Limit: 100, Window: 997 * time.Millisecond}, today},
+		{policy.SlidingLog{Limit: policy.MaxLogLimit, Window: maxW}, today},
+		{policy.SlidingLog{Limit: 3, Window: maxW}, 1 << 45},
+		{policy.SlidingLog{Limit: 50, Window: time.Second}, MaxTimeMs - 5000},
+		{policy.LeakyBucket{Rate: 10, Capacity: 5}, today},
+		{policy.LeakyBucket{Rate: 3, Capacity: 7}, today},
+		{policy.LeakyBucket{Rate: 1, Capacity: maxL}, today},
+		{policy.LeakyBucket{Rate: maxL, Capacity: maxL}, today},
+		{policy.LeakyBucket{Rate: maxL, Capacity: 1}, MaxTimeMs - 1000},
+		{policy.LeakyBucket{Rate: 999, Capacity: 1000}, 1 << 45},
+		{policy.DualBucket{RequestsPerMin: 5, TokensPerMin: 100}, today},
+		{policy.DualBucket{RequestsPerMin: 100, TokensPerMin: 7}, today},
+		{policy.DualBucket{RequestsPerMin: 1, TokensPerMin: maxL}, today},
+		{policy.DualBucket{RequestsPerMin: maxL, TokensPerMin: maxL}, today},
+		{policy.DualBucket{RequestsPerMin: maxL, TokensPerMin: 1}, MaxTimeMs - 200_000},
+		{policy.DualBucket{RequestsPerMin: 7, TokensPerMin: 61}, 1 << 45},
 	}
 }
 
@@ -301,7 +350,9 @@ func caseName(p policy.Policy, start int64) string {
 
 func mustNew(t testing.TB, name string, p policy.Policy, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(newClient(t, testAddr), name, p, opts...)
+	// A generous deadline first (a test's own options may override it): a loaded machine can
+	// stall a healthy reply past the 50ms default.
+	l, err := New(newClient(t, testAddr), name, p, append([]Option{WithTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%s, %+v): %v", name, p, err)
 	}

@@ -10,9 +10,10 @@ import (
 
 // Every script takes one key and ARGV = now, limit (or rate), window (or burst), cost, ttl, extra.
 // It returns five integers when it admits — allowed (1), remaining, retry-after ms (0), reset-at
-// ms, the now it decided at — and eight when it refuses: the same five and the key's state as
-// stored (three integers), so that the local deny cache can replay the key's next requests on
-// exactly what Redis holds, without a round trip. A refused request writes nothing, and so does
+// ms, the now it decided at — and nine when it refuses: the same five, the key's state as stored
+// (three integers), so that the local deny cache can replay the key's next requests on exactly
+// what Redis holds, without a round trip, and the key's PTTL (-2 when there is no key), so that
+// the deny cache never remembers a refusal longer than Redis remembers the state behind it. A refused request writes nothing, and so does
 // cost 0: rolling a state forward is invisible to every later decision, so it need not be stored.
 //
 // Exactness. Lua numbers in Redis (and Valkey) are IEEE doubles, exact for integers below 2^53.
@@ -39,27 +40,43 @@ import (
 // Numbers are stored with string.format('%d'), never tostring, which keeps only 14 digits.
 // Globals are read once into locals: in Redis 7 every global read goes through the sandbox's
 // metatable, and the scripts' cost on the server is what bounds a fleet's decisions per second.
-const luaPrelude = `
+const luaLocals = `
 local call, tonumber, floor, fmt, match = redis.call, tonumber, math.floor, string.format, string.match
-local A, key = ARGV, KEYS[1]
-local now = tonumber(A[1])
+`
+
+// luaNow is the decision's time: ARGV[1], or the server's clock when that is negative.
+const luaNow = `
+local now = tonumber(ARGV[1])
 if now < 0 then
   local t = call('TIME')
   now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 end
+`
+
+// luaHeader opens a single-key take script. The policy bodies write through write, which is
+// call here and, in the several-limits script (multiLua), a no-op during its first, deciding pass.
+const luaHeader = luaLocals + luaNow + `
+local A, key = ARGV, KEYS[1]
 local cost = tonumber(A[4])
+local write = call
+`
+
+// luaGetState reads a state stored as up to five integers separated by spaces into s1 … s5.
+const luaGetState = `
 local v = call('GET', key)
-local s1, s2, s3
+local s1, s2, s3, s4, s5
 if v then
-  s1, s2, s3 = match(v, '^(%-?%d+) (%-?%d+) ?(%-?%d*)$')
+  s1, s2, s3, s4, s5 = match(v, '^(%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)$')
   if not s1 then return redis.error_reply('redisstore: malformed state at ' .. key) end
-  s1, s2, s3 = tonumber(s1), tonumber(s2), tonumber(s3) or 0
+  s1, s2, s3, s4, s5 = tonumber(s1), tonumber(s2), tonumber(s3) or 0, tonumber(s4) or 0, tonumber(s5) or 0
 end
 `
 
+const luaPrelude = luaHeader + luaGetState
+
 // slidingCounterLua mirrors policy.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
 // ARGV: now, limit, windowMs, cost, ttlMs.
-const slidingCounterLua = luaPrelude + `
+const slidingCounterBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local start = now - now % w
 local win, cur, prev = start, 0, 0
@@ -84,7 +101,7 @@ if prev > 0 then
 end
 if cost == 0 or (cost <= limit and est + cost <= limit) then
   if cost > 0 then
-    call('SET', key, fmt('%d %d %d', win, cur + cost, prev), 'PX', A[5])
+    write('SET', key, fmt('%d %d %d', win, cur + cost, prev), 'PX', A[5])
   end
   local remaining = limit - est - cost
   if remaining < 0 then remaining = 0 end
@@ -113,20 +130,22 @@ if cost <= limit then
     end
   end
 end
-if v then return {0, remaining, retry, win + w, now, s1, s2, s3} end
-return {0, remaining, retry, win + w, now, start, 0, 0}
+if v then return {0, remaining, retry, win + w, now, s1, s2, s3, call('PTTL', key)} end
+return {0, remaining, retry, win + w, now, start, 0, 0, -2}
 `
+
+const slidingCounterLua = luaPrelude + slidingCounterBody
 
 // fixedWindowLua mirrors policy.FixedWindow.Take: a state from a later window than now's is kept,
 // with now counted as that window's first millisecond. ARGV: now, limit, windowMs, cost, skewMs.
-const fixedWindowLua = luaPrelude + `
+const fixedWindowBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local win, count = now - now % w, 0
 if v and s1 >= win then win, count = s1, s2 end
 if cost == 0 or (cost <= limit and count + cost <= limit) then
   if cost > 0 then
     count = count + cost
-    call('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
+    write('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
   end
   return {1, limit - count, 0, win + w, now}
 end
@@ -134,13 +153,15 @@ local retry = 0
 if cost <= limit then retry = win + w - now end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
-if v then return {0, remaining, retry, win + w, now, s1, s2, 0} end
-return {0, remaining, retry, win + w, now, win, 0, 0}
+if v then return {0, remaining, retry, win + w, now, s1, s2, 0, call('PTTL', key)} end
+return {0, remaining, retry, win + w, now, win, 0, 0, -2}
 `
+
+const fixedWindowLua = luaPrelude + fixedWindowBody
 
 // tokenBucketLua mirrors policy.TokenBucket.Take; waits count from the later of now and the
 // state's last refill. ARGV: now, ratePerSec, burst, cost, ttlMs, fillMs.
-const tokenBucketLua = luaPrelude + `
+const tokenBucketBody = `
 local rate, burst = tonumber(A[2]), tonumber(A[3])
 local tokens, credit, last = burst, 0, now
 if v then tokens, credit, last = s1, s2, s3 end
@@ -160,21 +181,23 @@ if tokens < burst then reset = base + floor(((burst - tokens) * 1000 - credit + 
 if cost == 0 or (cost <= burst and tokens >= cost) then
   if cost > 0 then
     tokens = tokens - cost
-    call('SET', key, fmt('%d %d %d', tokens, credit, last), 'PX', A[5])
+    write('SET', key, fmt('%d %d %d', tokens, credit, last), 'PX', A[5])
     reset = base + floor(((burst - tokens) * 1000 - credit + rate - 1) / rate)
   end
   return {1, tokens, 0, reset, now}
 end
 local retry = 0
 if cost <= burst then retry = base - now + floor(((cost - tokens) * 1000 - credit + rate - 1) / rate) end
-if v then return {0, tokens, retry, reset, now, s1, s2, s3} end
-return {0, tokens, retry, reset, now, burst, 0, now}
+if v then return {0, tokens, retry, reset, now, s1, s2, s3, call('PTTL', key)} end
+return {0, tokens, retry, reset, now, burst, 0, now, -2}
 `
+
+const tokenBucketLua = luaPrelude + tokenBucketBody
 
 // gcraLua mirrors policy.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
 // now*rate would not be exact in a double. ARGV: now, ratePerSec, burst, cost (at most burst: a
 // larger one is refused in Go before any lookup), ttlMs.
-const gcraLua = luaPrelude + `
+const gcraBody = `
 local rate, burst = tonumber(A[2]), tonumber(A[3])
 local tm, tr = now, 0
 if v then tm, tr = s1, s2 end
@@ -192,7 +215,7 @@ if lag <= room then
     local x = tr + cost * 1000
     local r = x % rate
     tm, tr = tm + (x - r) / rate, r
-    call('SET', key, fmt('%d %d', tm, tr), 'PX', A[5])
+    write('SET', key, fmt('%d %d', tm, tr), 'PX', A[5])
     if lag < 0 then lag = 0 end
     lag = lag + cost * 1000
   end
@@ -210,8 +233,168 @@ local retry = dm - floor((room - tr) / rate)
 local remaining, reset = 0, tm
 if tr > 0 then reset = tm + 1 end
 if lag < B then remaining = floor((B - lag) / 1000) end
-return {0, remaining, retry, reset, now, tm, tr, 0}
+return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 `
+
+const gcraLua = luaPrelude + gcraBody
+
+// slidingLogLua mirrors policy.SlidingLog.Take on a sorted set (see MaxCachedLogLimit for what
+// a refusal returns): one member per admitted unit,
+// scored by its time, named "<time>:<i>" with i counting the units at that time (they all leave
+// the window together, so the names never repeat while live). Live entries are those after
+// now - window, as in the engine; a refusal and cost 0 write nothing, and an admission first drops
+// the expired entries. Units are recorded at the newest entry's time if that is later than now,
+// which keeps the log sorted, as the engine does. Times are below 2^50, exact as scores.
+// ARGV: now, limit, windowMs, cost, ttlMs.
+const slidingLogBody = `
+local limit, w = tonumber(A[2]), tonumber(A[3])
+local cut = now - w
+local n = call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
+local function newest()
+  local e = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return tonumber(e[2])
+end
+if cost <= limit - n then
+  if cost > 0 then
+    write('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cut))
+    local t = now
+    if n > 0 then
+      local nt = newest()
+      if nt > t then t = nt end
+    end
+    local ts = fmt('%d', t)
+    local c = call('ZCOUNT', key, ts, ts)
+    local i = 0
+    while i < cost do
+      -- ZADD in chunks: Lua's unpack is bounded by the C stack.
+      local args, m = {}, 0
+      while i < cost and m < 1000 do
+        args[2 * m + 1] = ts
+        args[2 * m + 2] = ts .. ':' .. fmt('%d', c + i)
+        i, m = i + 1, m + 1
+      end
+      write('ZADD', key, unpack(args))
+    end
+    write('PEXPIRE', key, A[5])
+    -- t is now the newest entry; read as such, since a deciding pass of the several-limits
+    -- script (multiLua) has not written it.
+    return {1, limit - n - cost, 0, t + w, now}
+  end
+  local reset = now
+  if n > 0 then reset = newest() + w end
+  return {1, limit - n, 0, reset, now}
+end
+local retry = 0
+if cost <= limit then
+  -- The (cost - free)-th oldest live entry must leave the window first.
+  local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES', 'LIMIT', cost - (limit - n) - 1, 1)
+  retry = tonumber(e[2]) + w - now
+end
+local reset = now
+if n > 0 then reset = newest() + w end
+if n == 0 or limit > 32 then return {0, limit - n, retry, reset, now, -2} end
+-- A small log goes back whole, as (time, count) pairs oldest first, for the deny cache.
+local out = {0, limit - n, retry, reset, now}
+local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES')
+local at, cnt = nil, 0
+for j = 2, #e, 2 do
+  local sc = tonumber(e[j])
+  if sc == at then
+    cnt = cnt + 1
+  else
+    if at then out[#out + 1], out[#out + 2] = at, cnt end
+    at, cnt = sc, 1
+  end
+end
+out[#out + 1], out[#out + 2] = at, cnt
+out[#out + 1] = call('PTTL', key)
+return out
+`
+
+const slidingLogLua = luaHeader + slidingLogBody
+
+// leakyBucketLua mirrors policy.LeakyBucket.Take; waits count from the later of now and the
+// state's last drain. A gap longer than drainMs is clamped to it, which empties any bucket just
+// as the full gap would, and keeps rate*dt <= capacity*1000 + rate < 2^43.
+// ARGV: now, ratePerSec, capacity, cost, ttlMs, drainMs.
+const leakyBucketBody = `
+local rate, cap = tonumber(A[2]), tonumber(A[3])
+local level, credit, last = 0, 0, now
+if v then level, credit, last = s1, s2, s3 end
+local dt = now - last
+if dt > 0 then
+  local drain = tonumber(A[6])
+  if dt > drain then dt = drain end
+  local c = credit + rate * dt
+  local r = c % 1000
+  local drained = (c - r) / 1000
+  if drained >= level then level, credit = 0, 0 else level, credit = level - drained, r end
+  last = now
+end
+local base = now
+if last > now then base = last end
+if cost <= cap - level then
+  if cost > 0 then
+    level = level + cost
+    write('SET', key, fmt('%d %d %d', level, credit, last), 'PX', A[5])
+  end
+  local reset = base
+  if level > 0 then reset = base + floor((level * 1000 - credit + rate - 1) / rate) end
+  return {1, cap - level, 0, reset, now}
+end
+local retry = 0
+if cost <= cap then retry = base - now + floor(((level + cost - cap) * 1000 - credit + rate - 1) / rate) end
+local reset = base
+if level > 0 then reset = base + floor((level * 1000 - credit + rate - 1) / rate) end
+if v then return {0, cap - level, retry, reset, now, s1, s2, s3, call('PTTL', key)} end
+return {0, cap - level, retry, reset, now, 0, 0, now, -2}
+`
+
+const leakyBucketLua = luaPrelude + leakyBucketBody
+
+// dualBucketLua mirrors policy.DualBucket.Take: two buckets per minute sharing one clock, in
+// sixty-thousandths; a gap is clamped to the period, which fills both, and keeps perMin*dt below
+// 2^48. An admitted call spends a request even at cost 0, so it is always stored.
+// ARGV: now, requestsPerMin, tokensPerMin, cost, ttlMs.
+const dualBucketBody = `
+local rpm, tpm = tonumber(A[2]), tonumber(A[3])
+local req, tok, rc, tc, last = rpm, tpm, 0, 0, now
+if v then req, tok, rc, tc, last = s1, s2, s3, s4, s5 end
+local dt = now - last
+if dt > 0 then
+  if dt > 60000 then dt = 60000 end
+  local c = rc + rpm * dt
+  local r = c % 60000
+  req, rc = req + (c - r) / 60000, r
+  if req >= rpm then req, rc = rpm, 0 end
+  c = tc + tpm * dt
+  r = c % 60000
+  tok, tc = tok + (c - r) / 60000, r
+  if tok >= tpm then tok, tc = tpm, 0 end
+  last = now
+end
+local base = now
+if last > now then base = last end
+local function wait(have, credit, per, need)
+  if have >= need then return 0 end
+  return floor(((need - have) * 60000 - credit + per - 1) / per)
+end
+local allowed = 0
+if req >= 1 and tok >= cost then
+  req, tok, allowed = req - 1, tok - cost, 1
+  write('SET', key, fmt('%d %d %d %d %d', req, tok, rc, tc, last), 'PX', A[5])
+end
+local remaining = tok
+if req < 1 then remaining = 0 end
+local reset = base + math.max(wait(req, rc, rpm, rpm), wait(tok, tc, tpm, tpm))
+if allowed == 1 then return {1, remaining, 0, reset, now} end
+local retry = 0
+if cost <= tpm then retry = base - now + math.max(wait(req, rc, rpm, 1), wait(tok, tc, tpm, cost)) end
+if v then return {0, remaining, retry, reset, now, s1, s2, s3, s4, s5, call('PTTL', key)} end
+return {0, remaining, retry, reset, now, rpm, tpm, 0, 0, now, -2}
+`
+
+const dualBucketLua = luaPrelude + dualBucketBody
 
 // script is one Lua source and its SHA-1, run with EVALSHA and, only on NOSCRIPT (the server
 // never ran it), once more with EVAL.
@@ -233,15 +416,24 @@ type noRetryCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis never to replay this command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-func (s *script) run(ctx context.Context, c redis.UniversalClient, key string, args []any) ([]int64, error) {
-	cmd := redis.NewCmd(ctx, append([]any{"evalsha", s.sha, 1, key}, args...)...)
+func (s *script) run(ctx context.Context, c redis.UniversalClient, keys []string, args []any) ([]int64, error) {
+	cmd := redis.NewCmd(ctx, s.argv("evalsha", s.sha, keys, args)...)
 	err := c.Process(ctx, noRetryCmd{cmd})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = redis.NewCmd(ctx, append([]any{"eval", s.src, 1, key}, args...)...)
+		cmd = redis.NewCmd(ctx, s.argv("eval", s.src, keys, args)...)
 		err = c.Process(ctx, noRetryCmd{cmd})
 	}
 	if err != nil {
 		return nil, err
 	}
 	return cmd.Int64Slice()
+}
+
+func (s *script) argv(verb, body string, keys []string, args []any) []any {
+	v := make([]any, 0, 3+len(keys)+len(args))
+	v = append(v, verb, body, len(keys))
+	for _, k := range keys {
+		v = append(v, k)
+	}
+	return append(v, args...)
 }

@@ -1,6 +1,7 @@
-// Package redisserver runs a real redis-server on a free loopback port for tests and benchmarks,
+// Package redisserver runs a real redis-server (or the program $SLIDELIMIT_REDIS_SERVER names,
+// such as valkey-server) on a free loopback port for tests and benchmarks,
 // and lets a test kill it (SIGKILL), pause it (SIGSTOP), resume it and start it again on the same
-// port. It installs nothing: if redis-server is not on PATH, Start returns ErrNotInstalled.
+// port. It installs nothing: if the program is not on PATH, Start returns ErrNotInstalled.
 //
 // A Server's methods may be called from any goroutine, but not concurrently with each other.
 package redisserver
@@ -12,13 +13,28 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
-// ErrNotInstalled is returned by Start when redis-server is not on PATH.
-var ErrNotInstalled = errors.New("redisserver: redis-server not found on PATH")
+// ErrNotInstalled is returned by Start when the server program is not on PATH.
+var ErrNotInstalled = errors.New("redisserver: server program not found on PATH")
+
+// EnvServer names the environment variable that chooses the server program: redis-server when
+// unset, or for example valkey-server, so that the same tests run against Valkey.
+const EnvServer = "SLIDELIMIT_REDIS_SERVER"
+
+// Program returns the server program the harness runs: $SLIDELIMIT_REDIS_SERVER, or
+// redis-server.
+func Program() string {
+	if p := os.Getenv(EnvServer); p != "" {
+		return p
+	}
+	return "redis-server"
+}
 
 // Server is one redis-server child process listening on 127.0.0.1.
 type Server struct {
@@ -28,6 +44,7 @@ type Server struct {
 	bin    string
 	dir    string
 	extra  []string
+	conf   string // a sentinel's configuration file
 	cmd    *exec.Cmd
 	waited chan struct{}
 	paused bool
@@ -38,13 +55,35 @@ type Server struct {
 // "--cluster-enabled", "yes"). The process dies with the test binary (Pdeathsig), so a crashed
 // test leaves no server behind.
 func Start(extra ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	return startWith("", extra)
+}
+
+// StartSentinel runs a sentinel (the server program with --sentinel) on a free loopback port,
+// monitoring the master at masterAddr under name, with a quorum of 1.
+func StartSentinel(name, masterAddr string) (*Server, error) {
+	host, port, err := net.SplitHostPort(masterAddr)
 	if err != nil {
-		return nil, ErrNotInstalled
+		return nil, err
+	}
+	return startWith(fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 60000\n", name, host, port, name), nil)
+}
+
+func startWith(sentinelConf string, extra []string) (*Server, error) {
+	bin, err := exec.LookPath(Program())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotInstalled, Program())
 	}
 	dir, err := os.MkdirTemp("", "redisserver-")
 	if err != nil {
 		return nil, err
+	}
+	conf := ""
+	if sentinelConf != "" {
+		// A sentinel rewrites its configuration file, so it must have one of its own.
+		conf = filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(sentinelConf), 0o600); err != nil {
+			return nil, err
+		}
 	}
 	var lastErr error
 	// A port found free can be taken by someone else before redis-server binds it: try a few.
@@ -53,7 +92,7 @@ func Start(extra ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, bin: bin, dir: dir, extra: extra}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, bin: bin, dir: dir, extra: extra, conf: conf}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -76,6 +115,10 @@ func (s *Server) start() error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--logfile", "", "--loglevel", "warning")
+	if s.conf != "" {
+		cmd = exec.Command(s.bin, s.conf, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+			"--dir", s.dir, "--daemonize", "no", "--logfile", "", "--loglevel", "warning")
+	}
 	cmd.Args = append(cmd.Args, s.extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -115,7 +158,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	// A server with a password answers, and so is up, but refuses PING before AUTH.
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("redisserver: unexpected reply %q", line)
 	}
 	return nil

@@ -1,0 +1,340 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DiscoveryTimeout bounds the one round trip NewClient makes to learn whether a server is a
+// cluster node. A constant, safe to read from anywhere.
+const DiscoveryTimeout = 2 * time.Second
+
+// NewClient returns a go-redis client for rawURL, set up as a Limiter needs it (context deadlines
+// bound every call), for one of these forms:
+//
+//	redis://[user[:password]@]host[:port][/db][?option=value...]    plain TCP (port 6379 by default)
+//	rediss://[user[:password]@]host[:port][/db][?option=value...]   TLS
+//	unix://[user[:password]@]/path/to/socket[?db=N]                 Unix socket
+//	redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db][?sentinel_password=...]
+//	redis://[user[:password]@]host:port[/db]?master=name            the same, sentinel at host:port
+//
+// The options are go-redis's URL options (dial_timeout=3s, pool_size=20, ...). For sentinels the
+// user and password are the master's; sentinel_username and sentinel_password are the sentinels'
+// own. A redis:// or rediss:// URL that names one node of a Redis Cluster is discovered (INFO
+// cluster, one round trip bounded by DiscoveryTimeout) and gets a *redis.ClusterClient seeded
+// with that node, so that every key works; such a URL naming a database other than 0 is refused,
+// as a cluster has only database 0. Otherwise the result is a *redis.Client. When the server
+// cannot be reached at all, NewClient still returns the single-node client (a proxy may start
+// before its Redis does); if the server later turns out to be a cluster node, its MOVED replies
+// open the Limiter's breaker and are reported as ErrMisconfigured, naming the cluster. A server
+// that refuses the password at discovery makes NewClient fail.
+//
+// No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
+// URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	c, err := clientFor(rawURL)
+	if err != nil {
+		return nil, redactErr(err, rawURL)
+	}
+	return c, nil
+}
+
+func clientFor(rawURL string) (redis.UniversalClient, error) {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("redisstore: Redis URL %q has no scheme: want redis://, rediss://, unix:// or redis-sentinel://", RedactURL(rawURL))
+	}
+	switch scheme {
+	case "redis-sentinel":
+		return newSentinelClient(rawURL)
+	case "redis", "rediss", "unix":
+	default:
+		return nil, fmt.Errorf("redisstore: Redis URL %q: unknown scheme %q: want redis://, rediss://, unix:// or redis-sentinel://", RedactURL(rawURL), scheme)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error quotes the whole URL; its inner error only says what is wrong.
+		// A password holding a delimiter may be split across its parts: then say no more.
+		var ue *url.Error
+		if errors.As(err, &ue) && !mentionsSecret(ue.Err.Error(), rawURL) {
+			return nil, fmt.Errorf("redisstore: Redis URL %q is malformed: %v", RedactURL(rawURL), ue.Err)
+		}
+		return nil, fmt.Errorf("redisstore: Redis URL %q is malformed", RedactURL(rawURL))
+	}
+	q := u.Query()
+	if m := firstNonEmpty(q.Get("master"), q.Get("master_name")); m != "" && scheme != "unix" {
+		s := "redis-sentinel://" + userinfo(u) + u.Host + "/" + url.PathEscape(m)
+		if db := strings.Trim(u.Path, "/"); db != "" {
+			s += "/" + db
+		}
+		return newSentinelClient(s + sentinelQuery(q))
+	}
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+	}
+	o.ContextTimeoutEnabled = true
+	if scheme == "unix" {
+		return redis.NewClient(o), nil
+	}
+	cluster, err := isClusterNode(o)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+	}
+	if !cluster {
+		return redis.NewClient(o), nil
+	}
+	if o.DB != 0 {
+		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, o.Addr)
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		ClientName: o.ClientName, Protocol: o.Protocol,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns,
+		PoolTimeout: o.PoolTimeout, ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime,
+		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: true, DisableIdentity: o.DisableIdentity,
+	}), nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func userinfo(u *url.URL) string {
+	if u.User == nil {
+		return ""
+	}
+	return u.User.String() + "@"
+}
+
+// sentinelQuery keeps the options a sentinel URL understands, minus the master's name.
+func sentinelQuery(q url.Values) string {
+	q = cloneValues(q)
+	q.Del("master")
+	q.Del("master_name")
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func cloneValues(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// isClusterNode asks the server whether it runs in cluster mode. Unreachable counts as not (see
+// NewClient); an error reply that every call would get (a wrong password) is returned.
+func isClusterNode(o *redis.Options) (bool, error) {
+	probe := *o
+	probe.PoolSize, probe.MinIdleConns, probe.MaxRetries, probe.DialerRetries = 1, 0, -1, 1
+	// A cluster node refuses SELECT: ask on database 0, and judge the URL's database after.
+	probe.DB = 0
+	probe.DisableIdentity = true
+	c := redis.NewClient(&probe)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), DiscoveryTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		if everyKey(err, false) != "" {
+			return false, fmt.Errorf("%s: %w", everyKey(err, false), err)
+		}
+		return false, nil
+	}
+	return strings.Contains(info, "cluster_enabled:1"), nil
+}
+
+// newSentinelClient parses redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db]
+// by hand: a list of hosts is not a URL authority that net/url accepts.
+func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("redisstore: sentinel URL %q: %s (want redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db])", RedactURL(rawURL), why)
+	}
+	rest := strings.TrimPrefix(rawURL, "redis-sentinel://")
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	o := &redis.FailoverOptions{ContextTimeoutEnabled: true}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		ui := rest[:at]
+		rest = rest[at+1:]
+		user, pass, _ := strings.Cut(ui, ":")
+		var err error
+		if o.Username, err = url.PathUnescape(user); err != nil {
+			return nil, bad("the user name is not URL-escaped")
+		}
+		if o.Password, err = url.PathUnescape(pass); err != nil {
+			return nil, bad("the password is not URL-escaped")
+		}
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	for h := range strings.SplitSeq(hosts, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" {
+			return nil, bad(fmt.Sprintf("sentinel address %q is not host:port", h))
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, bad(fmt.Sprintf("sentinel port %q is not in [1, 65535]", port))
+		}
+		o.SentinelAddrs = append(o.SentinelAddrs, h)
+	}
+	master, db, _ := strings.Cut(path, "/")
+	var err error
+	if o.MasterName, err = url.PathUnescape(master); err != nil || o.MasterName == "" {
+		return nil, bad("no master name")
+	}
+	if db != "" {
+		if o.DB, err = strconv.Atoi(db); err != nil || o.DB < 0 {
+			return nil, bad(fmt.Sprintf("database %q is not a number", db))
+		}
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, bad("the query is malformed")
+	}
+	for k, v := range q {
+		val := v[len(v)-1]
+		switch k {
+		case "sentinel_username":
+			o.SentinelUsername = val
+		case "sentinel_password":
+			o.SentinelPassword = val
+		case "db":
+			if o.DB, err = strconv.Atoi(val); err != nil || o.DB < 0 {
+				return nil, bad(fmt.Sprintf("db = %q is not a number", val))
+			}
+		case "dial_timeout", "read_timeout", "write_timeout", "pool_timeout":
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, val))
+			}
+			switch k {
+			case "dial_timeout":
+				o.DialTimeout = d
+			case "read_timeout":
+				o.ReadTimeout = d
+			case "write_timeout":
+				o.WriteTimeout = d
+			default:
+				o.PoolTimeout = d
+			}
+		case "pool_size":
+			if o.PoolSize, err = strconv.Atoi(val); err != nil || o.PoolSize < 1 {
+				return nil, bad(fmt.Sprintf("pool_size = %q is not a positive number", val))
+			}
+		default:
+			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", k))
+		}
+	}
+	return redis.NewFailoverClient(o), nil
+}
+
+var secretParam = regexp.MustCompile(`(?i)((?:^|[?&;])[a-z_]*password=)[^&;#]*`)
+
+// RedactURL returns rawURL with its password, and any password=... option, replaced by "xxxxx",
+// for logs and error messages. It works on malformed URLs too (it does not need rawURL to parse),
+// so a typo in a URL never prints the password. A pure function, safe for concurrent use.
+func RedactURL(rawURL string) string {
+	s := rawURL
+	start := 0
+	if i := strings.Index(s, "://"); i >= 0 {
+		start = i + 3
+	}
+	// The user information ends at the last '@' of the authority; a password may itself hold '/',
+	// '?' or '@' unescaped, so take the last '@' before the query, or in the whole string.
+	end := len(s)
+	if q := strings.LastIndex(s, "?"); q >= start {
+		if strings.LastIndex(s[start:q], "@") >= 0 {
+			end = q
+		}
+	}
+	if at := strings.LastIndex(s[start:end], "@"); at >= 0 {
+		ui := s[start : start+at]
+		if user, _, ok := strings.Cut(ui, ":"); ok {
+			s = s[:start] + user + ":xxxxx" + s[start+at:]
+		}
+	}
+	return secretParam.ReplaceAllString(s, "${1}xxxxx")
+}
+
+// redactErr returns err's message with every form of rawURL's password replaced, as a new error:
+// the original is not wrapped, since unwrapping it would give the password back.
+func redactErr(err error, rawURL string) error {
+	msg := err.Error()
+	msg = strings.ReplaceAll(msg, rawURL, RedactURL(rawURL))
+	for _, p := range passwords(rawURL) {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+		// A parser may quote a piece of a password that holds a delimiter.
+		for _, f := range strings.FieldsFunc(p, isURLDelim) {
+			if len(f) >= 4 {
+				msg = strings.ReplaceAll(msg, f, "xxxxx")
+			}
+		}
+	}
+	return errors.New(msg)
+}
+
+// mentionsSecret reports whether msg holds any piece (two bytes or more) of rawURL's password
+// split at the characters that delimit a URL's parts.
+func mentionsSecret(msg, rawURL string) bool {
+	for _, p := range passwords(rawURL) {
+		for _, f := range strings.FieldsFunc(p, isURLDelim) {
+			if len(f) >= 2 && strings.Contains(msg, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isURLDelim(r rune) bool { return strings.ContainsRune(":/?#[]@&=;", r) }
+
+// passwords returns what in rawURL could be a password, raw and unescaped.
+func passwords(rawURL string) []string {
+	var out []string
+	add := func(p string) {
+		if p == "" || p == "xxxxx" {
+			return
+		}
+		out = append(out, p)
+		if u, err := url.PathUnescape(p); err == nil && u != p {
+			out = append(out, u)
+		}
+		if u, err := url.QueryUnescape(p); err == nil && u != p {
+			out = append(out, u)
+		}
+	}
+	red := RedactURL(rawURL)
+	// Whatever RedactURL replaced is a secret: find it by aligning the two strings.
+	i := 0
+	for i < len(red) && i < len(rawURL) && red[i] == rawURL[i] {
+		i++
+	}
+	if i < len(rawURL) {
+		j, k := len(rawURL), len(red)
+		for j > i && k > i && rawURL[j-1] == red[k-1] {
+			j--
+			k--
+		}
+		add(rawURL[i:j])
+	}
+	for _, m := range secretParam.FindAllStringSubmatchIndex(rawURL, -1) {
+		add(rawURL[m[3]:m[1]])
+	}
+	return out
+}

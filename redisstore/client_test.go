@@ -1,0 +1,199 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+)
+
+// TestNewClientNeverPrintsThePassword: malformed and valid URLs alike, neither an error from
+// NewClient nor RedactURL contains the password, in any of its spellings.
+func TestNewClientNeverPrintsThePassword(t *testing.T) {
+	const pw = "hunter2secret"
+	urls := []string{
+		"redis://user:" + pw + "@127.0.0.1:notaport",
+		"redis://:" + pw + "@[::1",
+		"redis://u:" + pw + "@@127.0.0.1:6379",
+		"redis://u:hunt@er2secret@127.0.0.1:6379/notadb",
+		"redis://u:" + pw + "@127.0.0.1:6379/99999999999999999999",
+		"redis://u:" + pw + "@127.0.0.1:6379?bogus_option=1",
+		"rediss://u:" + pw + "@127.0.0.1:1?dial_timeout=nope",
+		"redis://127.0.0.1:1?password=" + pw + "&bogus=1",
+		"redis://u:" + pw + "@127.0.0.1:6379?master=m&pool_size=x",
+		"redis-sentinel://u:" + pw + "@127.0.0.1:notaport/m",
+		"redis-sentinel://u:" + pw + "@127.0.0.1:26379/",
+		"redis-sentinel://u:" + pw + "@127.0.0.1:26379/m?sentinel_password=" + pw + "&bogus=1",
+		"unix://u:" + pw + "@/tmp/none.sock?db=x",
+		"http://u:" + pw + "@127.0.0.1",
+		" redis://u:" + pw + "@127.0.0.1:6379",
+		"u:" + pw + "@127.0.0.1:6379",
+		"redis://u:hunter%32secret@127.0.0.1:6379/x",
+		"redis://u:hunter2/secret@127.0.0.1:6379",
+		"redis://u:hunter2?secret@127.0.0.1:6379",
+		"redis://u:hunter2?x@127.0.0.1:1",
+		"redis://u:hu?nter2secret@127.0.0.1:1",
+	}
+	for _, u := range urls {
+		secret := pw
+		switch {
+		case strings.Contains(u, "hunt@er2"):
+			secret = "hunt@er2secret"
+		case strings.Contains(u, "hunter%32"):
+			secret = "hunter%32secret"
+		case strings.Contains(u, "hunter2/"):
+			secret = "hunter2/secret"
+		case strings.Contains(u, "hunter2?secret"):
+			secret = "hunter2?secret"
+		case strings.Contains(u, "hunter2?x"):
+			secret = "hunter2"
+		case strings.Contains(u, "hu?nter2"):
+			secret = "nter2secret"
+		}
+		red := RedactURL(u)
+		for _, leak := range []string{secret, pw, "secret"} {
+			if strings.Contains(red, leak) {
+				t.Errorf("RedactURL(%q) = %q: contains %q", u, red, leak)
+			}
+		}
+		c, err := NewClient(u)
+		if err == nil {
+			// Some of these parse (a '@' in a password is taken as part of it): no error to leak.
+			_ = c.Close()
+			continue
+		}
+		for _, leak := range []string{secret, pw, "secret"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("NewClient(%q): error %q contains %q", u, err, leak)
+			}
+		}
+	}
+	if got := RedactURL("redis://alice:" + pw + "@host:6379/2?dial_timeout=1s"); got != "redis://alice:xxxxx@host:6379/2?dial_timeout=1s" {
+		t.Errorf("RedactURL of a plain URL = %q", got)
+	}
+	if got := RedactURL("redis://host:6379"); got != "redis://host:6379" {
+		t.Errorf("RedactURL without a password = %q", got)
+	}
+}
+
+// takeAll checks that a limiter on c decides n keys, 3 admitted and the 4th refused each.
+func takeAll(t *testing.T, c redis.UniversalClient, n int) {
+	t.Helper()
+	l, err := New(c, "url", policy.FixedWindow{Limit: 3, Window: time.Minute}, WithClock(clock.NewManual(1_000_000)), WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for k := range n {
+		key := fmt.Sprint("key", k)
+		_ = l.Reset(ctx, key)
+		for i := range 4 {
+			d, err := l.Take(ctx, key, 1)
+			if err != nil {
+				t.Fatalf("Take(%s) #%d: %v", key, i, err)
+			}
+			if d.Allowed != (i < 3) {
+				t.Fatalf("Take(%s) #%d: allowed %v", key, i, d.Allowed)
+			}
+		}
+	}
+}
+
+func TestNewClientForms(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		c, err := NewClient("redis://" + testAddr + "/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, ok := c.(*redis.Client); !ok {
+			t.Fatalf("NewClient gave %T for a single node", c)
+		}
+		takeAll(t, c, 5)
+	})
+	t.Run("unix", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "redis.sock")
+		srv, err := redisserver.Start("--unixsocket", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		c, err := NewClient("unix://" + sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		takeAll(t, c, 5)
+	})
+	t.Run("password", func(t *testing.T) {
+		srv, err := redisserver.Start("--requirepass", "p@ss/word")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		c, err := NewClient("redis://:p%40ss%2Fword@" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		takeAll(t, c, 2)
+		_, err = NewClient("redis://:wrong-one@" + srv.Addr)
+		if err == nil || !strings.Contains(err.Error(), "authentication failed") || strings.Contains(err.Error(), "wrong-one") {
+			t.Fatalf("NewClient with a wrong password: %v", err)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		nodes := startCluster(t, 2)
+		c, err := NewClient("redis://" + nodes[1].Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, ok := c.(*redis.ClusterClient); !ok {
+			t.Fatalf("NewClient gave %T for a cluster node", c)
+		}
+		takeAll(t, c, 30)
+		if _, err := NewClient("redis://" + nodes[0].Addr + "/3"); err == nil || !strings.Contains(err.Error(), "Redis Cluster node") {
+			t.Fatalf("a cluster URL naming database 3: %v", err)
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		master := startServer(t)
+		sen, err := redisserver.StartSentinel("mymaster", master.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sen.Stop()
+		for _, u := range []string{"redis-sentinel://" + sen.Addr + "/mymaster", "redis://" + sen.Addr + "?master=mymaster"} {
+			c, err := NewClient(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			takeAll(t, c, 3)
+			// The keys are on the master the sentinel named.
+			direct := redis.NewClient(&redis.Options{Addr: master.Addr, DisableIdentity: true})
+			n, err := direct.DBSize(context.Background()).Result()
+			_ = direct.Close()
+			_ = c.Close()
+			if err != nil || n == 0 {
+				t.Fatalf("%s: the master holds %d keys (%v)", u, n, err)
+			}
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		c, err := NewClient("redis://127.0.0.1:1")
+		if err != nil {
+			t.Fatalf("an unreachable server: %v", err)
+		}
+		_ = c.Close()
+	})
+}

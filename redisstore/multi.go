@@ -1,0 +1,222 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// multiDriver decides every limiter's key twice: first with writes turned off, stopping at the
+// first refusal, which it returns as {-i, the refusal's values...}; then, every limiter having
+// admitted, again with writes on, returning five values per limiter. Nothing changes between the
+// two passes (one script runs at a time, and each limiter has its own key), so the second pass
+// admits exactly what the first did: all or nothing, in one round trip.
+// ARGV: now, then five per limiter: p1, p2, cost, ttl, extra.
+const multiDriver = `
+local function args(i)
+  local b = 1 + (i - 1) * 5
+  return {ARGV[1], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]}
+end
+for i = 1, #KEYS do
+  local r = F[i](KEYS[i], args(i))
+  if r.err then return r end
+  if r[1] == 0 then
+    table.insert(r, 1, -i)
+    return r
+  end
+end
+dry = false
+local out = {}
+for i = 1, #KEYS do
+  local r = F[i](KEYS[i], args(i))
+  if r.err then return r end
+  for j = 1, 5 do out[#out + 1] = r[j] end
+end
+return out
+`
+
+// multiLua is the several-limits script for limiters of these policies, in order: each policy's
+// body as a function of its key and arguments, and the driver.
+func multiLua(algos []*algo) string {
+	var b strings.Builder
+	b.WriteString(luaLocals + luaNow)
+	b.WriteString("local dry = true\nlocal function write(...) if not dry then return call(...) end end\nlocal F = {}\n")
+	for i, a := range algos {
+		fmt.Fprintf(&b, "F[%d] = function(key, A)\nlocal cost = tonumber(A[4])\n", i+1)
+		if a.kind != kindSlidingLog {
+			b.WriteString(luaGetState)
+		}
+		b.WriteString(a.body)
+		b.WriteString("\nend\n")
+	}
+	b.WriteString(multiDriver)
+	return b.String()
+}
+
+// Multi checks one request against several limiters at once (for example 10 per second and 1,000
+// per hour on the same key), all or nothing, in one script run in one round trip: either every
+// limiter counts it, or none does. Unlike the engine's Multi, nothing is taken and given back, so
+// no concurrent request ever sees a refused request's units, and the buckets lose nothing. Its
+// methods are safe for concurrent use.
+type Multi struct {
+	ls     []*Limiter
+	script *script
+}
+
+// All returns a Multi over ls: at least one, at most 16, all on the same client (one script sees
+// all their keys: on a cluster every limiter's key for a subject carries the same hash tag), with
+// the same time source (all on the server's time, or all on one clock), and none twice. A Multi
+// decides under the first limiter's timeout, circuit breaker and failure choice; the first
+// limiter's deny cache answers refusals it knows about without a round trip. Any of the seven policies may
+// be combined. All only reads the limiters, and may run concurrently with their use.
+func All(ls ...*Limiter) (*Multi, error) {
+	if len(ls) == 0 || len(ls) > 16 {
+		return nil, fmt.Errorf("redisstore: All: %d limiters, want 1 to 16", len(ls))
+	}
+	algos := make([]*algo, len(ls))
+	seen := map[string]int{}
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("redisstore: All: limiter %d is nil", i)
+		}
+		if l.client != ls[0].client {
+			return nil, fmt.Errorf("redisstore: All: limiter %d (%s) uses another client than limiter 0 (%s)", i, l.name, ls[0].name)
+		}
+		if l.cfg.serverTime != ls[0].cfg.serverTime || (!l.cfg.serverTime && l.clk != ls[0].clk) {
+			return nil, fmt.Errorf("redisstore: All: limiter %d (%s) keeps time another way than limiter 0 (%s)", i, l.name, ls[0].name)
+		}
+		id := l.Key("")
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("redisstore: All: limiters %d and %d are the same limit (%s)", j, i, l.name)
+		}
+		seen[id] = i
+		algos[i] = &l.algo
+	}
+	return &Multi{ls: append([]*Limiter(nil), ls...), script: newScript(multiLua(algos))}, nil
+}
+
+// Take decides n units for key against every limiter, all or nothing. Admitted, it returns the
+// decision of the limiter with the least Remaining (the tightest); refused, the decision of the
+// first limiter, in order, that refuses, and nothing was counted anywhere. When Redis does not
+// decide, it returns the first limiter's failure choice with an error wrapping ErrUnavailable,
+// as Take does. Safe for concurrent use.
+func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	l0 := m.ls[0]
+	for _, l := range m.ls {
+		l.calls.Inc()
+	}
+	if l0.closed.Load() {
+		return engine.Decision{Limit: l0.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
+	}
+	for _, l := range m.ls {
+		if l.closed.Load() {
+			return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
+		}
+	}
+	if n < 0 {
+		return engine.Decision{Limit: l0.algo.limit, Reason: engine.ReasonNegativeCost}, nil
+	}
+	local := l0.clk.Now()
+	// The offset is 0 under client time.
+	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
+		return l0.fail(key, n, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
+	}
+	sub := shortSubject(key)
+	// A refusal known here decides only for the first limiter: a later one's would leave open
+	// whether an earlier one refuses first, which only Redis knows (the deny cache knows refusals,
+	// never admissions).
+	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
+		return gcraOverBurst(l0), nil
+	}
+	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
+		if e, ok := l0.deny.get(sub, local); ok {
+			if r := l0.algo.replay(e, local+e.off, cost); !r.Allowed {
+				l0.denyHits.Inc()
+				return l0.decision(r, cost, l0.algo.limit), nil
+			}
+		}
+	}
+	argNow := local
+	if l0.cfg.serverTime {
+		argNow = -1
+	}
+	keys := make([]string, len(m.ls))
+	args := make([]any, 0, 1+5*len(m.ls))
+	args = append(args, argNow)
+	for i, l := range m.ls {
+		keys[i] = l.redisKey(sub)
+		a := l.algo.args(argNow, min(n, l.algo.limit+1))
+		args = append(args, a[1:]...)
+	}
+	res, wait, err := l0.eval(ctx, m.script, keys, args)
+	if err == nil {
+		err = m.check(res)
+	}
+	if err != nil {
+		return l0.fail(key, n, wait, err)
+	}
+	if l0.cfg.serverTime {
+		at := res[4] // the first limiter's "now", or the refusal's
+		if res[0] < 0 {
+			at = res[5]
+		}
+		l0.offset.Store(at - local)
+	}
+	if res[0] < 0 {
+		i := int(-res[0]) - 1
+		l, r := m.ls[i], res[1:]
+		if l.algo.kind == kindGCRA && n > l.algo.limit {
+			return gcraOverBurst(l), nil
+		}
+		cost := min(n, l.algo.limit+1)
+		pr := policy.Result{Limit: l.algo.limit, Remaining: r[1], RetryAfterMs: r[2], ResetAtMs: r[3]}
+		if _, cacheable := l.algo.refusalShape(r); l.deny != nil && pr.RetryAfterMs > 0 && cacheable {
+			l.deny.put(sub, l.denyEntryFor(r, local, pr.RetryAfterMs), local)
+		}
+		return l.decision(pr, cost, l.algo.limit), nil
+	}
+	var tightest engine.Decision
+	for i, l := range m.ls {
+		r := res[5*i : 5*i+5]
+		cost := min(n, l.algo.limit+1)
+		d := l.decision(policy.Result{Allowed: true, Limit: l.algo.limit, Remaining: r[1], ResetAtMs: r[3]}, cost, l.algo.limit)
+		if l.deny != nil {
+			l.deny.forget(sub)
+		}
+		if i == 0 || d.Remaining < tightest.Remaining {
+			tightest = d
+		}
+	}
+	return tightest, nil
+}
+
+// gcraOverBurst is GCRA's refusal of a cost above its burst, made before any lookup.
+func gcraOverBurst(l *Limiter) engine.Decision {
+	return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}
+}
+
+// check validates the shape of the script's reply.
+func (m *Multi) check(res []int64) error {
+	if len(res) > 0 && res[0] < 0 {
+		if i := -res[0]; i <= int64(len(m.ls)) {
+			if ok, _ := m.ls[i-1].algo.refusalShape(res[1:]); ok {
+				return nil
+			}
+		}
+	} else if len(res) == 5*len(m.ls) {
+		ok := true
+		for i := range m.ls {
+			ok = ok && res[5*i] == 1
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w: %v", ErrUnavailable, errMultiReply, res)
+}
+
+var errMultiReply = errors.New("redisstore: malformed reply from the several-limits script")

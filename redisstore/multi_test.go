@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// try decides a request on a copy of key's state, and returns the commit that stores the copy.
+func (m *stepModel[S]) try(key int, now, cost int64) (engine.Decision, func()) {
+	if m.beforeLook != nil && !m.beforeLook(cost) {
+		return engine.Decision{Limit: m.limit, Reason: engine.ReasonCostAboveLimit}, func() {}
+	}
+	before, ok := m.st[key]
+	if !ok {
+		f := m.fresh(now)
+		before = &f
+	}
+	after := *before
+	if m.clone != nil {
+		after = m.clone(after)
+	}
+	r := m.step(&after, now, cost)
+	return dec(r, cost), func() {
+		if r.Allowed && (cost > 0 || m.spendsZero) {
+			m.st[key] = &after
+		}
+	}
+}
+
+type tryModel interface {
+	try(key int, now, cost int64) (engine.Decision, func())
+}
+
+// TestAllIsAllOrNothing runs random requests through All over several limiters and through a
+// model that decides each limiter on a copy of its state and commits the copies only when all
+// admit; decisions and states must agree at every step.
+func TestAllIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	const start = 1_760_000_000_123
+	for ci, ps := range [][]policy.Policy{
+		{policy.SlidingCounter{Limit: 3, Window: time.Second}, policy.FixedWindow{Limit: 10, Window: 10 * time.Second}},
+		{policy.TokenBucket{Rate: 1, Burst: 5}, policy.GCRA{Rate: 2, Burst: 3}, policy.SlidingLog{Limit: 4, Window: 2 * time.Second}},
+		{policy.LeakyBucket{Rate: 10, Capacity: 5}, policy.DualBucket{RequestsPerMin: 5, TokensPerMin: 100}},
+		{
+			policy.SlidingCounter{Limit: 20, Window: time.Second}, policy.SlidingLog{Limit: 9, Window: 700 * time.Millisecond},
+			policy.FixedWindow{Limit: 15, Window: 3 * time.Second}, policy.TokenBucket{Rate: 7, Burst: 8},
+			policy.GCRA{Rate: 9, Burst: 6}, policy.LeakyBucket{Rate: 5, Capacity: 12}, policy.DualBucket{RequestsPerMin: 40, TokensPerMin: 30},
+		},
+	} {
+		t.Run(fmt.Sprint(ci), func(t *testing.T) {
+			clk := clock.NewManual(start)
+			client := newClient(t, testAddr)
+			var ls []*Limiter
+			var models []tryModel
+			for i, p := range ps {
+				l, err := New(client, fmt.Sprint("l", i), p, WithClock(clk), WithTimeout(2*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				ls = append(ls, l)
+				models = append(models, newRef(t, p).(tryModel))
+			}
+			m, err := All(ls...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(uint64(ci), 61))
+			refused, admitted := 0, 0
+			for i, s := range randomSteps(r, ps[0], start, 300, false) {
+				clk.Set(s.now)
+				cost := min(s.cost, 12)
+				var want engine.Decision
+				var commits []func()
+				for j, mod := range models {
+					d, commit := mod.try(s.key, s.now, cost)
+					if !d.Allowed {
+						want, commits = d, nil
+						break
+					}
+					commits = append(commits, commit)
+					if j == 0 || d.Remaining < want.Remaining {
+						want = d
+					}
+				}
+				for _, c := range commits {
+					c()
+				}
+				got, err := m.Take(ctx, fmt.Sprint("k", s.key), cost)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if !sameDecision(got, want) {
+					t.Fatalf("step %d (k%d, now %d, cost %d):\n all   %+v\n model %+v", i, s.key, s.now, cost, got, want)
+				}
+				if got.Allowed {
+					admitted++
+				} else {
+					refused++
+				}
+			}
+			if refused == 0 || admitted == 0 {
+				t.Fatalf("%d admitted, %d refused: the sequence did not exercise both", admitted, refused)
+			}
+		})
+	}
+}
+
+func TestAllRejectsBadInput(t *testing.T) {
+	p := policy.SlidingCounter{Limit: 3, Window: time.Second}
+	a := mustNew(t, "a", p)
+	b := mustNew(t, "b", p) // another client
+	clk := mustNew(t, "c", p, WithClock(clock.NewManual(1)))
+	for _, tc := range []struct {
+		ls   []*Limiter
+		want string
+	}{
+		{nil, "0 limiters"},
+		{[]*Limiter{a, nil}, "limiter 1 is nil"},
+		{[]*Limiter{a, b}, "another client"},
+		{[]*Limiter{a, a}, "the same limit"},
+	} {
+		if _, err := All(tc.ls...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("All(%d limiters): %v, want an error naming %q", len(tc.ls), err, tc.want)
+		}
+	}
+	c2, err := New(clk.client, "c2", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := All(clk, c2); err == nil || !strings.Contains(err.Error(), "keeps time another way") {
+		t.Errorf("All over client and server time: %v", err)
+	}
+}
+
+// TestAllOnCluster: every limiter's key for a subject is on one slot, so the several-limits
+// script runs on a cluster without CROSSSLOT, for subjects on both nodes.
+func TestAllOnCluster(t *testing.T) {
+	nodes := startCluster(t, 2)
+	c, err := NewClient("redis://" + nodes[0].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		t.Fatalf("NewClient gave %T", c)
+	}
+	clk := clock.NewManual(1_000_000)
+	var ls []*Limiter
+	for i, p := range []policy.Policy{policy.SlidingCounter{Limit: 2, Window: time.Minute}, policy.GCRA{Rate: 1, Burst: 3}} {
+		l, err := New(c, fmt.Sprint("c", i), p, WithClock(clk), WithTimeout(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	m, err := All(ls...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for k := range 20 {
+		key := fmt.Sprint("user", k)
+		for i := range 3 {
+			d, err := m.Take(ctx, key, 1)
+			if err != nil {
+				t.Fatalf("%s take %d on a cluster: %v", key, i, err)
+			}
+			if d.Allowed != (i < 2) {
+				t.Fatalf("%s take %d: %+v", key, i, d)
+			}
+		}
+	}
+}

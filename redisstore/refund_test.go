@@ -1,0 +1,67 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// TestRefundEqualsEngine interleaves random takes with refunds of earlier admitted decisions, on
+// the engine and on Redis, and requires the same units given back and the same decisions after.
+func TestRefundEqualsEngine(t *testing.T) {
+	ctx := context.Background()
+	refunded := 0
+	for ci, c := range policyCases() {
+		t.Run(caseName(c.p, c.start), func(t *testing.T) {
+			clk := clock.NewManual(c.start)
+			eng, err := engine.New(c.p, engine.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			l := mustNew(t, "refund", c.p, WithClock(clk))
+			r := rand.New(rand.NewPCG(uint64(ci), 53))
+			type taken struct {
+				d    engine.Decision
+				cost int64
+			}
+			last := map[string]taken{}
+			for i, s := range randomSteps(r, c.p, c.start, 250, false) {
+				clk.Set(s.now)
+				key := fmt.Sprint("k", s.key)
+				if tk, ok := last[key]; ok && r.IntN(3) == 0 {
+					n := 1 + r.Int64N(tk.cost+1)
+					want := eng.Refund(key, n, tk.d)
+					got, err := l.Refund(ctx, key, n, tk.d)
+					if err != nil {
+						t.Fatalf("step %d: Refund: %v", i, err)
+					}
+					if got != want {
+						t.Fatalf("step %d (%s, now %d): refund %d of %+v: redis gave back %d, engine %d", i, key, s.now, n, tk.d, got, want)
+					}
+					refunded += int(got)
+					delete(last, key)
+				}
+				want := eng.Take(key, s.cost)
+				got, err := l.Take(ctx, key, s.cost)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if !sameDecision(got, want) {
+					t.Fatalf("step %d (%s, now %d, cost %d):\n redis  %+v\n engine %+v", i, key, s.now, s.cost, got, want)
+				}
+				if got.Allowed && s.cost > 0 {
+					last[key] = taken{got, s.cost}
+				}
+			}
+		})
+	}
+	if refunded == 0 {
+		t.Fatal("no unit was given back in any case: the test checked nothing")
+	}
+	t.Logf("%d units given back in all", refunded)
+}

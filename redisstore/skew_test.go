@@ -1,0 +1,82 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// TestSkewedHostUnderClientTime: under client time a host an hour ahead writes a window an hour
+// in the future, and Redis refuses the other hosts for it while the key lives. Their deny caches
+// must not outlive the key: once Redis has dropped it, the next request goes to Redis and is
+// admitted, as Redis admits it.
+func TestSkewedHostUnderClientTime(t *testing.T) {
+	ctx := context.Background()
+	p := policy.SlidingCounter{Limit: 1, Window: 100 * time.Millisecond}
+	now := time.Now().UnixMilli()
+	ahead := clock.NewManual(now + time.Hour.Milliseconds())
+	here := clock.NewManual(now)
+	a := mustNew(t, "skew", p, WithClock(ahead), WithClockSkew(0))
+	b := mustNew(t, "skew", p, WithClock(here), WithClockSkew(0))
+	if d, err := a.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("host ahead: %+v, %v", d, err)
+	}
+	d, err := b.Take(ctx, "k", 1)
+	if err != nil || d.Allowed || d.RetryAfter < 59*time.Minute {
+		t.Fatalf("host behind, key written an hour ahead: %+v, %v (want refused for about an hour)", d, err)
+	}
+	// The key's TTL is two windows: 200ms of the server's time.
+	time.Sleep(300 * time.Millisecond)
+	here.Advance(300 * time.Millisecond)
+	if n, _ := newClient(t, testAddr).Exists(ctx, b.Key("k")).Result(); n != 0 {
+		t.Skip("the key outlived its TTL (a loaded machine): nothing to check")
+	}
+	d, err = b.Take(ctx, "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("after Redis dropped the key, host behind: %+v, %v; stats %+v (the deny cache outlived the key)", d, err, statsOf(b))
+	}
+}
+
+// TestSkewedHostUnderServerTime: by default decisions use the server's clock, so a host whose
+// own clock is an hour ahead decides exactly as the others do, and its deny cache, reckoning on
+// its own clock plus the offset it learned, refuses no longer than Redis does.
+func TestSkewedHostUnderServerTime(t *testing.T) {
+	ctx := context.Background()
+	p := policy.FixedWindow{Limit: 2, Window: 200 * time.Millisecond}
+	now := time.Now().UnixMilli()
+	ahead := clock.NewManual(now + time.Hour.Milliseconds())
+	a := mustNew(t, "srvskew", p, WithClock(ahead), WithServerTime())
+	b := mustNew(t, "srvskew", p) // the default: server time, the coarse clock
+	for _, l := range []*Limiter{a, b} {
+		if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			// A window edge between the two is possible; the bound below still holds.
+			t.Logf("take: %+v, %v", d, err)
+		}
+	}
+	var d1 time.Duration
+	for i := range 3 {
+		d, err := a.Take(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed && d.RetryAfter > p.Window {
+			t.Fatalf("try %d: host ahead refused for %v, longer than the window %v: it decided on its own clock", i, d.RetryAfter, p.Window)
+		}
+		if !d.Allowed {
+			d1 = d.RetryAfter
+		}
+	}
+	if d1 == 0 {
+		t.Skip("no refusal (a window edge fell between the calls): nothing to check")
+	}
+	// Past the window on the real clock (the manual one moves with it), Redis admits again and
+	// so must the deny cache let the request through.
+	time.Sleep(d1 + 20*time.Millisecond)
+	ahead.Advance(d1 + 20*time.Millisecond)
+	if d, err := a.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("after the retry time, host ahead: %+v, %v; stats %+v", d, err, statsOf(a))
+	}
+}
