@@ -445,7 +445,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
 		{[]string{"-upstream", up, "-exempt-cidrs", "10.0.0.0/33"}, `-exempt-cidrs "10.0.0.0/33"`, 2},
 		{[]string{"-upstream", up, "-config", "/nonexistent/rules.yaml"}, "-config open /nonexistent/rules.yaml: no such file or directory", 2},
-		{[]string{"-upstream", up, "-redis", "redis://:s3cret@[::1"}, `-redis "redis://xxxxx@[::1"`, 2},
+		{[]string{"-upstream", up, "-redis", "redis://:s3cret@[::1"}, `-redis: redisstore: Redis URL "redis://:xxxxx@[::1" is malformed`, 2},
 		{[]string{"-upstream", up, "-key", "cookie"}, `-key "cookie": must be ip, header:NAME, conn or path`, 2},
 		{[]string{"-upstream", up, "-key", "header:"}, `-key "header:"`, 2},
 		{[]string{"-upstream", up, "-trusted-proxies", "10.0.0.0/33"}, `-trusted-proxies "10.0.0.0/33"`, 2},
@@ -453,7 +453,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-conn-limit", "-1"}, "-conn-limit -1", 2},
 		{[]string{"-upstream", up, "-ipv6-prefix", "129"}, "-ipv6-prefix 129", 2},
 		{[]string{"-upstream", up, "-name", "a b"}, `-name "a b"`, 2},
-		{[]string{"-upstream", up, "-redis", "mysql://x"}, `-redis "mysql://x"`, 2},
+		{[]string{"-upstream", up, "-redis", "mysql://x"}, `unknown scheme "mysql": want redis://, rediss://, unix:// or redis-sentinel://`, 2},
 		{[]string{"-upstream", up, "extra"}, `unexpected argument "extra"`, 2},
 		{[]string{"-upstream", up, "-listen", "nowhere"}, `-listen "nowhere"`, 1},
 	} {

@@ -211,11 +211,6 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if c.fleetSize < 1 || c.fleetSize > 1<<20 {
 		return def, nil, fmt.Errorf("-fleet-size %d: must be in [1, %d]", c.fleetSize, 1<<20)
 	}
-	if c.redisURL != "" {
-		if _, err := redisOptions(c.redisURL); err != nil {
-			return def, nil, err
-		}
-	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return def, nil, fmt.Errorf("-log-format %q: must be text or json", c.logFormat)
 	}
@@ -541,14 +536,18 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	}
 
 	if c.redisURL != "" {
-		opt, _ := redisOptions(c.redisURL)
-		client := redis.NewClient(opt)
+		// NewClient understands cluster and sentinel URLs too, and finds a cluster behind a URL
+		// that names one of its nodes.
+		client, err := redisstore.NewClient(c.redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("-redis: %w", err)
+		}
 		px.redis = client
 		px.closers = append(px.closers, func() { client.Close() })
 		// Redis being down at start is not a configuration error: the failure mode decides
 		// until it answers. Say so once, so that an operator is not surprised.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := client.Ping(ctx).Err()
+		err = client.Ping(ctx).Err()
 		cancel()
 		if err != nil {
 			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redactErr(err, c.redisURL))
@@ -1131,37 +1130,9 @@ func upstreamTransport() *http.Transport {
 	return t
 }
 
-// redisOptions parses -redis. Its errors never hold the password.
-func redisOptions(raw string) (*redis.Options, error) {
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %v", redactURL(raw), redactErr(err, raw))
-	}
-	// The store bounds each call with a context deadline; go-redis honours it only when told to.
-	opt.ContextTimeoutEnabled = true
-	return opt, nil
-}
-
 // redactURL hides the user information of a Redis URL (password included) for logs and errors,
 // whether or not the URL parses.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		if u.User == nil {
-			return s
-		}
-		return u.Redacted()
-	}
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		rest, scheme = s, ""
-	} else {
-		scheme += "://"
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return scheme + "xxxxx@" + rest[at+1:]
-	}
-	return s
-}
+func redactURL(s string) string { return redisstore.RedactURL(s) }
 
 // redactErr writes err with every copy of the raw URL, and of its password, hidden.
 func redactErr(err error, raw string) string {
