@@ -11,11 +11,11 @@ import (
 // metrics are the server's Prometheus series, in a registry of its own so that two servers in one
 // process never collide.
 type metrics struct {
-	reg                               *prometheus.Registry
+	reg                                *prometheus.Registry
 	hits, overLimit, nearLimit, shadow *prometheus.CounterVec
-	latency                           prometheus.Histogram
-	backendErrors                     prometheus.Counter
-	reloads                           *prometheus.CounterVec
+	latency                            prometheus.Histogram
+	backendErrors                      prometheus.Counter
+	reloads                            *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
