@@ -19,6 +19,8 @@ import (
 type Config struct {
 	domains map[string]*domain
 	files   []string
+	source  string   // the path given to LoadConfig
+	fp      [32]byte // the fingerprint of source taken before it was read
 }
 
 // Domains returns the configured domain names, sorted.
@@ -130,6 +132,9 @@ func (e *ConfigError) Error() string {
 // envoyproxy/ratelimit's format with two extensions, window and policy (see docs/rls.md). Any
 // problem is a *ConfigError naming the file and the reason. Safe to call from any goroutine.
 func LoadConfig(path string) (*Config, error) {
+	// Taken before the files are read: a change made while they are read shows up as a
+	// difference at Watch's next poll, rather than being missed.
+	fp := fingerprint(path)
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, &ConfigError{File: path, Reason: errReason(err)}
@@ -157,7 +162,7 @@ func LoadConfig(path string) (*Config, error) {
 	} else {
 		files = []string{path}
 	}
-	cfg := &Config{domains: map[string]*domain{}, files: files}
+	cfg := &Config{domains: map[string]*domain{}, files: files, source: path, fp: fp}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {

@@ -361,7 +361,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	now := time.Now()
 	for k := range checks {
 		c := &checks[k]
-		s.fill(resp.Statuses[c.i], c, now)
+		s.fill(resp.Statuses[c.i], c)
 		if k < stopped {
 			s.count(req.GetDomain(), descs[c.i], c)
 		}
@@ -402,7 +402,7 @@ func (s *Server) giveBack(checks []check) {
 	}
 }
 
-func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check, now time.Time) {
+func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
 	rl := c.node.limit
 	cl := &rlsv3.RateLimitResponse_RateLimit{
 		Name:            rl.name,
@@ -426,11 +426,11 @@ func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check, no
 	case overLimit:
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	switch {
-	case !d.Allowed && d.RetryAfter > 0:
+	// Only a refusal has a time that means something exact: when the same hit would be admitted.
+	// An admitted hit's "reset" would be the end of an aligned window, which a sliding window
+	// does not have; its status leaves the field out.
+	if !d.Allowed && d.RetryAfter > 0 && !c.node.shadow {
 		st.DurationUntilReset = durationpb.New(d.RetryAfter)
-	case d.Allowed && d.ResetAt.After(now):
-		st.DurationUntilReset = durationpb.New(d.ResetAt.Sub(now))
 	}
 }
 

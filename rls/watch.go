@@ -20,7 +20,12 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 	if interval <= 0 {
 		interval = time.Second
 	}
+	// Start from what the current config was read from, so that an edit made between its
+	// loading and this call is applied rather than taken as the starting point.
 	last := fingerprint(path)
+	if cfg := s.Config(); cfg != nil && cfg.source == path {
+		last = cfg.fp
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -33,6 +38,8 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		if fp == last {
 			continue
 		}
+		// fp was taken before the files are read, so an edit made while they are read is seen
+		// at the next poll.
 		last = fp
 		cfg, err := LoadConfig(path)
 		if err == nil {
