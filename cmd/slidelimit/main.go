@@ -30,6 +30,7 @@ Usage:
   slidelimit proxy [flags]     a reverse proxy that rate-limits each client
   slidelimit load [flags]      an HTTP load generator; with no -url it measures the proxy's
                                overhead with and without limiting
+  slidelimit rls [flags]       Envoy's global rate limit service (gRPC), configured by YAML
 
 Run "slidelimit COMMAND -h" for a command's flags.
 `
@@ -57,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = proxyMain(rest, stdout, stderr)
 	case "load":
 		err = loadMain(rest, stdout, stderr)
+	case "rls":
+		err = rlsMain(rest, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
