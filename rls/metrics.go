@@ -57,3 +57,17 @@ func (s *Server) MetricsHandler() http.Handler {
 // Registry returns the registry the server's metrics live in, for a caller that adds its own
 // (the Redis client's, say) or serves them elsewhere.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// series are one descriptor's counters, resolved once rather than looked up by label per call.
+type series struct {
+	hits, overLimit, nearLimit, shadow prometheus.Counter
+}
+
+func (m *metrics) seriesFor(domain, descriptor string) *series {
+	return &series{
+		hits:      m.hits.WithLabelValues(domain, descriptor),
+		overLimit: m.overLimit.WithLabelValues(domain, descriptor),
+		nearLimit: m.nearLimit.WithLabelValues(domain, descriptor),
+		shadow:    m.shadow.WithLabelValues(domain, descriptor),
+	}
+}

@@ -69,4 +69,3 @@ func TestWatchAppliesEditsAndKeepsLastGood(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-

@@ -49,6 +49,7 @@ type state struct {
 	cfg      *Config
 	limiters map[string]*live // by limiter name
 	byNode   map[*node]*live
+	series   map[*node]*series // resolved metrics of each limited descriptor
 }
 
 // live is the limiter of one rate limit, with what its statuses report.
@@ -122,7 +123,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 // build makes the limiters of cfg, reusing those of old that apply the same rate limit to the
 // same descriptor of the same domain, so that a reload keeps their counts.
 func (s *Server) build(cfg *Config, old *state) (*state, error) {
-	st := &state{cfg: cfg, limiters: map[string]*live{}, byNode: map[*node]*live{}}
+	st := &state{cfg: cfg, limiters: map[string]*live{}, byNode: map[*node]*live{}, series: map[*node]*series{}}
 	var made []*live
 	fail := func(err error) (*state, error) {
 		for _, l := range made {
@@ -154,6 +155,7 @@ func (s *Server) build(cfg *Config, old *state) (*state, error) {
 					st.limiters[lname] = l
 				}
 				st.byNode[n] = l
+				st.series[n] = s.metrics.seriesFor(d.name, n.path)
 			}
 			for _, c := range n.exact {
 				if err := walk(c); err != nil {
@@ -281,7 +283,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
 	dom := st.cfg.domains[req.GetDomain()]
-	var checks []check
+	checks := make([]check, 0, len(descs))
 	var replaced map[string]bool
 	for i, d := range descs {
 		if d.GetIsNegativeHits() {
@@ -363,7 +365,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		c := &checks[k]
 		s.fill(resp.Statuses[c.i], c)
 		if k < stopped {
-			s.count(req.GetDomain(), descs[c.i], c)
+			s.count(st, req.GetDomain(), descs[c.i], c)
 		}
 	}
 	if s.headers {
@@ -436,27 +438,27 @@ func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
 
 // count records one check in the metrics, under its descriptor's config path, or the request's
 // own entries for a descriptor with detailed_metric.
-func (s *Server) count(domain string, d *ratelimitv3.RateLimitDescriptor, c *check) {
-	name := c.node.path
+func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescriptor, c *check) {
+	m := st.series[c.node]
 	if c.node.detailed {
 		parts := make([]string, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			parts[j] = segment(e.GetKey(), e.GetValue())
 		}
-		name = strings.Join(parts, ".")
+		m = s.metrics.seriesFor(domain, strings.Join(parts, "."))
 	}
-	m := s.metrics
-	m.hits.WithLabelValues(domain, name).Add(float64(c.cost))
+	cost := float64(c.cost)
+	m.hits.Add(cost)
 	if !c.d.Allowed {
-		m.overLimit.WithLabelValues(domain, name).Add(float64(c.cost))
+		m.overLimit.Add(cost)
 		if c.node.shadow {
-			m.shadow.WithLabelValues(domain, name).Add(float64(c.cost))
+			m.shadow.Add(cost)
 		}
 		return
 	}
 	// Near the limit: the hit left less than a fifth of it, as envoyproxy/ratelimit's default.
 	if lim := c.d.Limit; lim > 0 && (lim-c.d.Remaining)*5 > lim*4 {
-		m.nearLimit.WithLabelValues(domain, name).Add(float64(c.cost))
+		m.nearLimit.Add(cost)
 	}
 }
 
