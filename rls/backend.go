@@ -49,9 +49,10 @@ func EngineBackend(opts ...engine.Option) Backend {
 // RedisBackend decides on Redis (or Valkey) through client, so that every replica with the same
 // config shares each limit: one redisstore.Limiter per rate limit, built with opts. Redis runs
 // the sliding counter, fixed window, token bucket and GCRA; a config asking it for another policy
-// fails to load. The store cannot give units back yet, so a request refused on a later descriptor
-// leaves the earlier ones charged (see docs/rls.md). The server never closes client. Safe for
-// concurrent use.
+// fails to load. The store cannot give units back yet: for a request with several limited
+// descriptors the server queries them all first and takes a refusing one first, so a refused
+// request is charged nothing unless a concurrent request changes a count between the query and
+// the take (see docs/rls.md). The server never closes client. Safe for concurrent use.
 func RedisBackend(client redis.UniversalClient, opts ...redisstore.Option) Backend {
 	return BackendFunc(func(name string, p policy.Policy) (slidelimit.Limiter, error) {
 		l, err := redisstore.New(client, name, p, opts...)

@@ -576,7 +576,7 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 func (d *domain) match(entries []entry) *node {
 	n := d.root
 	for _, e := range entries {
-		next := n.exact[entryKey{e.key, e.value}]
+		next := n.exact[entryKey(e)]
 		if next == nil {
 			for _, pn := range n.prefixes {
 				if pn.key == e.key && strings.HasPrefix(e.value, pn.value) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/require"
 )
@@ -87,11 +89,15 @@ func TestRedisReplicasShareLimits(t *testing.T) {
 	require.Equal(t, []string{over, over}, outcome(a.call(t, "basic", 0, desc("user", "vip"))))
 }
 
-// On Redis a refusal stops the takes: the descriptors after the refusing one are only queried,
-// so they keep what they had. (The ones before it stay charged: the store cannot give units back.)
-func TestRedisRefusalTakesNothingAfter(t *testing.T) {
+// On Redis, which cannot give units back, the descriptors are first queried together, and one
+// that would refuse is taken first: the takes stop there, before anything is charged, whatever
+// the order of the descriptors.
+func TestRedisRefusalChargesNothing(t *testing.T) {
 	addr := startRedis(t)
-	s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
+	// The store's clock, manual, makes the windows and the durations exact.
+	clk := clock.NewManual(t0)
+	defer clk.Stop()
+	s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk))))
 	for range 2 {
 		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("b", "1"))))
 	}
@@ -99,9 +105,17 @@ func TestRedisRefusalTakesNothingAfter(t *testing.T) {
 		r := s.call(t, "basic", 0, desc("b", "1"), desc("a", "1"))
 		require.Equal(t, []string{over, over, ok}, outcome(r))
 		require.Equal(t, uint32(5), r.GetStatuses()[1].GetLimitRemaining(), "a was only queried")
+		require.Equal(t, 1001*time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+		r = s.call(t, "basic", 0, desc("a", "1"), desc("b", "1"))
+		require.Equal(t, []string{over, ok, over}, outcome(r))
+		require.Equal(t, uint32(5), r.GetStatuses()[0].GetLimitRemaining(), "a was only queried")
 	}
 	r := s.call(t, "basic", 0, desc("a", "1"))
 	require.Equal(t, uint32(4), r.GetStatuses()[0].GetLimitRemaining())
+	// An admitted request counts on both.
+	r = s.call(t, "basic", 0, desc("a", "2"), desc("b", "2"))
+	require.Equal(t, []string{ok, ok, ok}, outcome(r))
+	require.Equal(t, []uint32{4, 1}, []uint32{r.GetStatuses()[0].GetLimitRemaining(), r.GetStatuses()[1].GetLimitRemaining()})
 }
 
 // Redis runs four policies; a config asking it for another fails to load, naming the file.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,11 +250,13 @@ type check struct {
 	d        slidelimit.Decision
 	taken    bool // decided by a take (not a query)
 	refunded int64
+	query    slidelimit.Decision // what a query found before the takes (see predict)
+	queried  bool
 }
 
 // ShouldRateLimit decides a request, all or nothing: when any descriptor that is not in shadow
-// mode refuses, the response is OVER_LIMIT and no descriptor keeps the hit (with the engine;
-// see RedisBackend for the store). Each descriptor's cost is its hits_addend, else the request's,
+// mode refuses, the response is OVER_LIMIT and no descriptor keeps the hit (exactly with the
+// engine; see RedisBackend for the store). Each descriptor's cost is its hits_addend, else the request's,
 // and 0 means 1. Unknown domains and descriptors are OK. Safe for concurrent use.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
@@ -333,6 +336,11 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	for _, c := range checks {
 		refundable = refundable && (c.live.lim == nil || c.live.eng != nil)
 	}
+	if !refundable && len(checks) > 1 {
+		if err := s.predict(ctx, checks); err != nil {
+			return nil, err
+		}
+	}
 	refused, stopped := false, len(checks)
 	for k := range checks {
 		c := &checks[k]
@@ -355,6 +363,10 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		s.giveBack(checks[:stopped])
 		for k := stopped; k < len(checks); k++ {
 			c := &checks[k]
+			if c.queried {
+				c.d, c.taken = c.query, false
+				continue
+			}
 			if err := s.take(ctx, c, 0); err != nil {
 				return nil, err
 			}
@@ -391,6 +403,42 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 		s.logger.Printf("rls: domain %s descriptor %s: %v (decided %v by the backend's failure mode)", c.live.domain, c.node.path, err, d.Allowed)
 	}
 	c.d = d
+	return nil
+}
+
+// predict serves limiters that cannot give units back: it queries every descriptor at once
+// (cost 0, in parallel, one round trip of latency) and moves those that would refuse to the
+// front, so that the takes stop at a refusal before anything was charged. Only a request that
+// races another between the query and the take can still leave an earlier descriptor charged.
+func (s *Server) predict(ctx context.Context, checks []check) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(checks))
+	for k := range checks {
+		c := &checks[k]
+		if c.live.lim == nil || c.node.shadow {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := c.live.lim.Take(ctx, c.key, 0)
+			if err != nil && ctx.Err() != nil {
+				errs[k] = status.FromContextError(ctx.Err()).Err()
+				return
+			}
+			c.query, c.queried = d, err == nil
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	refuses := func(c *check) bool {
+		return c.live.lim == nil || c.queried && c.query.Remaining < c.cost && !c.node.shadow
+	}
+	sort.SliceStable(checks, func(i, j int) bool { return refuses(&checks[i]) && !refuses(&checks[j]) })
 	return nil
 }
 
