@@ -180,7 +180,8 @@ func LoadConfig(path string) (*Config, error) {
 	return cfg, nil
 }
 
-// ParseConfig is LoadConfig for one file's contents; name stands for the file in errors.
+// ParseConfig is LoadConfig for one file's contents; name stands for the file in errors. Safe to
+// call from any goroutine.
 func ParseConfig(name string, data []byte) (*Config, error) {
 	d, err := parseDomain(name, data)
 	if err != nil {

@@ -31,7 +31,7 @@ type Keepalive struct {
 	MaxConnectionAgeGrace time.Duration
 }
 
-// ServerOptions returns the grpc.ServerOptions that apply k.
+// ServerOptions returns the grpc.ServerOptions that apply k. A pure function of k.
 func (k Keepalive) ServerOptions() []grpc.ServerOption {
 	or := func(d, def time.Duration) time.Duration {
 		if d == 0 {
@@ -51,7 +51,8 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 }
 
 // Register adds the rate limit service and the standard gRPC health service (grpc.health.v1,
-// SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService until Close) to g.
+// SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService until Close) to g. Call it
+// before g serves, as gRPC requires; one Server may be registered on several gRPC servers.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)

@@ -55,7 +55,7 @@ func (s *Server) MetricsHandler() http.Handler {
 }
 
 // Registry returns the registry the server's metrics live in, for a caller that adds its own
-// (the Redis client's, say) or serves them elsewhere.
+// (the Redis client's, say) or serves them elsewhere. A Registry is safe for concurrent use.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
 // series are one descriptor's counters, resolved once rather than looked up by label per call.

@@ -62,7 +62,8 @@ type live struct {
 	pol    policy.Policy
 }
 
-// Option configures a Server at construction.
+// Option configures a Server; options are applied once, by NewServer, before the server is
+// shared.
 type Option func(*Server) error
 
 // WithBackend makes the server's limiters with b (default EngineBackend()).
@@ -96,7 +97,9 @@ func WithLogger(l *log.Logger) Option {
 	}
 }
 
-// NewServer returns a Server for cfg, with one limiter per rate limit made by the backend.
+// NewServer returns a Server for cfg, with one limiter per rate limit made by the backend. An
+// error from the backend (a policy Redis cannot run, say) is a *ConfigError naming the file and
+// the descriptor. The Server is ready for concurrent calls once returned.
 func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("rls: NewServer: config is nil")
