@@ -339,26 +339,39 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	for _, c := range checks {
 		refundable = refundable && (c.live.lim == nil || c.live.eng != nil)
 	}
+	parallel := false
 	if !refundable && len(checks) > 1 {
-		if err := s.predict(ctx, checks); err != nil {
+		var err error
+		if parallel, err = s.predict(ctx, checks); err != nil {
 			return nil, err
 		}
 	}
 	refused, stopped := false, len(checks)
-	for k := range checks {
-		c := &checks[k]
-		if refused && !refundable {
-			// A store that cannot give units back takes nothing after a refusal: the rest are
-			// only queried, to report what they have left.
-			stopped = k
-			break
-		}
-		if err := s.take(ctx, c, c.cost); err != nil {
-			s.giveBack(checks[:k])
+	if parallel {
+		// Every descriptor is expected to admit: take them all at once, one round trip of
+		// latency rather than one per descriptor.
+		if err := s.takeAll(ctx, checks); err != nil {
 			return nil, err
 		}
-		if !c.d.Allowed && !c.node.shadow {
-			refused = true
+		for _, c := range checks {
+			refused = refused || !c.d.Allowed && !c.node.shadow
+		}
+	} else {
+		for k := range checks {
+			c := &checks[k]
+			if refused && !refundable {
+				// A store that cannot give units back takes nothing after a refusal: the rest
+				// are only queried, to report what they have left.
+				stopped = k
+				break
+			}
+			if err := s.take(ctx, c, c.cost); err != nil {
+				s.giveBack(checks[:k])
+				return nil, err
+			}
+			if !c.d.Allowed && !c.node.shadow {
+				refused = true
+			}
 		}
 	}
 	if refused {
@@ -413,7 +426,9 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 // (cost 0, in parallel, one round trip of latency) and moves those that would refuse to the
 // front, so that the takes stop at a refusal before anything was charged. Only a request that
 // races another between the query and the take can still leave an earlier descriptor charged.
-func (s *Server) predict(ctx context.Context, checks []check) error {
+// It reports whether every descriptor is expected to admit, so that they may be taken in
+// parallel.
+func (s *Server) predict(ctx context.Context, checks []check) (allAdmit bool, err error) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(checks))
 	for k := range checks {
@@ -435,13 +450,33 @@ func (s *Server) predict(ctx context.Context, checks []check) error {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 	refuses := func(c *check) bool {
 		return c.live.lim == nil || c.queried && c.query.Remaining < c.cost && !c.node.shadow
 	}
 	sort.SliceStable(checks, func(i, j int) bool { return refuses(&checks[i]) && !refuses(&checks[j]) })
+	return !refuses(&checks[0]), nil
+}
+
+// takeAll takes every check at once.
+func (s *Server) takeAll(ctx context.Context, checks []check) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(checks))
+	for k := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = s.take(ctx, &checks[k], checks[k].cost)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
