@@ -5,10 +5,13 @@
 //	go run ./cmd/rlsbench -callers 32 -duration 10s                      # in-process engine
 //	go run ./cmd/rlsbench -callers 32 -duration 10s -redis redis://127.0.0.1:6379/0
 //	go run ./cmd/rlsbench -callers 1 -duration 5s                        # sequential latency
+//	go run ./cmd/rlsbench -target 127.0.0.1:8081                         # another service
 //
 // The workload: -keys client addresses, picked at random per call, each allowed -limit calls per
 // minute on one descriptor (remote_address), and with -descriptors 2 also one shared
-// per-path limit, so that each call is decided on two limits all or nothing.
+// per-path limit, so that each call is decided on two limits all or nothing. With -target, the
+// calls go to a service that is already running (slidelimit rls, or envoyproxy/ratelimit) with
+// domain bench configured as below.
 package main
 
 import (
@@ -38,56 +41,39 @@ func main() {
 	limit := flag.Int("limit", 1000, "calls per client address per minute")
 	descriptors := flag.Int("descriptors", 1, "descriptors per call: 1 (per address) or 2 (and a per-path limit)")
 	redisURL := flag.String("redis", "", "decide on Redis at this URL instead of in process")
+	target := flag.String("target", "", "measure the service at this gRPC address instead of one started here")
 	flag.Parse()
-	if err := run(*callers, *duration, *keys, *limit, *descriptors, *redisURL); err != nil {
+	if err := run(*callers, *duration, *keys, *limit, *descriptors, *redisURL, *target); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(callers int, duration time.Duration, keys, limit, descriptors int, redisURL string) error {
-	if callers < 1 || keys < 1 || limit < 1 || descriptors < 1 || descriptors > 2 {
-		return fmt.Errorf("-callers, -keys and -limit must be at least 1; -descriptors 1 or 2")
-	}
-	cfg, err := rls.ParseConfig("bench.yaml", []byte(`
+// Config is the service config the workload expects, in domain bench.
+func config(limit int) string {
+	return `
 domain: bench
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: `+strconv.Itoa(limit)+`}
+    rate_limit: {unit: minute, requests_per_unit: ` + strconv.Itoa(limit) + `}
   - key: path
     rate_limit: {unit: second, requests_per_unit: 4000000000}
-`))
-	if err != nil {
-		return err
+`
+}
+
+func run(callers int, duration time.Duration, keys, limit, descriptors int, redisURL, target string) error {
+	if callers < 1 || keys < 1 || limit < 1 || descriptors < 1 || descriptors > 2 {
+		return fmt.Errorf("-callers, -keys and -limit must be at least 1; -descriptors 1 or 2")
 	}
-	var opts []rls.Option
-	backend := "in-process engine"
-	if redisURL != "" {
-		ro, err := redis.ParseURL(redisURL)
-		if err != nil {
+	addr, backend := target, "the service at "+target
+	if target == "" {
+		var stop func()
+		var err error
+		if addr, backend, stop, err = start(callers, limit, redisURL); err != nil {
 			return err
 		}
-		ro.ContextTimeoutEnabled = true
-		ro.PoolSize = 4 * callers
-		client := redis.NewClient(ro)
-		defer client.Close()
-		opts = append(opts, rls.WithBackend(rls.RedisBackend(client)))
-		backend = "Redis " + redisURL
+		defer stop()
 	}
-	srv, err := rls.NewServer(cfg, opts...)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Second) }()
-	defer func() { stop(); <-served }()
-
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -98,7 +84,7 @@ descriptors:
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for c := range callers {
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
 		}
@@ -159,4 +145,46 @@ descriptors:
 		float64(n)/duration.Seconds(), pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond),
 		pct(0.999).Round(time.Microsecond), latencies[n-1].Round(time.Microsecond), 100*float64(overLimit)/float64(n))
 	return nil
+}
+
+// start runs a slidelimit rls server on loopback for the workload.
+func start(callers, limit int, redisURL string) (addr, backend string, stop func(), err error) {
+	cfg, err := rls.ParseConfig("bench.yaml", []byte(config(limit)))
+	if err != nil {
+		return "", "", nil, err
+	}
+	var opts []rls.Option
+	backend = "slidelimit rls, in-process engine"
+	var client *redis.Client
+	if redisURL != "" {
+		ro, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return "", "", nil, err
+		}
+		ro.ContextTimeoutEnabled = true
+		ro.PoolSize = 4 * callers
+		client = redis.NewClient(ro)
+		opts = append(opts, rls.WithBackend(rls.RedisBackend(client)))
+		backend = "slidelimit rls, Redis " + redisURL
+	}
+	srv, err := rls.NewServer(cfg, opts...)
+	if err != nil {
+		return "", "", nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return "", "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Second) }()
+	return lis.Addr().String(), backend, func() {
+		cancel()
+		<-served
+		srv.Close()
+		if client != nil {
+			client.Close()
+		}
+	}, nil
 }
