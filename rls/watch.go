@@ -11,8 +11,10 @@ import (
 )
 
 // Watch polls path (as given to LoadConfig) every interval (default 1s) until ctx ends, and
-// applies each change: a config that loads replaces the server's (see Reload); one that does not
-// is logged with its reason, and the last good config stays in use until the files change again.
+// applies each change once the files have stayed the same for one interval (so within two
+// intervals of the edit): a config that loads replaces the server's (see Reload); one that does
+// not is logged with its reason, and the last good config stays in use until the files change
+// again.
 // Polling rather than file events works the same on every filesystem, and for Kubernetes
 // ConfigMaps, whose files are swapped by renaming a symbolic link. Watch blocks; run it in its own
 // goroutine. Safe to run alongside calls.
@@ -26,6 +28,7 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 	if cfg := s.Config(); cfg != nil && cfg.source == path {
 		last = cfg.fp
 	}
+	pending := last
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -36,6 +39,13 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		}
 		fp := fingerprint(path)
 		if fp == last {
+			pending = last
+			continue
+		}
+		if fp != pending {
+			// Changed since the previous poll: wait until it holds still for one interval, so
+			// that a file caught half-written is not loaded.
+			pending = fp
 			continue
 		}
 		// fp was taken before the files are read, so an edit made while they are read is seen
