@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/rls"
@@ -58,6 +59,11 @@ func pong(addr string) bool {
 	return err == nil && strings.TrimSpace(line) == "+PONG"
 }
 
+// patient lets a Redis call take as long as a loaded machine needs: the default 50ms deadline
+// would turn a slow answer into a failure that the failure mode decides, which is not what these
+// tests are about.
+var patient = redisstore.WithTimeout(5 * time.Second)
+
 func redisClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
@@ -70,8 +76,8 @@ func TestRedisReplicasShareLimits(t *testing.T) {
 	// A day's window: a run that straddles its edge (a few ms in 86.4M) would see the carried
 	// weight of the previous one.
 	cfg := parse(t, "domain: basic\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 5}\n")
-	a := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
-	b := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
+	a := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
+	b := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
 	// 5 a day between them.
 	for i := range 5 {
 		s := a
@@ -97,7 +103,7 @@ func TestRedisRefusalChargesNothing(t *testing.T) {
 	// The store's clock, manual, makes the windows and the durations exact.
 	clk := clock.NewManual(t0)
 	defer clk.Stop()
-	s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk))))
+	s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk), patient)))
 	for range 2 {
 		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("b", "1"))))
 	}
@@ -124,4 +130,26 @@ func TestRedisRefusesPolicyItCannotRun(t *testing.T) {
 	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, policy: leaky-bucket}\n")
 	_, err := rls.NewServer(cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
 	require.ErrorContains(t, err, "test.yaml: line 3: descriptor k: redisstore:")
+}
+
+// When Redis cannot decide, the backend's failure mode does: open admits, closed refuses. Every
+// error is counted; the log gets at most a line a second.
+func TestRedisDownDecidesByFailureMode(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nothing := ln.Addr().String()
+	ln.Close() // nothing listens there now: every call fails at once
+	for _, c := range []struct {
+		mode slidelimit.FailureMode
+		want string
+	}{{slidelimit.FailOpen, ok}, {slidelimit.FailClosed, over}} {
+		s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, nothing), redisstore.WithOnFailure(c.mode))))
+		for range 20 {
+			require.Equal(t, []string{c.want, c.want}, outcome(s.call(t, "basic", 0, desc("a", "1"))), c.mode.String())
+		}
+		require.Contains(t, scrape(t, s.srv), "slidelimit_rls_backend_errors_total 20")
+		lines := strings.Count(s.log.String(), "by the backend's failure mode")
+		require.True(t, lines >= 1 && lines <= 2, "%d log lines for 20 errors:\n%s", lines, s.log.String())
+		require.Contains(t, s.log.String(), "rls: domain basic descriptor a: redisstore:")
+	}
 }

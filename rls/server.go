@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -39,6 +40,8 @@ type Server struct {
 	logger  *log.Logger
 	metrics *metrics
 	health  *health.Server
+
+	nextLog, unlogged atomic.Int64 // logBackendError's pace
 
 	mu     sync.RWMutex // held shared by each call, exclusively to swap st
 	st     *state       // nil once closed
@@ -419,7 +422,7 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 			return status.FromContextError(ctxErr).Err()
 		}
 		s.metrics.backendErrors.Inc()
-		s.logger.Printf("rls: domain %s descriptor %s: %v (decided %v by the backend's failure mode)", c.live.domain, c.node.path, err, d.Allowed)
+		s.logBackendError(c, err, d.Allowed)
 	}
 	c.d = d
 	return nil
@@ -481,6 +484,22 @@ func (s *Server) takeAll(ctx context.Context, checks []check) error {
 		}
 	}
 	return nil
+}
+
+// logBackendError logs at most one backend error a second, with the number left out since the
+// last line: a store that is down fails every call, and the metric counts them all.
+func (s *Server) logBackendError(c *check, err error, admitted bool) {
+	now := time.Now().UnixNano()
+	next := s.nextLog.Load()
+	if now < next || !s.nextLog.CompareAndSwap(next, now+int64(time.Second)) {
+		s.unlogged.Add(1)
+		return
+	}
+	more := ""
+	if n := s.unlogged.Swap(0); n > 0 {
+		more = fmt.Sprintf("; %d more backend errors since the last line", n)
+	}
+	s.logger.Printf("rls: domain %s descriptor %s: %v (decided %v by the backend's failure mode)%s", c.live.domain, c.node.path, err, admitted, more)
 }
 
 // giveBack returns what the admitted checks took, where the limiter can.

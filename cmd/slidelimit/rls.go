@@ -20,11 +20,12 @@ import (
 	"github.com/slidelimit/slidelimit/rls"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact] [-on-redis-error open|closed] [-metrics-listen ADDR] [-headers] [-reload-interval D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact] [-on-redis-error open|closed] [-redis-timeout D] [-metrics-listen ADDR] [-headers] [-reload-interval D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
 	redisURL, redisMode, onError  string
+	redisTimeout                  time.Duration
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -38,6 +39,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), so that every replica shares each limit; default: in process")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor); batched is not available yet")
 	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
 	fs.DurationVar(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (0: never)")
@@ -57,6 +59,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	switch {
 	case c.config == "":
 		return usageErr(fs, "-config is required")
+	case c.redisTimeout <= 0:
+		return usageErr(fs, "-redis-timeout %v: must be positive", c.redisTimeout)
 	case c.reloadInterval < 0:
 		return usageErr(fs, "-reload-interval %v: must not be negative", c.reloadInterval)
 	case c.redisMode != "exact" && c.redisMode != "batched":
@@ -91,7 +95,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			logger.Printf("warning: Redis at %s does not answer (%v); descriptors are decided %s until it does", redactURL(c.redisURL), err, onError)
 		}
 		cancel()
-		opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError))))
+		opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout))))
 		describe = "on Redis " + redactURL(c.redisURL) + " (exact)"
 	}
 	srv, err := rls.NewServer(cfg, opts...)

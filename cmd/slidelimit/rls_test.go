@@ -70,6 +70,7 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-redis-mode", "batched"}, "-redis-mode batched: the batched fleet mode is not available yet"},
 		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
 		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be positive"},
 	} {
 		out, code := runRLS(t, c.args...)
 		require.Equal(t, exitUsage, code, out)
@@ -231,8 +232,9 @@ func TestRLSRedisSharedLimit(t *testing.T) {
 	addr, _ := startRedis(t)
 	file := filepath.Join(t.TempDir(), "edge.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3}\n"), 0o644))
-	a := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0")
-	b := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-mode", "exact")
+	// A deadline a loaded machine meets: the default 50ms would let the failure mode decide.
+	a := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-timeout", "5s")
+	b := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-mode", "exact", "-redis-timeout", "5s")
 	ca, _ := rlsClient(t, a.addr)
 	cb, _ := rlsClient(t, b.addr)
 	codes := []rlsv3.RateLimitResponse_Code{}
