@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/rls"
+)
+
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact] [-on-redis-error open|closed] [-redis-timeout D] [-metrics-listen ADDR] [-headers] [-reload-interval D]"
+
+type rlsConfig struct {
+	config, listen, metricsListen string
+	redisURL, redisMode, onError  string
+	redisTimeout                  time.Duration
+	headers                       bool
+	reloadInterval, shutdown      time.Duration
+	keepalive                     rls.Keepalive
+}
+
+func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
+	c := &rlsConfig{}
+	fs := newFlagSet("rls", rlsSynopsis, stderr)
+	fs.StringVar(&c.config, "config", "", "a YAML file, or a directory of them (one domain per file), in envoyproxy/ratelimit's format (required)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "gRPC address to serve envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1 on (port 0 picks a free one)")
+	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), so that every replica shares each limit; default: in process")
+	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor); batched is not available yet")
+	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse)")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
+	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
+	fs.DurationVar(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (0: never)")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long calls in flight may take to finish after SIGTERM")
+	fs.DurationVar(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long")
+	fs.DurationVar(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this")
+	fs.DurationVar(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often a client may ping; keep it at or below Envoy's connection_keepalive interval")
+	fs.DurationVar(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long, so that clients spread over new replicas (0: never)")
+	return c, fs
+}
+
+func rlsMain(args []string, _, stderr io.Writer) error {
+	c, fs := rlsFlags(stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case c.config == "":
+		return usageErr(fs, "-config is required")
+	case c.redisTimeout <= 0:
+		return usageErr(fs, "-redis-timeout %v: must be positive", c.redisTimeout)
+	case c.reloadInterval < 0:
+		return usageErr(fs, "-reload-interval %v: must not be negative", c.reloadInterval)
+	case c.redisMode != "exact" && c.redisMode != "batched":
+		return usageErr(fs, "-redis-mode %q: want exact (batched is not available yet)", c.redisMode)
+	case c.redisMode == "batched":
+		return usageErr(fs, "-redis-mode batched: the batched fleet mode is not available yet; use -redis-mode exact")
+	}
+	onError, err := slidelimit.ParseFailureMode(c.onError)
+	if err != nil || onError == slidelimit.FailLocal {
+		return usageErr(fs, "-on-redis-error %q: want open or closed", c.onError)
+	}
+	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
+
+	cfg, err := rls.LoadConfig(c.config)
+	if err != nil {
+		return fmt.Errorf("-config: %w", err)
+	}
+	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
+	describe := "in process"
+	if c.redisURL != "" {
+		// redis.ParseURL takes single-node URLs; cluster and sentinel URLs need a parser of their own.
+		ro, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return usageErr(fs, "-redis %q: %v", redactURL(c.redisURL), err)
+		}
+		// The store bounds each call with a context deadline; go-redis honours it only when told to.
+		ro.ContextTimeoutEnabled = true
+		client := redis.NewClient(ro)
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := client.Ping(ctx).Err(); err != nil {
+			logger.Printf("warning: Redis at %s does not answer (%v); descriptors are decided %s until it does", redactURL(c.redisURL), err, onError)
+		}
+		cancel()
+		opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout))))
+		describe = "on Redis " + redactURL(c.redisURL) + " (exact)"
+	}
+	srv, err := rls.NewServer(cfg, opts...)
+	if err != nil {
+		return fmt.Errorf("-config: %w", err)
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("-listen %q: %v", c.listen, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var ms *http.Server
+	msErr := make(chan error, 1)
+	if c.metricsListen != "" {
+		mln, err := net.Listen("tcp", c.metricsListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("-metrics-listen %q: %v", c.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger}
+		go func() { msErr <- ms.Serve(mln) }()
+		logger.Printf("metrics on http://%s/metrics", mln.Addr())
+	}
+	watched := make(chan struct{})
+	if c.reloadInterval > 0 {
+		go func() { srv.Watch(ctx, c.config, c.reloadInterval); close(watched) }()
+	} else {
+		close(watched)
+	}
+	logger.Printf("listening on %s, domains %s, deciding %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown) }()
+	var runErr error
+	select {
+	case err := <-msErr:
+		runErr = fmt.Errorf("metrics listener: %w", err)
+		stop()
+		<-serveErr
+	case err := <-serveErr:
+		runErr = err
+		if ctx.Err() == nil && err != nil {
+			runErr = fmt.Errorf("serving: %w", err)
+		}
+		if ctx.Err() != nil {
+			logger.Printf("shutting down: calls in flight had up to %v to finish", c.shutdown)
+		}
+	}
+	stop()
+	<-watched
+	if ms != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
+		if err := ms.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			ms.Close()
+		}
+		cancel()
+	}
+	if runErr == nil {
+		logger.Printf("stopped")
+	}
+	return runErr
+}

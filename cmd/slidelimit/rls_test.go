@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// badConfigs is the rls module's set of configs that must not load.
+var badConfigs = filepath.Join("..", "..", "rls", "testdata", "bad")
+
+// Every bad config stops the command at start, with a non-zero exit and a message that names the
+// file and the reason.
+func TestRLSBadConfigExits(t *testing.T) {
+	reasons := map[string]string{
+		"bad_yaml.yaml":             "bad YAML",
+		"bad_unit.yaml":             `unknown unit "fortnight"`,
+		"misspelled_field.yaml":     `unknown field "ratelimit"`,
+		"duplicate_descriptor.yaml": "duplicate descriptor key1_value1",
+		"empty_domain.yaml":         "domain is empty or missing",
+		"empty_key.yaml":            "key is empty or missing",
+		"non_map_list.yaml":         "want a map",
+		"non_string_key.yaml":       "is not a string",
+		"unlimited_with_unit.yaml":  "is unlimited and also sets unit",
+		"replaces_self.yaml":        "its own name",
+	}
+	ents, err := os.ReadDir(badConfigs)
+	require.NoError(t, err)
+	require.NotEmpty(t, ents)
+	for _, e := range ents {
+		path := filepath.Join(badConfigs, e.Name())
+		out, code := runRLS(t, "-config", path, "-listen", "127.0.0.1:0")
+		require.Equal(t, exitFail, code, "%s:\n%s", e.Name(), out)
+		require.Contains(t, out, "slidelimit rls: -config: "+path+": ", e.Name())
+		if r, ok := reasons[e.Name()]; ok {
+			require.Contains(t, out, r, e.Name())
+		}
+		require.NotContains(t, out, "listening on")
+	}
+	dup := filepath.Join(filepath.Dir(badConfigs), "dupdomain")
+	out, code := runRLS(t, "-config", dup, "-listen", "127.0.0.1:0")
+	require.Equal(t, exitFail, code)
+	require.Contains(t, out, `slidelimit rls: -config: `+filepath.Join(dup, "b.yaml")+`: duplicate domain "test-domain": already defined in `+filepath.Join(dup, "a.yaml"))
+}
+
+func TestRLSBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "-config is required"},
+		{[]string{"-config", "x.yaml", "-redis-mode", "batched"}, "-redis-mode batched: the batched fleet mode is not available yet"},
+		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
+		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be positive"},
+	} {
+		out, code := runRLS(t, c.args...)
+		require.Equal(t, exitUsage, code, out)
+		require.Contains(t, out, c.want)
+	}
+}
+
+// runRLS runs the command to completion and returns its combined output and exit code.
+func runRLS(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, append([]string{"rls"}, args...)...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return string(out), 0
+}
+
+// rlsProc is one running "slidelimit rls".
+type rlsProc struct {
+	cmd           *exec.Cmd
+	addr, metrics string
+	mu            sync.Mutex
+	log           strings.Builder
+	exited        chan struct{}
+	err           error
+}
+
+func (p *rlsProc) stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+var rlsListeningRE = regexp.MustCompile(`listening on (\S+), domains`)
+
+func startRLS(t *testing.T, args ...string) *rlsProc {
+	t.Helper()
+	p := &rlsProc{cmd: exec.Command(binary, append([]string{"rls", "-listen", "127.0.0.1:0"}, args...)...), exited: make(chan struct{})}
+	pipe, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			if m := metricsRE.FindStringSubmatch(line); m != nil {
+				p.metrics = m[1]
+			}
+			if m := rlsListeningRE.FindStringSubmatch(line); m != nil && !signalled {
+				p.addr, signalled = m[1], true
+				close(ready)
+			}
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case <-ready:
+	case <-p.exited:
+		t.Fatalf("rls exited before listening: %v\n%s", p.err, p.stderr())
+	case <-time.After(failsafe):
+		t.Fatalf("rls did not start listening:\n%s", p.stderr())
+	}
+	return p
+}
+
+func rlsClient(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn), conn
+}
+
+func rlsCall(t *testing.T, c rlsv3.RateLimitServiceClient, domain, key, value string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	r, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}},
+	}}})
+	require.NoError(t, err)
+	return r
+}
+
+// The command serves the limits of its config over gRPC, with health and metrics; an edit to the
+// config applies while it runs; a broken edit is logged and changes nothing; SIGTERM stops it
+// cleanly.
+func TestRLSServesReloadsAndStops(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	write := func(perHour int) {
+		body := "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + strconv.Itoa(perHour) + "\n"
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o644))
+	}
+	write(2)
+	p := startRLS(t, "-config", dir, "-metrics-listen", "127.0.0.1:0", "-reload-interval", "50ms", "-headers")
+	c, conn := rlsClient(t, p.addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus())
+
+	for range 2 {
+		require.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "198.51.100.1").GetOverallCode())
+	}
+	r := rlsCall(t, c, "edge", "remote_address", "198.51.100.1")
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	require.NotEmpty(t, r.GetResponseHeadersToAdd())
+
+	res, err := http.Get("http://" + p.metrics + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(body), `slidelimit_rls_over_limit_total{descriptor="remote_address",domain="edge"} 1`)
+
+	write(4)
+	deadline := time.Now().Add(failsafe)
+	for rlsCall(t, c, "edge", "remote_address", "198.51.100.2").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 4 {
+		require.True(t, time.Now().Before(deadline), "edit not applied:\n%s", p.stderr())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: [remote_address]\n"), 0o644))
+	for !strings.Contains(p.stderr(), "not applied, keeping the last good config: "+file+": line 3: key is a list, want a string") {
+		require.True(t, time.Now().Before(deadline), "broken edit not logged:\n%s", p.stderr())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, uint32(4), rlsCall(t, c, "edge", "remote_address", "198.51.100.3").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatalf("rls did not stop on SIGTERM:\n%s", p.stderr())
+	}
+	require.NoError(t, p.err, p.stderr())
+	require.Contains(t, p.stderr(), "stopped")
+}
+
+// With -redis, two processes share each limit.
+func TestRLSRedisSharedLimit(t *testing.T) {
+	addr, _ := startRedis(t)
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3}\n"), 0o644))
+	// A deadline a loaded machine meets: the default 50ms would let the failure mode decide.
+	a := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-timeout", "5s")
+	b := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-mode", "exact", "-redis-timeout", "5s")
+	ca, _ := rlsClient(t, a.addr)
+	cb, _ := rlsClient(t, b.addr)
+	codes := []rlsv3.RateLimitResponse_Code{}
+	for i := range 4 {
+		c := ca
+		if i%2 == 1 {
+			c = cb
+		}
+		codes = append(codes, rlsCall(t, c, "edge", "remote_address", "203.0.113.5").GetOverallCode())
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	require.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok, ok, over}, codes)
+	require.Contains(t, a.stderr(), "deciding on Redis redis://"+addr+"/0 (exact)")
+}

@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore"
+)
+
+// Backend makes the limiter behind one rate limit of the config. The server asks for one limiter
+// per distinct (domain, descriptor path, rate limit), and keys it by the request's full descriptor
+// entries. name identifies that triple: stable across restarts and reloads, the same in every
+// replica given the same config, and a valid redisstore name. Implementations must be safe for
+// concurrent use; NewLimiter is called while a config is loaded, never on the request path.
+//
+// A limiter that can give units back, as the engine's can, makes a request refused on one
+// descriptor consume nothing on the others. The server closes a limiter it no longer uses when it
+// implements Close() error, or adapts an *engine.Limiter (see engine.AsLimiter).
+type Backend interface {
+	NewLimiter(name string, p policy.Policy) (slidelimit.Limiter, error)
+}
+
+// BackendFunc adapts a function to Backend.
+type BackendFunc func(name string, p policy.Policy) (slidelimit.Limiter, error)
+
+// NewLimiter calls f.
+func (f BackendFunc) NewLimiter(name string, p policy.Policy) (slidelimit.Limiter, error) {
+	return f(name, p)
+}
+
+// EngineBackend decides in process: one engine.Limiter per rate limit, built with opts. It is the
+// default, and the exact one: refusals are all-or-nothing across descriptors. Safe for
+// concurrent use.
+func EngineBackend(opts ...engine.Option) Backend {
+	return BackendFunc(func(_ string, p policy.Policy) (slidelimit.Limiter, error) {
+		l, err := engine.New(p, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return l.AsLimiter(), nil
+	})
+}
+
+// RedisBackend decides on Redis (or Valkey) through client, so that every replica with the same
+// config shares each limit: one redisstore.Limiter per rate limit, built with opts. Redis runs
+// the sliding counter, fixed window, token bucket and GCRA; a config asking it for another policy
+// fails to load. The store cannot give units back yet: for a request with several limited
+// descriptors the server queries them all first and takes a refusing one first, so a refused
+// request is charged nothing unless a concurrent request changes a count between the query and
+// the take (see docs/rls.md). The server never closes client. Safe for concurrent use.
+func RedisBackend(client redis.UniversalClient, opts ...redisstore.Option) Backend {
+	return BackendFunc(func(name string, p policy.Policy) (slidelimit.Limiter, error) {
+		l, err := redisstore.New(client, name, p, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	})
+}
+
+// limiterName names the limiter of one rate limit: "rls." and a hash of the domain, the
+// descriptor path and the policy, short enough for any store and free of the characters
+// redisstore reserves.
+func limiterName(domain, path string, p policy.Policy) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%#v", domain, path, p.ID(), p)))
+	return "rls." + hex.EncodeToString(h[:12])
+}
+
+// refunder is what the engine's adapter offers: its *engine.Limiter, which gives units back.
+type refunder interface {
+	Engine() *engine.Limiter
+}
+
+func engineOf(l slidelimit.Limiter) *engine.Limiter {
+	if r, ok := l.(refunder); ok {
+		return r.Engine()
+	}
+	return nil
+}
+
+func closeLimiter(l slidelimit.Limiter) {
+	if e := engineOf(l); e != nil {
+		_ = e.Close()
+		return
+	}
+	if c, ok := l.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,103 @@
+package rls_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit/rls"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+`
+
+func benchRequests(n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0." + strconv.Itoa(i)}}},
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: "/api"}}},
+		}}
+	}
+	return reqs
+}
+
+// The decision alone, without gRPC: two descriptors, all or nothing, on the engine.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	cfg, err := rls.ParseConfig("bench.yaml", []byte(benchConfig))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := rls.NewServer(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	reqs := benchRequests(1024)
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1) * 7919
+		for pb.Next() {
+			i++
+			if _, err := srv.ShouldRateLimit(context.Background(), reqs[i%uint64(len(reqs))]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// The same over gRPC on loopback, one connection per parallel caller: what Envoy sees.
+func BenchmarkShouldRateLimitGRPC(b *testing.B) {
+	cfg, err := rls.ParseConfig("bench.yaml", []byte(benchConfig))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := rls.NewServer(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx, lis, rls.Keepalive{}, time.Second); close(done) }()
+	defer func() { cancel(); <-done }()
+	reqs := benchRequests(1024)
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close()
+		c := rlsv3.NewRateLimitServiceClient(conn)
+		i := next.Add(1) * 7919
+		for pb.Next() {
+			i++
+			if _, err := c.ShouldRateLimit(context.Background(), reqs[i%uint64(len(reqs))]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

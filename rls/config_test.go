@@ -1,0 +1,95 @@
+package rls_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+)
+
+// Every file of envoyproxy/ratelimit's bad-config set, and the extensions' own mistakes, fails to
+// load with an error that names the file, the line where there is one, and the reason.
+func TestLoadConfigRefusesBadFiles(t *testing.T) {
+	cases := []struct {
+		file, line, reason string
+	}{
+		{"bad_yaml.yaml", "", "bad YAML: "},
+		{"bad_unit.yaml", "line 6", `unknown unit "fortnight"`},
+		{"misspelled_field.yaml", "line 5", `unknown field "ratelimit" in descriptor 1 under the domain`},
+		{"misspelled_field_in_rate_limit.yaml", "line 7", `unknown field "requestsperunit" in rate_limit of key1_value1`},
+		{"duplicate_descriptor.yaml", "line 5", "duplicate descriptor key1_value1 under the domain (first at line 3)"},
+		{"duplicate_field.yaml", "line 4", `duplicate field "key"`},
+		{"empty_domain.yaml", "line 1", "domain is empty or missing"},
+		{"empty_domain_value.yaml", "line 1", "domain is empty or missing"},
+		{"empty_key.yaml", "line 3", "key is empty or missing"},
+		{"non_map_list.yaml", "line 3", `descriptor 1 under the domain is the str "a", want a map`},
+		{"non_string_key.yaml", "line 1", `field name "0.25" (float) in the file is not a string`},
+		{"unlimited_with_unit.yaml", "line 6", "is unlimited and also sets unit"},
+		{"replaces_self.yaml", "line 10", `replaces "self", its own name`},
+		{"replaces_empty.yaml", "line 7", "replaces entry 1 of key1 has no name"},
+		{"bad_window.yaml", "line 5", `window "10 seconds"`},
+		{"unknown_policy.yaml", "line 7", `unknown policy "leaky-counter"`},
+		{"sliding_log.yaml", "line 7", "cannot give units back"},
+		{"year.yaml", "line 5", "must be a whole number of milliseconds in [1ms, 1193h2m47.296s]"},
+		{"unit_and_window.yaml", "line 6", "sets both unit and window"},
+		{"bucket_fraction.yaml", "line 7", "must come to a whole number per second: 10 per 1m0s is not"},
+		{"negative_requests.yaml", "line 6", "requests_per_unit -1 in rate_limit of key1 is out of range"},
+		{"no_requests.yaml", "line 5", "has no requests_per_unit"},
+		{"descriptors_not_list.yaml", "line 3", "descriptors is a map, want a list of maps"},
+		{"quota_mode.yaml", "line 4", `field "quota_mode" in descriptor 1 under the domain is not supported`},
+		{"shadow_not_bool.yaml", "line 4", `shadow_mode is the str "yes please", want true or false`},
+		{"empty_file.yaml", "", "empty file"},
+	}
+	ents, err := os.ReadDir("testdata/bad")
+	require.NoError(t, err)
+	require.Len(t, ents, len(cases), "every file in testdata/bad has a case")
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "bad", c.file)
+			cfg, err := rls.LoadConfig(path)
+			require.Nil(t, cfg)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), path+": ")
+			require.Contains(t, err.Error(), c.reason)
+			var ce *rls.ConfigError
+			require.True(t, errors.As(err, &ce))
+			require.Equal(t, path, ce.File)
+			if c.line != "" {
+				require.Contains(t, err.Error(), path+": "+c.line+": ")
+			}
+		})
+	}
+}
+
+func TestLoadConfigDuplicateDomainAcrossFiles(t *testing.T) {
+	_, err := rls.LoadConfig(filepath.Join("testdata", "dupdomain"))
+	require.EqualError(t, err, filepath.Join("testdata", "dupdomain", "b.yaml")+`: duplicate domain "test-domain": already defined in `+filepath.Join("testdata", "dupdomain", "a.yaml"))
+}
+
+func TestLoadConfigMissingAndEmpty(t *testing.T) {
+	_, err := rls.LoadConfig(filepath.Join("testdata", "nonexistent.yaml"))
+	require.ErrorContains(t, err, "testdata/nonexistent.yaml: stat: no such file or directory")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not yaml"), 0o644))
+	_, err = rls.LoadConfig(dir)
+	require.EqualError(t, err, dir+": directory holds no .yaml or .yml file")
+}
+
+// A directory holds one domain per file; other files, and names starting with '.', are skipped.
+func TestLoadConfigDirectory(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	write("a.yaml", "domain: alpha\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	write("b.yml", "domain: beta\n")
+	write(".c.yaml", "not: [valid")
+	write("README", "not yaml")
+	cfg, err := rls.LoadConfig(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"alpha", "beta"}, cfg.Domains())
+	require.Equal(t, []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml")}, cfg.Files())
+}

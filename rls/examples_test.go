@@ -1,0 +1,69 @@
+package rls_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+var exampleDir = filepath.Join("..", "examples", "envoy")
+
+// The example Envoy config is a valid bootstrap, by Envoy's own generated protos and their
+// validation rules, and points both filters at the service.
+func TestExampleEnvoyConfigIsValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(exampleDir, "envoy.yaml"))
+	require.NoError(t, err)
+	var doc any
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	js, err := json.Marshal(doc)
+	require.NoError(t, err)
+	var bs bootstrapv3.Bootstrap
+	require.NoError(t, protojson.Unmarshal(js, &bs))
+	require.NoError(t, bs.ValidateAll())
+	require.Contains(t, string(js), "envoy.filters.network.ratelimit")
+	require.Contains(t, string(js), "envoy.filters.http.ratelimit")
+}
+
+// The example's service config loads, and answers the descriptors the example Envoy sends.
+func TestExampleServiceConfig(t *testing.T) {
+	cfg, err := rls.LoadConfig(filepath.Join(exampleDir, "rls"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"edge", "edge_conn"}, cfg.Domains())
+	s := serve(t, cfg)
+	// The three descriptors the HTTP filter sends for a client on /login with plan pro.
+	r := s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"), desc("plan", "pro"))
+	require.Equal(t, []string{ok, ok, ok, ok}, outcome(r))
+	require.Equal(t, uint32(99), r.GetStatuses()[0].GetLimitRemaining())
+	require.Equal(t, "login", r.GetStatuses()[1].GetCurrentLimit().GetName())
+	require.Equal(t, uint32(4), r.GetStatuses()[1].GetLimitRemaining())
+	require.Equal(t, uint32(49), r.GetStatuses()[2].GetLimitRemaining())
+	// Four more logins use the bucket's burst; the sixth waits a second for a token, and is not
+	// counted against the per-client limit.
+	for range 4 {
+		s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"))
+	}
+	r = s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"))
+	require.Equal(t, []string{over, ok, over}, outcome(r))
+	require.Equal(t, time.Second, r.GetStatuses()[1].GetDurationUntilReset().AsDuration())
+	require.Equal(t, uint32(95), r.GetStatuses()[0].GetLimitRemaining())
+	// Another path: 10 per 10 seconds.
+	r = s.call(t, "edge", 0, desc("remote_address", "192.0.2.1", "path", "/"))
+	require.Equal(t, uint32(9), r.GetStatuses()[0].GetLimitRemaining())
+	require.Equal(t, uint32(10), r.GetStatuses()[0].GetCurrentLimit().GetUnitMultiplier().GetValue())
+	// The network filter's descriptor.
+	r = s.call(t, "edge_conn", 0, desc("listener", "ingress"))
+	require.Equal(t, uint32(199), r.GetStatuses()[0].GetLimitRemaining())
+}

@@ -1,0 +1,155 @@
+package rls_test
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+)
+
+// startRedis runs a throwaway redis-server on a free loopback port. It skips when redis-server is
+// not installed, except under CI=true, where that fails.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed; CI must run the Redis tests")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(failsafe)
+	for !pong(addr) {
+		require.True(t, time.Now().Before(deadline), "redis-server did not answer PING")
+		time.Sleep(10 * time.Millisecond)
+	}
+	return addr
+}
+
+func pong(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.TrimSpace(line) == "+PONG"
+}
+
+// patient lets a Redis call take as long as a loaded machine needs: the default 50ms deadline
+// would turn a slow answer into a failure that the failure mode decides, which is not what these
+// tests are about.
+var patient = redisstore.WithTimeout(5 * time.Second)
+
+func redisClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Two replicas on one Redis share each limit.
+func TestRedisReplicasShareLimits(t *testing.T) {
+	addr := startRedis(t)
+	// A day's window: a run that straddles its edge (a few ms in 86.4M) would see the carried
+	// weight of the previous one.
+	cfg := parse(t, "domain: basic\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 5}\n")
+	a := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
+	b := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
+	// 5 a day between them.
+	for i := range 5 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		r := s.call(t, "basic", 0, desc("user", "vip"))
+		require.Equal(t, []string{ok, ok}, outcome(r), "hit %d", i+1)
+		require.Equal(t, uint32(4-i), r.GetStatuses()[0].GetLimitRemaining())
+	}
+	r := b.call(t, "basic", 0, desc("user", "vip"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	ttr := r.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+	require.True(t, ttr > 0 && ttr <= 24*time.Hour+time.Millisecond, "duration_until_reset %v", ttr)
+	require.Equal(t, []string{over, over}, outcome(a.call(t, "basic", 0, desc("user", "vip"))))
+}
+
+// On Redis, which cannot give units back, the descriptors are first queried together, and one
+// that would refuse is taken first: the takes stop there, before anything is charged, whatever
+// the order of the descriptors.
+func TestRedisRefusalChargesNothing(t *testing.T) {
+	addr := startRedis(t)
+	// The store's clock, manual, makes the windows and the durations exact.
+	clk := clock.NewManual(t0)
+	defer clk.Stop()
+	s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk), patient)))
+	for range 2 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("b", "1"))))
+	}
+	for range 3 {
+		r := s.call(t, "basic", 0, desc("b", "1"), desc("a", "1"))
+		require.Equal(t, []string{over, over, ok}, outcome(r))
+		require.Equal(t, uint32(5), r.GetStatuses()[1].GetLimitRemaining(), "a was only queried")
+		require.Equal(t, 1001*time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+		r = s.call(t, "basic", 0, desc("a", "1"), desc("b", "1"))
+		require.Equal(t, []string{over, ok, over}, outcome(r))
+		require.Equal(t, uint32(5), r.GetStatuses()[0].GetLimitRemaining(), "a was only queried")
+	}
+	r := s.call(t, "basic", 0, desc("a", "1"))
+	require.Equal(t, uint32(4), r.GetStatuses()[0].GetLimitRemaining())
+	// An admitted request counts on both.
+	r = s.call(t, "basic", 0, desc("a", "2"), desc("b", "2"))
+	require.Equal(t, []string{ok, ok, ok}, outcome(r))
+	require.Equal(t, []uint32{4, 1}, []uint32{r.GetStatuses()[0].GetLimitRemaining(), r.GetStatuses()[1].GetLimitRemaining()})
+}
+
+// Redis runs four policies; a config asking it for another fails to load, naming the file.
+func TestRedisRefusesPolicyItCannotRun(t *testing.T) {
+	addr := startRedis(t)
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, policy: leaky-bucket}\n")
+	_, err := rls.NewServer(cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
+	require.ErrorContains(t, err, "test.yaml: line 3: descriptor k: redisstore:")
+}
+
+// When Redis cannot decide, the backend's failure mode does: open admits, closed refuses. Every
+// error is counted; the log gets at most a line a second.
+func TestRedisDownDecidesByFailureMode(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nothing := ln.Addr().String()
+	ln.Close() // nothing listens there now: every call fails at once
+	for _, c := range []struct {
+		mode slidelimit.FailureMode
+		want string
+	}{{slidelimit.FailOpen, ok}, {slidelimit.FailClosed, over}} {
+		s := serve(t, loadGood(t), rls.WithBackend(rls.RedisBackend(redisClient(t, nothing), redisstore.WithOnFailure(c.mode))))
+		for range 20 {
+			require.Equal(t, []string{c.want, c.want}, outcome(s.call(t, "basic", 0, desc("a", "1"))), c.mode.String())
+		}
+		require.Contains(t, scrape(t, s.srv), "slidelimit_rls_backend_errors_total 20")
+		lines := strings.Count(s.log.String(), "by the backend's failure mode")
+		require.True(t, lines >= 1 && lines <= 2, "%d log lines for 20 errors:\n%s", lines, s.log.String())
+		require.Contains(t, s.log.String(), "rls: domain basic descriptor a: redisstore:")
+	}
+}

@@ -1,0 +1,71 @@
+package rls_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+)
+
+// An edit applies without a restart; a broken edit keeps the last good config and logs why; a
+// limit the edit leaves alone keeps its counts.
+func TestWatchAppliesEditsAndKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "app.yaml")
+	write := func(body string) { require.NoError(t, os.WriteFile(file, []byte(body), 0o644)) }
+	const kept = "  - key: kept\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n" + kept)
+	cfg, err := rls.LoadConfig(dir)
+	require.NoError(t, err)
+	s := serve(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { s.srv.Watch(ctx, dir, 10*time.Millisecond); close(watched) }()
+	defer func() { cancel(); <-watched }()
+
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "app", 0, desc("k", "x"))))
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "app", 0, desc("k", "x"))))
+	require.Equal(t, uint32(2), s.call(t, "app", 0, desc("kept", "x")).GetStatuses()[0].GetLimitRemaining())
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(failsafe)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "%s: not seen; log:\n%s", what, s.log.String())
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Raise k's limit to 5: the new limit starts with its own count.
+	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n" + kept)
+	waitFor("the raised limit", func() bool {
+		return s.call(t, "app", 0, desc("k", "y")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
+	})
+	require.Contains(t, s.log.String(), "rls: config reloaded from "+dir+": domains app")
+	r := s.call(t, "app", 0, desc("kept", "x"))
+	require.Equal(t, uint32(1), r.GetStatuses()[0].GetLimitRemaining(), "an unchanged limit keeps its count")
+
+	// A broken edit: logged with the file and the reason, and the last good config stays.
+	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	waitFor("the log line", func() bool {
+		return contains(s.log.String(), "rls: config change in "+dir+" not applied, keeping the last good config: "+file+": line 4: unknown unit \"fortnight\"")
+	})
+	require.Equal(t, uint32(5), s.call(t, "app", 0, desc("k", "z")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_config_reloads_total{result="error"} 1`)
+
+	// A new file adds a domain.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other.yaml"), []byte("domain: other\ndescriptors:\n  - key: o\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644))
+	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 7}\n")
+	waitFor("the new domain", func() bool {
+		return s.call(t, "other", 0, desc("o", "1")).GetStatuses()[0].GetCurrentLimit() != nil
+	})
+	require.Equal(t, uint32(7), s.call(t, "app", 0, desc("k", "z")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	// kept was removed: unknown now, so OK with no limit.
+	require.Nil(t, s.call(t, "app", 0, desc("kept", "x")).GetStatuses()[0].GetCurrentLimit())
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,665 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/policy"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Server answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit from a Config. It
+// is safe for concurrent use: any number of calls may run while Reload swaps the config, and
+// each call sees one config from start to end. Close releases every limiter; a closed Server
+// answers UNAVAILABLE.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	backend Backend
+	headers bool
+	logger  *log.Logger
+	metrics *metrics
+	health  *health.Server
+
+	nextLog, unlogged atomic.Int64 // logBackendError's pace
+
+	mu     sync.RWMutex // held shared by each call, exclusively to swap st
+	st     *state       // nil once closed
+	reload sync.Mutex   // one Reload at a time
+}
+
+// state is one config with its limiters.
+type state struct {
+	cfg      *Config
+	limiters map[string]*live // by limiter name
+	byNode   map[*node]*live
+	series   map[*node]*series // resolved metrics of each limited descriptor
+}
+
+// live is the limiter of one rate limit, with what its statuses report.
+type live struct {
+	name   string
+	domain string
+	lim    slidelimit.Limiter // nil for requests_per_unit 0, which refuses everything
+	eng    *engine.Limiter    // non-nil when lim gives units back
+	pol    policy.Policy
+}
+
+// Option configures a Server; options are applied once, by NewServer, before the server is
+// shared.
+type Option func(*Server) error
+
+// WithBackend makes the server's limiters with b. The default is
+// EngineBackend(engine.WithShards(16)): a config has a limiter per rate limit, and 16 shards keep
+// an empty one near 7 KB (the engine's default 256, near 90 KB), while its tables still grow with
+// its keys.
+func WithBackend(b Backend) Option {
+	return func(s *Server) error {
+		if b == nil {
+			return errors.New("rls: WithBackend(nil)")
+		}
+		s.backend = b
+		return nil
+	}
+}
+
+// WithHeaders makes every response that a rate limit decided carry the draft-10 RateLimit and
+// RateLimit-Policy fields in response_headers_to_add, one list item per limited descriptor.
+func WithHeaders(on bool) Option {
+	return func(s *Server) error {
+		s.headers = on
+		return nil
+	}
+}
+
+// WithLogger sends the server's log lines (reloads, backend errors) to l (default: discarded).
+func WithLogger(l *log.Logger) Option {
+	return func(s *Server) error {
+		if l == nil {
+			return errors.New("rls: WithLogger(nil)")
+		}
+		s.logger = l
+		return nil
+	}
+}
+
+// NewServer returns a Server for cfg, with one limiter per rate limit made by the backend. An
+// error from the backend (a policy Redis cannot run, say) is a *ConfigError naming the file and
+// the descriptor. The Server is ready for concurrent calls once returned.
+func NewServer(cfg *Config, opts ...Option) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("rls: NewServer: config is nil")
+	}
+	s := &Server{logger: log.New(io.Discard, "", 0)}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.backend == nil {
+		s.backend = EngineBackend(engine.WithShards(16))
+	}
+	s.metrics = newMetrics()
+	st, err := s.build(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.st = st
+	s.health = health.NewServer()
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthServing)
+	return s, nil
+}
+
+// build makes the limiters of cfg, reusing those of old that apply the same rate limit to the
+// same descriptor of the same domain, so that a reload keeps their counts.
+func (s *Server) build(cfg *Config, old *state) (*state, error) {
+	st := &state{cfg: cfg, limiters: map[string]*live{}, byNode: map[*node]*live{}, series: map[*node]*series{}}
+	var made []*live
+	fail := func(err error) (*state, error) {
+		for _, l := range made {
+			closeLimiter(l.lim)
+		}
+		return nil, err
+	}
+	for _, name := range cfg.Domains() {
+		d := cfg.domains[name]
+		var walk func(n *node) error
+		walk = func(n *node) error {
+			if rl := n.limit; rl != nil && !rl.unlimited {
+				var l *live
+				if rl.pol == nil {
+					l = &live{domain: d.name}
+				} else {
+					lname := limiterName(d.name, n.path, rl.pol)
+					if l = st.limiters[lname]; l == nil && old != nil {
+						l = old.limiters[lname]
+					}
+					if l == nil {
+						lim, err := s.backend.NewLimiter(lname, rl.pol)
+						if err != nil {
+							return &ConfigError{File: d.file, Line: n.line, Reason: fmt.Sprintf("descriptor %s: %v", n.path, err)}
+						}
+						l = &live{name: lname, domain: d.name, lim: lim, eng: engineOf(lim), pol: rl.pol}
+						made = append(made, l)
+					}
+					st.limiters[lname] = l
+				}
+				st.byNode[n] = l
+				st.series[n] = s.metrics.seriesFor(d.name, n.path)
+			}
+			for _, c := range n.exact {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+			for _, c := range n.prefixes {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+			for _, c := range n.byKey {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := walk(d.root); err != nil {
+			return fail(err)
+		}
+	}
+	return st, nil
+}
+
+// Reload swaps in cfg. Rate limits it keeps (same domain, descriptor and policy) keep their
+// counts; new ones start empty; the limiters of removed ones are closed once no call uses them.
+// On error the server keeps its config. Safe to call while calls are served.
+func (s *Server) Reload(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("rls: Reload: config is nil")
+	}
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	s.mu.RLock()
+	old := s.st
+	s.mu.RUnlock()
+	if old == nil {
+		return errors.New("rls: Reload: server closed")
+	}
+	st, err := s.build(cfg, old)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.st = st
+	s.mu.Unlock()
+	for name, l := range old.limiters {
+		if st.limiters[name] != l {
+			closeLimiter(l.lim)
+		}
+	}
+	return nil
+}
+
+// Close releases every limiter and marks the health service NOT_SERVING; later calls answer
+// UNAVAILABLE. It waits for calls in progress. Safe to call more than once.
+func (s *Server) Close() error {
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	s.health.Shutdown()
+	s.mu.Lock()
+	st := s.st
+	s.st = nil
+	s.mu.Unlock()
+	if st != nil {
+		for _, l := range st.limiters {
+			closeLimiter(l.lim)
+		}
+	}
+	return nil
+}
+
+// Config returns the config in use. Safe for concurrent use.
+func (s *Server) Config() *Config {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.st == nil {
+		return nil
+	}
+	return s.st.cfg
+}
+
+// check is one descriptor of a request that a rate limit applies to.
+type check struct {
+	i        int
+	node     *node
+	live     *live
+	key      string
+	cost     int64
+	d        slidelimit.Decision
+	taken    bool // decided by a take (not a query)
+	refunded int64
+	query    slidelimit.Decision // what a query found before the takes (see predict)
+	queried  bool
+}
+
+// ShouldRateLimit decides a request, all or nothing: when any descriptor that is not in shadow
+// mode refuses, the response is OVER_LIMIT and no descriptor keeps the hit (exactly with the
+// engine; see RedisBackend for the store). Each descriptor's cost is its hits_addend, else the request's,
+// and 0 means 1. Unknown domains and descriptors are OK. Safe for concurrent use.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rls: domain is empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rls: no descriptors")
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.st == nil {
+		return nil, status.Error(codes.Unavailable, "rls: server closed")
+	}
+	resp, err := s.decide(ctx, s.st, req)
+	s.metrics.latency.Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	descs := req.GetDescriptors()
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	dom := st.cfg.domains[req.GetDomain()]
+	checks := make([]check, 0, len(descs))
+	var replaced map[string]bool
+	for i, d := range descs {
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported", i)
+		}
+		if dom == nil {
+			continue
+		}
+		entries := make([]entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = entry{e.GetKey(), e.GetValue()}
+		}
+		n := dom.match(entries)
+		if n == nil || n.limit == nil || n.limit.unlimited {
+			continue
+		}
+		for _, r := range n.limit.replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+		cost := int64(req.GetHitsAddend())
+		if h := d.GetHitsAddend(); h != nil {
+			// Every cost above the largest limit decides alike; the clamp keeps it an int64.
+			cost = int64(min(h.GetValue(), uint64(policy.MaxLimit)+1))
+		}
+		if cost == 0 {
+			cost = 1
+		}
+		checks = append(checks, check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost})
+	}
+	if replaced != nil {
+		kept := checks[:0]
+		for _, c := range checks {
+			if c.node.limit.name == "" || !replaced[c.node.limit.name] {
+				kept = append(kept, c)
+			}
+		}
+		checks = kept
+	}
+	if len(checks) == 0 {
+		return resp, nil
+	}
+
+	refundable := true
+	for _, c := range checks {
+		refundable = refundable && (c.live.lim == nil || c.live.eng != nil)
+	}
+	parallel := false
+	if !refundable && len(checks) > 1 {
+		var err error
+		if parallel, err = s.predict(ctx, checks); err != nil {
+			return nil, err
+		}
+	}
+	refused, stopped := false, len(checks)
+	if parallel {
+		// Every descriptor is expected to admit: take them all at once, one round trip of
+		// latency rather than one per descriptor.
+		if err := s.takeAll(ctx, checks); err != nil {
+			return nil, err
+		}
+		for _, c := range checks {
+			refused = refused || !c.d.Allowed && !c.node.shadow
+		}
+	} else {
+		for k := range checks {
+			c := &checks[k]
+			if refused && !refundable {
+				// A store that cannot give units back takes nothing after a refusal: the rest
+				// are only queried, to report what they have left.
+				stopped = k
+				break
+			}
+			if err := s.take(ctx, c, c.cost); err != nil {
+				s.giveBack(checks[:k])
+				return nil, err
+			}
+			if !c.d.Allowed && !c.node.shadow {
+				refused = true
+			}
+		}
+	}
+	if refused {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		s.giveBack(checks[:stopped])
+		for k := stopped; k < len(checks); k++ {
+			c := &checks[k]
+			if c.queried {
+				c.d, c.taken = c.query, false
+				continue
+			}
+			if err := s.take(ctx, c, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	now := time.Now()
+	for k := range checks {
+		c := &checks[k]
+		s.fill(resp.Statuses[c.i], c)
+		if k < stopped {
+			s.count(st, req.GetDomain(), descs[c.i], c)
+		}
+	}
+	if s.headers {
+		resp.ResponseHeadersToAdd = headersFor(checks, now)
+	}
+	return resp, nil
+}
+
+// take decides n units for c (n = 0: a query). A backend error is counted and logged, and the
+// Decision the backend's failure mode made stands; a cancelled call is the caller's.
+func (s *Server) take(ctx context.Context, c *check, n int64) error {
+	c.taken = n > 0
+	if c.live.lim == nil {
+		c.d = slidelimit.Decision{Limit: 0, Reason: slidelimit.ReasonLimited}
+		return nil
+	}
+	d, err := c.live.lim.Take(ctx, c.key, n)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return status.FromContextError(ctxErr).Err()
+		}
+		s.metrics.backendErrors.Inc()
+		s.logBackendError(c, err, d.Allowed)
+	}
+	c.d = d
+	return nil
+}
+
+// predict serves limiters that cannot give units back: it queries every descriptor at once
+// (cost 0, in parallel, one round trip of latency) and moves those that would refuse to the
+// front, so that the takes stop at a refusal before anything was charged. Only a request that
+// races another between the query and the take can still leave an earlier descriptor charged.
+// It reports whether every descriptor is expected to admit, so that they may be taken in
+// parallel.
+func (s *Server) predict(ctx context.Context, checks []check) (allAdmit bool, err error) {
+	var wg sync.WaitGroup
+	errs := make([]error, len(checks))
+	for k := range checks {
+		c := &checks[k]
+		if c.live.lim == nil || c.node.shadow {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := c.live.lim.Take(ctx, c.key, 0)
+			if err != nil && ctx.Err() != nil {
+				errs[k] = status.FromContextError(ctx.Err()).Err()
+				return
+			}
+			c.query, c.queried = d, err == nil
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return false, err
+		}
+	}
+	refuses := func(c *check) bool {
+		return c.live.lim == nil || c.queried && c.query.Remaining < c.cost && !c.node.shadow
+	}
+	sort.SliceStable(checks, func(i, j int) bool { return refuses(&checks[i]) && !refuses(&checks[j]) })
+	return !refuses(&checks[0]), nil
+}
+
+// takeAll takes every check at once.
+func (s *Server) takeAll(ctx context.Context, checks []check) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(checks))
+	for k := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = s.take(ctx, &checks[k], checks[k].cost)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logBackendError logs at most one backend error a second, with the number left out since the
+// last line: a store that is down fails every call, and the metric counts them all.
+func (s *Server) logBackendError(c *check, err error, admitted bool) {
+	now := time.Now().UnixNano()
+	next := s.nextLog.Load()
+	if now < next || !s.nextLog.CompareAndSwap(next, now+int64(time.Second)) {
+		s.unlogged.Add(1)
+		return
+	}
+	more := ""
+	if n := s.unlogged.Swap(0); n > 0 {
+		more = fmt.Sprintf("; %d more backend errors since the last line", n)
+	}
+	s.logger.Printf("rls: domain %s descriptor %s: %v (decided %v by the backend's failure mode)%s", c.live.domain, c.node.path, err, admitted, more)
+}
+
+// giveBack returns what the admitted checks took, where the limiter can.
+func (s *Server) giveBack(checks []check) {
+	for k := range checks {
+		c := &checks[k]
+		if c.taken && c.d.Allowed && c.live.eng != nil {
+			c.refunded = c.live.eng.Refund(c.key, c.cost, c.d)
+		}
+	}
+}
+
+func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
+	rl := c.node.limit
+	cl := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            rl.name,
+		RequestsPerUnit: uint32(rl.perUnit),
+		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit),
+	}
+	if rl.multiplier > 1 {
+		cl.UnitMultiplier = wrapperspb.UInt32(rl.multiplier)
+	}
+	st.CurrentLimit = cl
+	d := c.d
+	remaining := d.Remaining
+	if c.refunded > 0 {
+		remaining = min(remaining+c.refunded, d.Limit)
+	}
+	st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
+	overLimit := !d.Allowed || (!c.taken && d.Remaining < c.cost)
+	switch {
+	case overLimit && c.node.shadow:
+		st.Code = rlsv3.RateLimitResponse_OK
+	case overLimit:
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// Only a refusal has a time that means something exact: when the same hit would be admitted.
+	// An admitted hit's "reset" would be the end of an aligned window, which a sliding window
+	// does not have; its status leaves the field out.
+	if !d.Allowed && d.RetryAfter > 0 && !c.node.shadow {
+		st.DurationUntilReset = durationpb.New(d.RetryAfter)
+	}
+}
+
+// count records one check in the metrics, under its descriptor's config path, or the request's
+// own entries for a descriptor with detailed_metric.
+func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescriptor, c *check) {
+	m := st.series[c.node]
+	if c.node.detailed {
+		parts := make([]string, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			parts[j] = segment(e.GetKey(), e.GetValue())
+		}
+		m = s.metrics.seriesFor(domain, strings.Join(parts, "."))
+	}
+	cost := float64(c.cost)
+	m.hits.Add(cost)
+	if !c.d.Allowed {
+		m.overLimit.Add(cost)
+		if c.node.shadow {
+			m.shadow.Add(cost)
+		}
+		return
+	}
+	// Near the limit: the hit left less than a fifth of it, as envoyproxy/ratelimit's default.
+	if lim := c.d.Limit; lim > 0 && (lim-c.d.Remaining)*5 > lim*4 {
+		m.nearLimit.Add(cost)
+	}
+}
+
+// subjectOf is the limiter key of a request descriptor: its entries as k=v joined by '&', with
+// '%', '=' and '&' percent-escaped so that distinct entry lists never share a key.
+func subjectOf(entries []entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		escapeTo(&b, e.key)
+		b.WriteByte('=')
+		escapeTo(&b, e.value)
+	}
+	return b.String()
+}
+
+func escapeTo(b *strings.Builder, s string) {
+	if !strings.ContainsAny(s, "%=&") {
+		b.WriteString(s)
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', '=', '&':
+			fmt.Fprintf(b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// headersFor formats the draft-10 RateLimit-Policy and RateLimit fields, one list item per
+// limited descriptor, named by its rate limit's name or its config path.
+func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
+	var pol, cur []string
+	for _, c := range checks {
+		if c.live.pol == nil {
+			continue
+		}
+		name := c.node.limit.name
+		if name == "" {
+			name = c.node.path
+		}
+		q := httplimit.QuotaOf(name, c.live.pol)
+		item := sfString(name)
+		p := item + ";q=" + strconv.FormatInt(q.Limit, 10)
+		if q.Window > 0 {
+			p += ";w=" + strconv.FormatInt(ceilSeconds(q.Window), 10)
+		}
+		pol = append(pol, p)
+		d := c.d
+		remaining := d.Remaining
+		if c.refunded > 0 {
+			remaining = min(remaining+c.refunded, d.Limit)
+		}
+		t := d.RetryAfter
+		if d.Allowed || t == 0 {
+			t = max(d.ResetAt.Sub(now), 0)
+		}
+		cur = append(cur, item+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10))
+	}
+	if len(pol) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Policy", Value: strings.Join(pol, ", ")},
+		{Key: "RateLimit", Value: strings.Join(cur, ", ")},
+	}
+}
+
+// sfString quotes s as a structured-field string, dropping bytes it cannot hold.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

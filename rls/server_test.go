@@ -1,0 +1,341 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	ok   = "OK"
+	over = "OVER_LIMIT"
+)
+
+// A key without a value is the default for any value, with one count per distinct value.
+func TestDefaultKeyCountsEachValue(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for range 3 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))))
+	}
+	r := s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	st := r.GetStatuses()[0]
+	require.Equal(t, "per_ip", st.GetCurrentLimit().GetName())
+	require.Equal(t, uint32(3), st.GetCurrentLimit().GetRequestsPerUnit())
+	require.Equal(t, rlsv3.RateLimitResponse_RateLimit_SECOND, st.GetCurrentLimit().GetUnit())
+	require.Equal(t, uint32(0), st.GetLimitRemaining())
+	// Another value has its own count.
+	r = s.call(t, "basic", 0, desc("remote_address", "10.0.0.2"))
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	require.Equal(t, uint32(2), r.GetStatuses()[0].GetLimitRemaining())
+}
+
+// The most specific match wins: an exact value over the key's default; a value listed without
+// a rate_limit is unlimited; nested descriptors match by their whole entry list.
+func TestMostSpecificMatchWins(t *testing.T) {
+	s := serve(t, loadGood(t))
+	// user=vip: 5 per minute, not the default 2.
+	for i := range 5 {
+		r := s.call(t, "basic", 0, desc("user", "vip"))
+		require.Equal(t, []string{ok, ok}, outcome(r), "hit %d", i+1)
+		require.Equal(t, uint32(4-i), r.GetStatuses()[0].GetLimitRemaining())
+		require.Equal(t, uint32(5), r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	}
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("user", "vip"))))
+	// Any other user: the default, 2 per minute.
+	for range 2 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("user", "bob"))))
+	}
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("user", "bob"))))
+	// user=internal is listed without a rate_limit: unlimited, with no current_limit.
+	for range 10 {
+		r := s.call(t, "basic", 0, desc("user", "internal"))
+		require.Equal(t, []string{ok, ok}, outcome(r))
+		require.Nil(t, r.GetStatuses()[0].GetCurrentLimit())
+	}
+	// user=carol, path=/x: the nested limit, 1 per second, counted apart from user=carol's.
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("user", "carol", "path", "/x"))))
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("user", "carol", "path", "/x"))))
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("user", "carol", "path", "/y"))))
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("user", "carol"))))
+	// A value prefix matches the values it starts.
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("path", "/api/v1"))))
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("path", "/api/v1"))))
+	require.Nil(t, s.call(t, "basic", 0, desc("path", "/web")).GetStatuses()[0].GetCurrentLimit())
+}
+
+// An unknown domain, an unknown descriptor, a request deeper than the config and an explicit
+// unlimited are all OK, with no current_limit.
+func TestUnknownIsOK(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for _, c := range []struct {
+		domain string
+		d      *ratelimitv3.RateLimitDescriptor
+	}{
+		{"nosuch", desc("remote_address", "10.0.0.1")},
+		{"basic", desc("nosuch", "x")},
+		{"basic", desc("remote_address", "10.0.0.1", "extra", "y")},
+		{"basic", desc("unlimited", "x")},
+	} {
+		for range 5 {
+			r := s.call(t, c.domain, 0, c.d)
+			require.Equal(t, []string{ok, ok}, outcome(r), "%s %v", c.domain, c.d)
+			require.Nil(t, r.GetStatuses()[0].GetCurrentLimit())
+		}
+	}
+}
+
+func TestRequestsPerUnitZeroRefusesAll(t *testing.T) {
+	s := serve(t, loadGood(t))
+	r := s.call(t, "basic", 0, desc("blocked", "x"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	require.Equal(t, uint32(0), r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	require.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "waiting never helps")
+}
+
+// hits_addend is the cost: the request's, overridden by a descriptor's own; 0 means 1.
+func TestHitsAddendIsTheCost(t *testing.T) {
+	s := serve(t, loadGood(t))
+	r := s.call(t, "basic", 2, desc("a", "1"))
+	require.Equal(t, uint32(3), r.GetStatuses()[0].GetLimitRemaining())
+	r = s.call(t, "basic", 0, desc("a", "1"))
+	require.Equal(t, uint32(2), r.GetStatuses()[0].GetLimitRemaining(), "0 means 1")
+	r = s.call(t, "basic", 1, withHits(desc("a", "1"), 2))
+	require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining(), "the descriptor's own hits_addend wins")
+	// A cost above what is left is refused and consumes nothing: the 5 left by a new key stay.
+	r = s.call(t, "basic", 6, desc("a", "2"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	require.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "a cost above the limit is never admitted")
+	r = s.call(t, "basic", 5, desc("a", "2"))
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
+}
+
+// A request refused on any descriptor consumes nothing on any of them.
+func TestAllOrNothing(t *testing.T) {
+	s := serve(t, loadGood(t))
+	// b=1 allows 2; a=1 allows 5. Two requests on both use up b.
+	for range 2 {
+		require.Equal(t, []string{ok, ok, ok}, outcome(s.call(t, "basic", 0, desc("a", "1"), desc("b", "1"))))
+	}
+	// Three more are refused on b, and a is untouched by them.
+	for range 3 {
+		r := s.call(t, "basic", 0, desc("a", "1"), desc("b", "1"))
+		require.Equal(t, []string{over, ok, over}, outcome(r))
+		require.Equal(t, uint32(3), r.GetStatuses()[0].GetLimitRemaining(), "a reports what it has left")
+	}
+	// The refused descriptor first: the same.
+	r := s.call(t, "basic", 0, desc("b", "1"), desc("a", "1"))
+	require.Equal(t, []string{over, over, ok}, outcome(r))
+	// a still has the 3 that the first two requests left it.
+	for i := range 3 {
+		r := s.call(t, "basic", 0, desc("a", "1"))
+		require.Equal(t, []string{ok, ok}, outcome(r))
+		require.Equal(t, uint32(2-i), r.GetStatuses()[0].GetLimitRemaining())
+	}
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("a", "1"))))
+}
+
+// duration_until_reset of a refused hit is the exact time until it would be admitted: for the
+// sliding counter at 3 per second, three hits at the start of a window leave the fourth to wait
+// until the previous window's weight has decayed below 2/3 of a hit: 1.001s.
+func TestDurationUntilResetIsExact(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for range 3 {
+		s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))
+	}
+	r := s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	require.Equal(t, 1001*time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+	// A millisecond early is still refused, with a millisecond to go; on time it is admitted.
+	s.advance(1000 * time.Millisecond)
+	r = s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	require.Equal(t, time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+	s.advance(time.Millisecond)
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("remote_address", "10.0.0.1"))))
+}
+
+// Shadow mode reports OVER_LIMIT in the metrics only; the caller sees OK, and the hit is counted
+// as the admitted hit it is.
+func TestShadowMode(t *testing.T) {
+	s := serve(t, loadGood(t))
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("shadow", "x"))))
+	r := s.call(t, "basic", 0, desc("shadow", "x"))
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	// With another descriptor that admits, the request is admitted and that one counts it.
+	r = s.call(t, "basic", 0, desc("shadow", "x"), desc("b", "s"))
+	require.Equal(t, []string{ok, ok, ok}, outcome(r))
+	require.Equal(t, uint32(1), r.GetStatuses()[1].GetLimitRemaining())
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_shadow_mode_total{descriptor="shadow",domain="basic"} 2`)
+	require.Contains(t, m, `slidelimit_rls_over_limit_total{descriptor="shadow",domain="basic"} 2`)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="shadow",domain="basic"} 3`)
+}
+
+func TestMetrics(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for range 6 {
+		s.call(t, "basic", 0, desc("a", "m"))
+	}
+	s.call(t, "basic", 0, desc("detailed", "v1"))
+	s.call(t, "basic", 0, desc("detailed", "v2"))
+	s.call(t, "basic", 0, desc("detailed", "v2"))
+	m := scrape(t, s.srv)
+	// 5 allowed per second: the 6th is over; the 5th left nothing, the only one under a fifth.
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="a",domain="basic"} 6`)
+	require.Contains(t, m, `slidelimit_rls_over_limit_total{descriptor="a",domain="basic"} 1`)
+	require.Contains(t, m, `slidelimit_rls_near_limit_total{descriptor="a",domain="basic"} 1`)
+	// detailed_metric: the request's values name the series.
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed_v1",domain="basic"} 1`)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed_v2",domain="basic"} 2`)
+	require.Contains(t, m, `slidelimit_rls_over_limit_total{descriptor="detailed_v2",domain="basic"} 1`)
+	require.Contains(t, m, "slidelimit_rls_decision_seconds_count 9")
+}
+
+// The extensions: a window of any duration, reported as a unit and multiplier where it is a whole
+// number of one; and another policy.
+func TestWindowAndPolicy(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for range 2 {
+		s.call(t, "basic", 0, desc("ten_seconds", "x"))
+	}
+	r := s.call(t, "basic", 0, desc("ten_seconds", "x"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	cl := r.GetStatuses()[0].GetCurrentLimit()
+	require.Equal(t, rlsv3.RateLimitResponse_RateLimit_SECOND, cl.GetUnit())
+	require.Equal(t, uint32(10), cl.GetUnitMultiplier().GetValue())
+	require.Equal(t, 10001*time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+
+	r = s.call(t, "basic", 0, desc("half_second", "x"))
+	require.Equal(t, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, r.GetStatuses()[0].GetCurrentLimit().GetUnit())
+
+	// The fixed window forgets its count at the boundary, where the sliding counter would not.
+	s.advance(999 * time.Millisecond)
+	for range 2 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("fixed", "x"))))
+	}
+	r = s.call(t, "basic", 0, desc("fixed", "x"))
+	require.Equal(t, []string{over, over}, outcome(r))
+	require.Equal(t, time.Millisecond, r.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+	s.advance(time.Millisecond)
+	for range 2 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("fixed", "x"))))
+	}
+}
+
+// A limit that replaces another by name: a request matching both applies only the replacing one.
+func TestReplaces(t *testing.T) {
+	s := serve(t, loadGood(t))
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "basic", 0, desc("plan", "free"))))
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("plan", "free"))))
+	for range 5 {
+		r := s.call(t, "basic", 0, desc("plan", "free"), desc("plan", "override"))
+		require.Equal(t, []string{ok, ok, ok}, outcome(r))
+		require.Nil(t, r.GetStatuses()[0].GetCurrentLimit(), "the replaced limit is not applied")
+		require.Equal(t, "override", r.GetStatuses()[1].GetCurrentLimit().GetName())
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	s := serve(t, loadGood(t), rls.WithHeaders(true))
+	r := s.call(t, "basic", 0, desc("remote_address", "10.0.0.9"), desc("ten_seconds", "h"), desc("nosuch", "x"))
+	h := map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	require.Equal(t, `"per_ip";q=3;w=1, "ten_seconds";q=2;w=10`, h["RateLimit-Policy"])
+	require.Regexp(t, `^"per_ip";r=2;t=\d+, "ten_seconds";r=1;t=\d+$`, h["RateLimit"])
+	// Without the option, no headers.
+	plain := serve(t, loadGood(t))
+	require.Empty(t, plain.call(t, "basic", 0, desc("remote_address", "10.0.0.9")).GetResponseHeadersToAdd())
+}
+
+func TestBadRequests(t *testing.T) {
+	s := serve(t, loadGood(t))
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	neg := desc("a", "1")
+	neg.IsNegativeHits = true
+	for _, c := range []struct {
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1")}}, "rls: domain is empty"},
+		{&rlsv3.RateLimitRequest{Domain: "basic"}, "rls: no descriptors"},
+		{&rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*ratelimitv3.RateLimitDescriptor{neg}}, "rls: descriptor 0: is_negative_hits is not supported"},
+	} {
+		_, err := s.client.ShouldRateLimit(ctx, c.req)
+		require.Equal(t, codes.InvalidArgument, status.Code(err))
+		require.Equal(t, c.want, status.Convert(err).Message())
+	}
+}
+
+func TestHealth(t *testing.T) {
+	s := serve(t, loadGood(t))
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	hc := healthpb.NewHealthClient(s.conn)
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_SERVING, res.GetStatus())
+	}
+	// Closing the server (while gRPC still serves) turns health NOT_SERVING and calls UNAVAILABLE.
+	require.NoError(t, s.srv.Close())
+	res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, res.GetStatus())
+	_, err = s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1")}})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+}
+
+// Under concurrent callers, exactly the limit is admitted, and refused requests on two
+// descriptors leave the other untouched.
+func TestConcurrentExact(t *testing.T) {
+	s := serve(t, parse(t, `
+domain: c
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 500}
+  - key: tight
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+				r, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "c",
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "x"), desc("tight", "y")}})
+				cancel()
+				if err != nil {
+					t.Errorf("caller %d call %d: %v", g, i, err)
+					return
+				}
+				if r.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(100), admitted.Load())
+	// k counted only the 100 admitted of the 800 requests: 400 left.
+	r := s.call(t, "c", 0, desc("k", "x"))
+	require.Equal(t, uint32(399), r.GetStatuses()[0].GetLimitRemaining(), fmt.Sprint(outcome(r)))
+}

@@ -1,0 +1,96 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Watch polls path (as given to LoadConfig) every interval (default 1s) until ctx ends, and
+// applies each change once the files have stayed the same for one interval (so within two
+// intervals of the edit): a config that loads replaces the server's (see Reload); one that does
+// not is logged with its reason, and the last good config stays in use until the files change
+// again.
+// Polling rather than file events works the same on every filesystem, and for Kubernetes
+// ConfigMaps, whose files are swapped by renaming a symbolic link. Watch blocks; run it in its own
+// goroutine. Safe to run alongside calls.
+func (s *Server) Watch(ctx context.Context, path string, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	// Start from what the current config was read from, so that an edit made between its
+	// loading and this call is applied rather than taken as the starting point.
+	last := fingerprint(path)
+	if cfg := s.Config(); cfg != nil && cfg.source == path {
+		last = cfg.fp
+	}
+	pending := last
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fp := fingerprint(path)
+		if fp == last {
+			pending = last
+			continue
+		}
+		if fp != pending {
+			// Changed since the previous poll: wait until it holds still for one interval, so
+			// that a file caught half-written is not loaded.
+			pending = fp
+			continue
+		}
+		// fp was taken before the files are read, so an edit made while they are read is seen
+		// at the next poll.
+		last = fp
+		cfg, err := LoadConfig(path)
+		if err == nil {
+			err = s.Reload(cfg)
+		}
+		if err != nil {
+			s.metrics.reloads.WithLabelValues("error").Inc()
+			s.logger.Printf("rls: config change in %s not applied, keeping the last good config: %v", path, err)
+			continue
+		}
+		s.metrics.reloads.WithLabelValues("ok").Inc()
+		s.logger.Printf("rls: config reloaded from %s: domains %s", path, strings.Join(cfg.Domains(), ", "))
+	}
+}
+
+// fingerprint hashes the names and contents of the files LoadConfig would read, so that any
+// change, including a file added or removed, is seen whatever the timestamps say.
+func fingerprint(path string) [32]byte {
+	h := sha256.New()
+	files := []string{path}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		files = files[:0]
+		ents, _ := os.ReadDir(path)
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), ".") {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+		sort.Strings(files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+		if err != nil {
+			h.Write([]byte("\x00error: " + err.Error()))
+		}
+		h.Write(data)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
