@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/rls"
@@ -81,14 +80,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
 	describe := "in process"
 	if c.redisURL != "" {
-		// redis.ParseURL takes single-node URLs; cluster and sentinel URLs need a parser of their own.
-		ro, err := redis.ParseURL(c.redisURL)
+		// NewClient understands cluster and sentinel URLs too; its errors never show the password.
+		client, err := redisstore.NewClient(c.redisURL)
 		if err != nil {
-			return usageErr(fs, "-redis %q: %v", redactURL(c.redisURL), err)
+			return usageErr(fs, "-redis: %v", err)
 		}
-		// The store bounds each call with a context deadline; go-redis honours it only when told to.
-		ro.ContextTimeoutEnabled = true
-		client := redis.NewClient(ro)
 		defer client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := client.Ping(ctx).Err(); err != nil {
