@@ -34,9 +34,11 @@ type Limiter struct {
 	// a uint64 compare it also sends a negative cost the slow way.
 	maxCost int64
 
-	// hash is memhash under a random hashSeed, or seededHash under WithSeed's.
-	hash     func(p unsafe.Pointer, seed, n uintptr) uintptr
-	hashSeed uintptr
+	// String keys hash with memhash under the random hashSeed, or, with WithSeed, with xxhash
+	// mixed with mix[0]. A branch on seeded rather than a func value: a call through a func value
+	// makes every key escape to the heap, so a key converted from bytes would allocate.
+	seeded   bool
+	hashSeed uint64
 	mix      [3]uint64
 
 	pol     policy.Policy
@@ -168,10 +170,7 @@ func (l *Limiter) initHash(cfg config) {
 	for i := range l.mix {
 		l.mix[i] = binary.LittleEndian.Uint64(seed[8*i:])
 	}
-	l.hash, l.hashSeed = memhash, uintptr(mrand.Uint64())
-	if cfg.seeded {
-		l.hash, l.hashSeed = seededHash, uintptr(l.mix[0])
-	}
+	l.seeded, l.hashSeed = cfg.seeded, mrand.Uint64()
 }
 
 // fmix is MurmurHash3's 64-bit finaliser: a bijection with full avalanche.
@@ -193,16 +192,20 @@ func nonzero(h uint64) uint64 {
 	return h
 }
 
-// hashString hashes a string key. It inlines into every caller, leaving one call, straight into
-// the hash function.
+// hashString hashes a string key to 64 bits on every platform. It inlines into every caller,
+// leaving one call, straight into the hash function; neither hash retains key, so a key built at
+// run time (string(b), a stack buffer) stays where it is.
 func (l *Limiter) hashString(key string) uint64 {
-	return hashOf(l.hash(unsafe.Pointer(unsafe.StringData(key)), l.hashSeed, uintptr(len(key))))
+	if l.seeded {
+		return seededHash(key, l.mix[0])
+	}
+	return memhash64(unsafe.Pointer(unsafe.StringData(key)), l.hashSeed, uintptr(len(key)))
 }
 
-// seededHash is WithSeed's hash of n bytes at p, in memhash's shape so that either fills
-// Limiter.hash: xxhash, the same in every process, mixed with the seed.
-func seededHash(p unsafe.Pointer, seed, n uintptr) uintptr {
-	return uintptr(fmix(xxhash.Sum64(unsafe.Slice((*byte)(p), n)) ^ uint64(seed)))
+// seededHash is WithSeed's hash: xxhash, the same in every process and 64 bits wide on every
+// platform, mixed with the seed.
+func seededHash(key string, seed uint64) uint64 {
+	return nonzero(fmix(xxhash.Sum64String(key) ^ seed))
 }
 
 // hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential

@@ -3,7 +3,9 @@
 //
 // New takes a policy (policy.SlidingCounter is the primary one) and returns a *Limiter whose
 // methods are all safe for concurrent use by any number of goroutines. A decision for a key that
-// is already tracked takes no lock and allocates nothing: hash the key, pick a shard, probe its
+// is already tracked takes no lock and allocates nothing, whatever the key is made of: no method
+// retains its key, so a key converted from bytes (Allow(string(b))) or built in a stack buffer
+// stays where the caller put it. The decision: hash the key, pick a shard, probe its
 // table, load the key's packed cell, run the policy's pure step, and compare-and-swap the new
 // state (recomputing on conflict). Time comes from a coarse clock, never from time.Now per call.
 //

@@ -70,9 +70,11 @@ func WithShards(n int) Option {
 }
 
 // WithSeed makes key hashing deterministic: xxhash of the key mixed with seed, the same in every
-// process. The default hashes with hash/maphash under a random per-process seed, which an
-// attacker cannot aim at one shard or one counter; use WithSeed only where reproducibility
-// matters more than that (tests, simulations).
+// process. The default hashes with the runtime's memory hash (hash/maphash's) under a random
+// per-limiter seed, which an attacker cannot aim at one shard or one counter; use WithSeed only
+// where reproducibility matters more than that (tests, simulations). Either way string keys hash
+// to 64 bits on every platform (two 32-bit hashes where a word has 32 bits), so two distinct keys
+// share a counter with probability about 2^-64.
 func WithSeed(seed uint64) Option {
 	return func(cfg *config) error {
 		cfg.seed, cfg.seeded = seed, true
