@@ -7,6 +7,10 @@
 // is stepped back, the reading holds until the wall clock catches up. A manual clock only moves
 // when told to, for tests, vectors and simulations.
 //
+// Times are in [0, MaxMs]: the engine's cells keep flag bits above bit 61, so a later time could
+// not be stored. A coarse clock never gets near MaxMs (the year 146 million); a manual clock
+// clamps every time it is given into the range (see NewManual), so no reading is ever outside it.
+//
 // Every method is safe for concurrent use. A Clock must not be copied after first use.
 package clock
 
@@ -26,11 +30,18 @@ type Clock struct {
 	done     chan struct{}
 }
 
+// MaxMs is the latest time a Clock reads: 2^62-1 ms after the Unix epoch, some 146 million years.
+const MaxMs = 1<<62 - 1
+
+// clamp brings ms into [0, MaxMs].
+func clamp(ms int64) int64 { return min(max(ms, 0), MaxMs) }
+
 // NewManual returns a clock that reads startMs until Set or Advance moves it. It starts no
-// goroutine; Stop is a no-op.
+// goroutine; Stop is a no-op. A manual clock clamps every time into [0, MaxMs]: a startMs, Set
+// or Advance below 0 reads 0, and one past MaxMs reads MaxMs.
 func NewManual(startMs int64) *Clock {
 	c := &Clock{manual: true}
-	c.now.Store(startMs)
+	c.now.Store(clamp(startMs))
 	return c
 }
 
@@ -74,18 +85,29 @@ func (c *Clock) Now() int64 { return c.now.Load() }
 // Manual reports whether c is a manual clock.
 func (c *Clock) Manual() bool { return c.manual }
 
-// Set moves a manual clock to ms, forward or back. It panics on a coarse clock, whose time is
-// not the caller's to set.
+// Set moves a manual clock to ms (clamped into [0, MaxMs]), forward or back. It panics on a
+// coarse clock, whose time is not the caller's to set.
 func (c *Clock) Set(ms int64) {
 	c.mustBeManual("Set")
-	c.now.Store(ms)
+	c.now.Store(clamp(ms))
 }
 
-// Advance moves a manual clock forward by d (truncated to whole milliseconds) and returns the new
-// reading. It panics on a coarse clock.
+// Advance moves a manual clock by d (truncated to whole milliseconds; forward for a positive d)
+// and returns the new reading, which stops at 0 and at MaxMs rather than wrap. Concurrent
+// Advances add up. It panics on a coarse clock.
 func (c *Clock) Advance(d time.Duration) int64 {
 	c.mustBeManual("Advance")
-	return c.now.Add(int64(d / time.Millisecond))
+	step := int64(d / time.Millisecond)
+	for {
+		cur := c.now.Load()
+		next := int64(MaxMs)
+		if step < MaxMs-cur { // cur <= MaxMs, so MaxMs-cur does not overflow
+			next = clamp(cur + step) // cur >= 0 and step < MaxMs-cur: no overflow either way
+		}
+		if c.now.CompareAndSwap(cur, next) {
+			return next
+		}
+	}
 }
 
 func (c *Clock) mustBeManual(op string) {

@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -57,4 +58,23 @@ func TestSharedClockIsReferenceCounted(t *testing.T) {
 	c := Acquire()
 	require.NotSame(t, a, c, "a new shared clock after the last release")
 	Release(c)
+}
+
+// TestManualClampsToRange: no manual clock reads outside [0, MaxMs], whatever it is given; the
+// engine's cells could not store a later time (its flag bits sit above bit 61).
+func TestManualClampsToRange(t *testing.T) {
+	require.Equal(t, int64(MaxMs), NewManual(1<<62).Now())
+	require.Equal(t, int64(MaxMs), NewManual(math.MaxInt64).Now())
+	require.Equal(t, int64(0), NewManual(-5).Now())
+	c := NewManual(MaxMs - 2)
+	require.Equal(t, int64(MaxMs), c.Advance(time.Hour))
+	require.Equal(t, int64(MaxMs), c.Advance(time.Duration(math.MaxInt64)))
+	require.Equal(t, int64(MaxMs-1000), c.Advance(-time.Second))
+	c.Set(1 << 62)
+	require.Equal(t, int64(MaxMs), c.Now())
+	c.Set(math.MinInt64)
+	require.Equal(t, int64(0), c.Now())
+	require.Equal(t, int64(0), c.Advance(-time.Hour))
+	require.Equal(t, int64(0), c.Advance(time.Duration(math.MinInt64)))
+	require.Equal(t, int64(1), c.Advance(time.Millisecond))
 }

@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"math"
 	"strconv"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // TestAllocsRuntimeKeys: keys that exist only at run time (converted from bytes, built in a stack
@@ -70,5 +74,41 @@ func TestHashWidth(t *testing.T) {
 			}
 			require.Equal(t, n, l.Len(), "distinct keys merged by their hash")
 		})
+	}
+}
+
+// TestTopOfTimeRange: a manual clock given 2^62 or later reads 2^62-1, the last time a cell can
+// store, so every policy still decides there, promptly and sensibly; before the clamp the token
+// bucket's stored time set a flag bit and Take never returned.
+func TestTopOfTimeRange(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 1<<32 - 1, Window: policy.MaxWindow},
+		policy.SlidingCounter{Limit: 10, Window: time.Second},
+		policy.SlidingLog{Limit: 3, Window: time.Second},
+		policy.FixedWindow{Limit: 1<<32 - 1, Window: time.Second},
+		policy.TokenBucket{Rate: 1<<32 - 1, Burst: 1<<32 - 1},
+		policy.TokenBucket{Rate: 1, Burst: 1<<32 - 1},
+		policy.GCRA{Rate: 1<<32 - 1, Burst: 1<<32 - 1},
+		policy.LeakyBucket{Rate: 1, Capacity: 1<<32 - 1},
+		policy.DualBucket{RequestsPerMin: 1<<32 - 1, TokensPerMin: 1<<32 - 1},
+	} {
+		clk := clock.NewManual(1 << 62)
+		l, err := New(p, WithClock(clk))
+		require.NoError(t, err)
+		done := make(chan Decision)
+		go func() {
+			d := l.Take("k", 1)
+			clk.Set(math.MaxInt64)
+			l.Take("k", 1)
+			done <- d
+		}()
+		select {
+		case d := <-done:
+			require.True(t, d.Allowed, "%+v", p)
+			require.False(t, d.ResetAt.Before(time.UnixMilli(clock.MaxMs)), "%+v: ResetAt %v", p, d.ResetAt)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%+v: Take at 2^62 did not return", p)
+		}
+		l.Close()
 	}
 }

@@ -9,9 +9,10 @@
 // table, load the key's packed cell, run the policy's pure step, and compare-and-swap the new
 // state (recomputing on conflict). Time comes from a coarse clock, never from time.Now per call.
 //
-// Times are Unix milliseconds from 0 to 2^62-1 (some 146 million years): a manual clock must stay
-// in that range and should not run backwards (a state from a later time than a decision's is read
-// as current, never as old).
+// Times are Unix milliseconds from 0 to clock.MaxMs = 2^62-1 (some 146 million years): a manual
+// clock clamps every time it is given into that range, so no decision is made outside it. A
+// manual clock should not run backwards (a state from a later time than a decision's is read as
+// current, never as old).
 package engine
 
 import (
