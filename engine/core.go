@@ -224,7 +224,9 @@ func (l *Limiter) decision(r policy.Result, cost int64) Decision {
 		RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond,
 		ResetAt:    time.UnixMilli(r.ResetAtMs),
 	}
-	if !r.Allowed {
+	if r.Allowed {
+		d.Counted = cost
+	} else {
 		d.Reason = ReasonLimited
 		if cost > r.Limit {
 			d.Reason = ReasonCostAboveLimit
@@ -387,7 +389,9 @@ func (l *Limiter) peek(h uint64) Decision {
 		return l.refuse(ReasonClosed)
 	}
 	r, _, _ := l.look(h)
-	return l.decision(r, 1)
+	d := l.decision(r, 1)
+	d.Counted = 0 // a peek counts nothing
+	return d
 }
 
 func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {

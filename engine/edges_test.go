@@ -112,3 +112,33 @@ func TestTopOfTimeRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestRefundBoundedByCounted: a refund gives back no more than its decision counted, for every
+// policy that refunds, however many units it asks for; a refused decision and a peek count
+// nothing and give nothing back.
+func TestRefundBoundedByCounted(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 10, Window: time.Second},
+		policy.FixedWindow{Limit: 10, Window: time.Second},
+		policy.TokenBucket{Rate: 1000, Burst: 10},
+		policy.GCRA{Rate: 1000, Burst: 10},
+		policy.LeakyBucket{Rate: 1000, Capacity: 10},
+	} {
+		l, err := New(p, WithClock(clock.NewManual(start)))
+		require.NoError(t, err)
+		require.True(t, l.Take("k", 9).Allowed)
+		d := l.Take("k", 1)
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(1), d.Counted)
+		require.Equal(t, int64(1), l.Refund("k", 10, d), "%s: the decision counted 1", p.ID())
+		refused := l.Take("k", 5)
+		require.False(t, refused.Allowed)
+		require.Zero(t, refused.Counted)
+		require.Zero(t, l.Refund("k", 5, refused))
+		peek := l.Peek("k")
+		require.Zero(t, peek.Counted)
+		require.Zero(t, l.Refund("k", 5, peek))
+		require.Zero(t, l.TakeKey(1, 0).Counted, "a query counts nothing")
+		l.Close()
+	}
+}

@@ -56,8 +56,14 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 // Refund gives back up to n units that the admitted Decision d counted for key, for a request
 // that then failed upstream, so that a caller limiting on successes is not charged for errors.
 // It gives back only what leaves the key exactly as if the request had cost that much less, and
-// returns how many units that was: fewer if a concurrent refund got there first, 0 for a refused
-// d, and 0 for a policy that cannot give units back exactly. It never creates a key. By policy:
+// returns how many units that was: never more than min(n, d.Counted), fewer if a concurrent
+// refund got there first, 0 for a refused d (whose Counted is 0), and 0 for a policy that cannot
+// give units back exactly. It never creates a key.
+//
+// A Decision is a plain value, so Refund cannot tell a second refund of the same d from the
+// first: each call is bounded by d.Counted on its own, and k refunds of one d give back at most
+// k*d.Counted in all (and never more than the key still holds from d's window or bucket state).
+// Refund each decision once. By policy:
 //
 //   - sliding counter: all of them while the window that counted them is the current or the
 //     previous one, then 0;
@@ -78,6 +84,7 @@ func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 func (l *Limiter) RefundKey(k uint64, n int64, d Decision) int64 { return l.refund(l.hashKey(k), n, d) }
 
 func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
+	n = min(n, d.Counted)
 	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
 		return 0
 	}
