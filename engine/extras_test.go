@@ -85,7 +85,6 @@ func TestRefund(t *testing.T) {
 	require.False(t, tracked, "a refund creates no key")
 }
 
-
 // TestRefundIsExact: a limiter that admitted and then refunded a request is, from then on,
 // indistinguishable from one that never saw it.
 func TestRefundIsExact(t *testing.T) {
