@@ -47,6 +47,10 @@ type Limiter struct {
 	limit   int64
 	maxKeys int64
 	atCap   AtCap
+	// judgeLimit is the limit EvictStalest judges every key against: the policy's, lowered to the
+	// lowest per-key limit TakeWithLimit has been given, so that no key is judged against a limit
+	// above its own. Written only when it falls.
+	judgeLimit satomic.Int64
 
 	ownsClock bool
 	sweeper   *evict.Sweeper
@@ -57,6 +61,7 @@ type Limiter struct {
 	_            cpu.CacheLinePad
 	keys         satomic.Int64 // live keys; written on inserts and evictions only
 	refusedAtCap satomic.Int64
+	evictCursor  satomic.Uint64 // where EvictStalest's next scan of the shards starts
 	_            cpu.CacheLinePad
 }
 
@@ -106,7 +111,8 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	l.limits, _ = codec.(atomic.LimitTaker)
 	l.refunds, _ = codec.(atomic.Refunder)
 	l.initHash(cfg)
-	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, Clock: l.clk}
+	l.judgeLimit.Store(limit)
+	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, MaxKeys: l.maxKeys, Clock: l.clk}
 	now := l.clk.Now()
 	for i := range l.shards {
 		l.shards[i].Init(&l.cfg, now)
@@ -354,34 +360,75 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 }
 
 // acquire inserts h (or revives its evicted cell), applying the key cap, and returns the time to
-// decide at.
+// decide at. The cap is exact: shard.Acquire reserves the key's place in the count under the
+// shard lock, and refuses when there is none; making room first, when the count is at the cap,
+// only spares that lock.
 func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
-	if l.keys.Load() >= l.maxKeys && !l.makeRoom(sh, now) {
-		if c := sh.Table().Find(h); c != nil {
-			if w0, _ := atomic.Load(c, l.codec.Words()); w0&atomic.Flags == 0 {
-				return c, now, ReasonOK // inserted by a racing request: not a new key after all
-			}
+	for attempt := 0; ; attempt++ {
+		if l.keys.Load() >= l.maxKeys {
+			l.makeRoom(sh, now)
 		}
-		l.refusedAtCap.Add(1)
-		return nil, now, ReasonKeyCap
+		c, _, at := sh.Acquire(&l.cfg, h, now)
+		if c != nil {
+			return c, at, ReasonOK
+		}
+		// At the cap. A racing request may have inserted h meanwhile (not a new key after all),
+		// or taken the room made; try once more before refusing.
+		if attempt == 1 {
+			l.refusedAtCap.Add(1)
+			return nil, at, ReasonKeyCap
+		}
+		now = at
 	}
-	c, _, now := sh.Acquire(&l.cfg, h, now)
-	return c, now, ReasonOK
 }
 
 // capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.
 const capReclaimBudget = 64
 
 // makeRoom tries to get below the key cap: reclaim dead keys near the shard's cursor, then, if so
-// configured, evict the stalest evictable key of a sample.
+// configured, evict the stalest evictable key of a sample taken across the limiter.
 func (l *Limiter) makeRoom(sh *shard.Shard, now int64) bool {
 	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
 		return true
 	}
 	if l.atCap == EvictStalest {
-		return sh.EvictStalest(&l.cfg, now, capReclaimBudget)
+		return l.evictStalest(sh, now)
 	}
 	return false
+}
+
+// The EvictStalest sample: up to evictShards shards holding keys, evictPerShard live keys each,
+// found among at most evictScan shards from a rotating cursor (the new key's own shard first).
+// The scan bound keeps a limiter with many more shards than keys from reading every shard for
+// each new key at the cap; the cursor makes successive new keys look at different shards.
+const (
+	evictShards   = 4
+	evictPerShard = 16
+	evictScan     = 1024
+)
+
+// evictStalest evicts the stalest key of a sample across the limiter that holds less than half of
+// its limit (see WithAtCap), judged against the lowest limit any key has been given, and reports
+// whether it did.
+func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
+	var best shard.Candidate
+	limit := l.judgeLimit.Load()
+	sampled := 0
+	if sh.Live() > 0 {
+		sh.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		sampled++
+	}
+	n := uint64(len(l.shards))
+	from := l.evictCursor.Add(evictScan) - evictScan
+	for i := uint64(0); i < min(n, evictScan) && sampled < evictShards; i++ {
+		s := &l.shards[(from+i)%n]
+		if s == sh || s.Live() == 0 {
+			continue
+		}
+		s.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		sampled++
+	}
+	return shard.EvictCandidate(&l.cfg, &best)
 }
 
 func (l *Limiter) peek(h uint64) Decision {

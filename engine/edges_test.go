@@ -3,6 +3,8 @@ package engine
 import (
 	"math"
 	"strconv"
+	"sync"
+	satomic "sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -140,5 +142,114 @@ func TestRefundBoundedByCounted(t *testing.T) {
 		require.Zero(t, l.Refund("k", 5, peek))
 		require.Zero(t, l.TakeKey(1, 0).Counted, "a query counts nothing")
 		l.Close()
+	}
+}
+
+// abuserRounds runs the flood of the EvictStalest tests: each round the abuser asks for 9 units
+// (through take), then four new keys arrive; rounds a minute apart, within one hour. It returns
+// the units the abuser was admitted.
+func abuserRounds(t *testing.T, seed uint64, take func(l *Limiter) bool) int {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk), WithSeed(seed),
+		WithMaxKeys(4), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	admitted, fresh := 0, uint64(0)
+	for range 50 {
+		for range 9 {
+			if take(l) {
+				admitted++
+			}
+		}
+		for range 4 {
+			fresh++
+			l.AllowKey(fresh, 1)
+		}
+		clk.Advance(time.Minute / 2)
+	}
+	return admitted
+}
+
+// TestEvictStalestNeverResetsAKeyUsingItsLimit: flooding new keys does not reset a key that holds
+// half its limit or more, judged against its own per-key limit where it has one.
+func TestEvictStalestNeverResetsAKeyUsingItsLimit(t *testing.T) {
+	for seed := range uint64(20) {
+		require.LessOrEqual(t, abuserRounds(t, seed, func(l *Limiter) bool { return l.Allow("abuser") }), 10, "seed %d", seed)
+		require.LessOrEqual(t, abuserRounds(t, seed, func(l *Limiter) bool { return l.TakeWithLimit("abuser", 1, 5).Allowed }), 5,
+			"seed %d: a per-key limit of 5", seed)
+	}
+}
+
+// TestEvictStalestSamplesEveryShard: at the cap, with every key far below its limit, a new key
+// finds a victim whichever shards hold the keys.
+func TestEvictStalestSamplesEveryShard(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk),
+		WithMaxKeys(10), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	refused := 0
+	for i := range uint64(1010) {
+		clk.Advance(time.Millisecond)
+		if d := l.TakeKey(i, 1); !d.Allowed {
+			require.Equal(t, ReasonKeyCap, d.Reason)
+			refused++
+		}
+	}
+	require.Zero(t, refused)
+	require.Equal(t, 10, l.Len())
+}
+
+// TestEvictStalestRefusesWhenNoneQualifies: with every key at half its limit or more, a new key is
+// refused, as with RefuseNewKeys, and nothing is evicted.
+func TestEvictStalestRefusesWhenNoneQualifies(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk),
+		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(8) {
+		require.True(t, l.AllowKey(i, 5))
+	}
+	d := l.TakeKey(100, 1)
+	require.Equal(t, ReasonKeyCap, d.Reason)
+	for i := range uint64(8) {
+		require.False(t, l.AllowKey(i, 6), "key %d kept its count", i)
+	}
+}
+
+// TestKeyCapExactUnderRacingInserts: however many goroutines insert new keys at once, and
+// whatever the cap (at, below and above the sizes where a shard's table is rebuilt), exactly cap
+// new keys are admitted and Len never passes it.
+func TestKeyCapExactUnderRacingInserts(t *testing.T) {
+	for _, shards := range []int{1, 4} {
+		for _, cap := range []int{1, 7, 8, 13, 14, 28, 29, 100} {
+			clk := clock.NewManual(start)
+			l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk), WithShards(shards),
+				WithMaxKeys(cap), WithSweepInterval(time.Hour))
+			require.NoError(t, err)
+			const workers = 32
+			var admitted, over satomic.Int64
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 20 {
+						if l.AllowKey(uint64(w*1000+i), 1) {
+							admitted.Add(1)
+						}
+						if l.Len() > cap {
+							over.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, int64(cap), admitted.Load(), "shards %d, cap %d", shards, cap)
+			require.Equal(t, cap, l.Len())
+			require.Zero(t, over.Load(), "Len passed the cap")
+			l.Close()
+		}
 	}
 }

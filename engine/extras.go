@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	satomic "sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit"
@@ -31,8 +32,9 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 // The limit is not stored with the key: pass the same one on every call for that key. A key's
 // counts are units, so a changed limit applies at once, mid-window: raised, the key may take the
 // difference straight away; lowered below what it has taken, it is refused until its counts decay
-// under the new limit. With the default key cap option, eviction at the cap judges keys against
-// the policy's limit.
+// under the new limit. With WithAtCap(EvictStalest), eviction at the cap judges every key against
+// the lowest limit given here so far (or the policy's, if lower), so no key is judged against a
+// limit above its own.
 func (l *Limiter) TakeWithLimit(key string, n, limit int64) Decision {
 	return l.takeWithLimit(l.hashString(key), n, limit)
 }
@@ -45,6 +47,9 @@ func (l *Limiter) TakeKeyWithLimit(k uint64, n, limit int64) Decision {
 func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 	if l.limits == nil || limit < 1 || limit > l.limits.MaxLimit() {
 		return l.refuse(ReasonInvalidLimit)
+	}
+	if l.atCap == EvictStalest {
+		lower(&l.judgeLimit, limit)
 	}
 	r, reason := l.take(h, n, opTakeLimit, limit)
 	if reason != ReasonOK {
@@ -103,6 +108,16 @@ func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
 			return 0 // evicted: its state was a new key's, holding nothing to give back
 		}
 		sh.Wait()
+	}
+}
+
+// lower sets v to x if x is below it.
+func lower(v *satomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if x >= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
 	}
 }
 
