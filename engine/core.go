@@ -442,6 +442,9 @@ func (l *Limiter) peek(h uint64) Decision {
 }
 
 func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
+	if l.closed.Load() {
+		return policy.Probe{}, false // as Peek refuses: a closed limiter reads and sweeps nothing
+	}
 	_, pr, tracked := l.look(h)
 	return pr, tracked
 }

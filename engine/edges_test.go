@@ -253,3 +253,21 @@ func TestKeyCapExactUnderRacingInserts(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectAfterClose: once closed, Inspect answers as Peek does, with nothing: no probe values
+// and no tracked key.
+func TestInspectAfterClose(t *testing.T) {
+	l, _ := newSC(t, 10, time.Second)
+	require.True(t, l.AllowN("k", 4))
+	pr, tracked := l.Inspect("k")
+	require.True(t, tracked)
+	require.Equal(t, int64(4), pr.Estimate)
+	require.NoError(t, l.Close())
+	require.Equal(t, ReasonClosed, l.Peek("k").Reason)
+	pr, tracked = l.Inspect("k")
+	require.False(t, tracked)
+	require.Zero(t, pr)
+	pr, tracked = l.InspectKey(1)
+	require.False(t, tracked)
+	require.Zero(t, pr)
+}

@@ -46,7 +46,8 @@ func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }
 
 // Inspect reports the policy's probe values for key at the limiter's current time (the estimate
 // for the sliding counter; see policy.Probe), and whether the key is tracked. An untracked key
-// reports a new key's values. It consumes nothing and creates nothing.
+// reports a new key's values. It consumes nothing and creates nothing. After Close, when Peek
+// refuses with ReasonClosed, Inspect reports a zero Probe and false, and touches nothing.
 func (l *Limiter) Inspect(key string) (policy.Probe, bool) { return l.inspect(l.hashString(key)) }
 
 // InspectKey is Inspect for an integer key.
