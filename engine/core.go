@@ -220,6 +220,15 @@ func (l *Limiter) hashKey(k uint64) uint64 {
 	return nonzero(fmix(fmix(k^l.mix[1]) ^ l.mix[2]))
 }
 
+// now is the time to decide at: the clock's reading, refreshed by the caller now and then (see
+// clock.Due).
+func (l *Limiter) now() int64 {
+	if clock.Due() {
+		return l.clk.Refresh()
+	}
+	return l.clk.Now()
+}
+
 func (l *Limiter) refuse(r Reason) Decision { return Decision{Limit: l.limit, Reason: r} }
 
 func (l *Limiter) decision(r policy.Result, cost int64) Decision {
@@ -272,6 +281,9 @@ func (l *Limiter) admit(h uint64, n int64) bool {
 		return l.admitSlow(h, n)
 	}
 	now := l.clk.Now()
+	if clock.Due() {
+		now = l.clk.Refresh() // see clock: the ticker alone falls behind when every P is busy
+	}
 	sh := l.shard(h)
 	if sh.Due(now) {
 		return l.admitSlow(h, n)
@@ -318,6 +330,9 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		return policy.Result{}, ReasonCostAboveLimit // refused by the policy, with no lookup and no key
 	}
 	now := l.clk.Now()
+	if clock.Due() {
+		now = l.clk.Refresh()
+	}
 	sh := l.shardOf(h, now)
 	c := sh.Table().Find(h)
 	for {
@@ -451,7 +466,7 @@ func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
 
 // look reads h's state at the current time, writing nothing.
 func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
-	now := l.clk.Now()
+	now := l.now()
 	sh := l.shardOf(h, now)
 	for {
 		c := sh.Table().Find(h)

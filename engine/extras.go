@@ -93,7 +93,7 @@ func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
 	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
 		return 0
 	}
-	now := l.clk.Now()
+	now := l.now()
 	sh := l.shardOf(h, now)
 	for {
 		c := sh.Table().Find(h)
