@@ -271,3 +271,25 @@ func TestInspectAfterClose(t *testing.T) {
 	require.False(t, tracked)
 	require.Zero(t, pr)
 }
+
+// TestDecisionsRefreshTheClock: a limiter whose clock's goroutine never ticks (as when every P is
+// busy) still sees time pass, because its decisions refresh the clock: a key at its limit is
+// admitted again once its window has passed in real time. Before, it was refused for as long as
+// the goroutine did not run.
+func TestDecisionsRefreshTheClock(t *testing.T) {
+	clk := clock.NewCoarse(time.Hour)
+	defer clk.Stop()
+	l, err := New(policy.FixedWindow{Limit: 1, Window: 10 * time.Millisecond}, WithClock(clk))
+	require.NoError(t, err)
+	defer l.Close()
+	require.True(t, l.Allow("k"))
+	time.Sleep(25 * time.Millisecond) // two windows, in real time
+	admitted := false
+	for range 50 * clock.RefreshEvery { // no refresh in these calls: about e^-50
+		if l.Allow("k") {
+			admitted = true
+			break
+		}
+	}
+	require.True(t, admitted, "the window never rolled: the clock read %d, the wall clock %d", clk.Now(), time.Now().UnixMilli())
+}
