@@ -35,10 +35,12 @@ type Limiter struct {
 	maxCost int64
 
 	// String keys hash with memhash under the random hashSeed, or, with WithSeed, with xxhash
-	// mixed with mix[0]. A branch on seeded rather than a func value: a call through a func value
-	// makes every key escape to the heap, so a key converted from bytes would allocate.
+	// mixed with mix[0]: through the func value hash where a word has 64 bits, by a branch on
+	// seeded where it has 32 (see hashString).
+	hash     func(p unsafe.Pointer, seed, n uintptr) uintptr
 	seeded   bool
 	hashSeed uint64
+	wordSeed uintptr // hashSeed for hash, or mix[0] with WithSeed
 	mix      [3]uint64
 
 	pol     policy.Policy
@@ -176,7 +178,11 @@ func (l *Limiter) initHash(cfg config) {
 	for i := range l.mix {
 		l.mix[i] = binary.LittleEndian.Uint64(seed[8*i:])
 	}
-	l.seeded, l.hashSeed = cfg.seeded, mrand.Uint64()
+	l.seeded, l.hashSeed, l.hash = cfg.seeded, mrand.Uint64(), memhash
+	l.wordSeed = uintptr(l.hashSeed)
+	if cfg.seeded {
+		l.hash, l.wordSeed = seededWordHash, uintptr(l.mix[0])
+	}
 }
 
 // fmix is MurmurHash3's 64-bit finaliser: a bijection with full avalanche.
@@ -190,7 +196,8 @@ func fmix(x uint64) uint64 {
 }
 
 // nonzero keeps hash 0 free to mark empty slots; the one hash it merges with 1 is a collision like
-// any other 64-bit one.
+// any other 64-bit one. Every path that looks a hash up (admit, take, look, refund) applies it,
+// so that hashString need not.
 func nonzero(h uint64) uint64 {
 	if h == 0 {
 		return 1
@@ -198,20 +205,27 @@ func nonzero(h uint64) uint64 {
 	return h
 }
 
-// hashString hashes a string key to 64 bits on every platform. It inlines into every caller,
-// leaving one call, straight into the hash function; neither hash retains key, so a key built at
-// run time (string(b), a stack buffer) stays where it is.
-func (l *Limiter) hashString(key string) uint64 {
-	if l.seeded {
-		return seededHash(key, l.mix[0])
-	}
-	return memhash64(unsafe.Pointer(unsafe.StringData(key)), l.hashSeed, uintptr(len(key)))
-}
-
 // seededHash is WithSeed's hash: xxhash, the same in every process and 64 bits wide on every
 // platform, mixed with the seed.
 func seededHash(key string, seed uint64) uint64 {
 	return nonzero(fmix(xxhash.Sum64String(key) ^ seed))
+}
+
+// seededWordHash is seededHash in memhash's shape, for Limiter.hash (64-bit platforms only: there
+// a uintptr holds all 64 bits).
+func seededWordHash(p unsafe.Pointer, seed, n uintptr) uintptr {
+	return uintptr(seededHash(unsafe.String((*byte)(p), n), uint64(seed)))
+}
+
+// noescape hides p from escape analysis, as the runtime's function of that name does. A call
+// through a func value is taken to leak its arguments, which would move every key the caller
+// built at run time (string(b), a stack buffer) to the heap; neither hash Limiter.hash can hold
+// retains p, and the caller keeps the key alive across the call.
+//
+//go:nosplit
+func noescape(p unsafe.Pointer) unsafe.Pointer {
+	x := uintptr(p) // a pointer read back from a uintptr's memory is one escape analysis cannot follow
+	return *(*unsafe.Pointer)(unsafe.Pointer(&x))
 }
 
 // hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential
@@ -277,13 +291,11 @@ func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now
 // general way. A first attempt that finds its cell not live has consumed nothing, so handing over
 // to take is safe.
 func (l *Limiter) admit(h uint64, n int64) bool {
+	h = nonzero(h)
 	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
 		return l.admitSlow(h, n)
 	}
 	now := l.clk.Now()
-	if clock.Due() {
-		now = l.clk.Refresh() // see clock: the ticker alone falls behind when every P is busy
-	}
 	sh := l.shard(h)
 	if sh.Due(now) {
 		return l.admitSlow(h, n)
@@ -295,6 +307,12 @@ func (l *Limiter) admit(h uint64, n int64) bool {
 	ok, st := l.codec.Admit(c, now, n)
 	if st != atomic.OK {
 		return l.admitSlow(h, n)
+	}
+	// The clock's own goroutine falls behind when every P is busy (see package clock), so now and
+	// then a decision refreshes it, for the decisions after it. Here, after the codec's call, little
+	// is live across the random number's call.
+	if clock.Due() {
+		l.clk.Refresh()
 	}
 	return ok
 }
@@ -320,6 +338,7 @@ const (
 // consulting the policy (ReasonOK when it did consult it). For opAdmit only the result's Allowed
 // is computed.
 func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, Reason) {
+	h = nonzero(h)
 	if n < 0 {
 		return policy.Result{}, ReasonNegativeCost
 	}
@@ -466,6 +485,7 @@ func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
 
 // look reads h's state at the current time, writing nothing.
 func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
+	h = nonzero(h)
 	now := l.now()
 	sh := l.shardOf(h, now)
 	for {

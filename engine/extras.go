@@ -89,7 +89,7 @@ func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 func (l *Limiter) RefundKey(k uint64, n int64, d Decision) int64 { return l.refund(l.hashKey(k), n, d) }
 
 func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
-	n = min(n, d.Counted)
+	h, n = nonzero(h), min(n, d.Counted)
 	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
 		return 0
 	}
