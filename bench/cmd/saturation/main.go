@@ -73,7 +73,8 @@ func main() {
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), p.ID(), *limit, *window, r.elapsed.Round(time.Millisecond))
 	fmt.Printf("calls              %d (%.1f ns each)\n", r.calls, float64(r.elapsed.Nanoseconds())/float64(r.calls))
 	fmt.Printf("admitted           %d of %.0f (limit × elapsed / window)\n", r.admitted, expected)
-	fmt.Printf("clock lag          median %d ms, max %d ms (%d samples)\n", r.lagMedian, r.lagMax, r.samples)
+	fmt.Printf("clock lag          median %d ms, p99 %d ms, max %d ms; %.1f%% of %d samples within 1 ms\n",
+		r.lagMedian, r.lagP99, r.lagMax, 100*r.within1, r.samples)
 	fmt.Printf("CPU share          %.3f (process CPU time / wall time)\n", r.cpu.Seconds()/r.elapsed.Seconds())
 	fmt.Printf("admitted fraction  %.3f\n", frac)
 	fmt.Printf("perfect clock      %.3f (the same policy, %d calls per exact ms)\n", ceiling, perMs)
@@ -150,6 +151,8 @@ type result struct {
 	calls, admitted   int64
 	elapsed, cpu      time.Duration
 	lagMedian, lagMax int64
+	lagP99            int64
+	within1           float64
 	samples           int
 }
 
@@ -185,5 +188,8 @@ func run(p policy.Policy, d time.Duration) (result, error) {
 	}
 	slices.Sort(lags)
 	r.samples, r.lagMedian, r.lagMax = len(lags), lags[len(lags)/2], lags[len(lags)-1]
+	r.lagP99 = lags[len(lags)*99/100]
+	within, _ := slices.BinarySearch(lags, 2) // lags of 0 or 1 ms
+	r.within1 = float64(within) / float64(len(lags))
 	return r, nil
 }
