@@ -398,21 +398,24 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // shard lock, and refuses when there is none; making room first, when the count is at the cap,
 // only spares that lock.
 func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
-	for attempt := 0; ; attempt++ {
-		if l.keys.Load() >= l.maxKeys {
-			l.makeRoom(sh, now)
-		}
+	madeRoom := false
+	if l.keys.Load() >= l.maxKeys {
+		l.makeRoom(sh, now)
+		madeRoom = true
+	}
+	for {
 		c, _, at := sh.Acquire(&l.cfg, h, now)
 		if c != nil {
 			return c, at, ReasonOK
 		}
-		// At the cap. A racing request may have inserted h meanwhile (not a new key after all),
-		// or taken the room made; try once more before refusing.
-		if attempt == 1 {
+		// At the cap (a racing insert may have taken the last place): make room once per request,
+		// so that a flood of new keys at the cap costs one bounded reclaim each.
+		if madeRoom {
 			l.refusedAtCap.Add(1)
 			return nil, at, ReasonKeyCap
 		}
-		now = at
+		l.makeRoom(sh, at)
+		madeRoom, now = true, at
 	}
 }
 
