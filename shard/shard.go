@@ -325,7 +325,7 @@ type Candidate struct {
 	age    int64
 }
 
-// Found reports whether c holds a key.
+// Found reports whether c holds a key (a plain read of c).
 func (c *Candidate) Found() bool { return c.cell != nil }
 
 // SampleStalest visits up to sample live keys from the shard's rotating cursor and keeps in best
@@ -358,7 +358,8 @@ func (s *Shard) SampleStalest(cfg *Config, now, limit int64, sample int, best *C
 }
 
 // EvictCandidate evicts c's key if its state is still the one SampleStalest judged (a key renewed
-// since, or moved to a new table, is left alone), and reports whether it did.
+// since, or moved to a new table, is left alone), and reports whether it did. It takes no lock:
+// one compare-and-swap decides it against every concurrent update, sweep and eviction.
 func EvictCandidate(cfg *Config, c *Candidate) bool {
 	if c.cell == nil || !atomic.MarkIf(c.cell, cfg.Codec.Words(), c.w0, c.w1, atomic.Dead) {
 		return false
