@@ -59,6 +59,9 @@ type Decision struct {
 	ResetAt time.Time
 	// Reason says why the request was admitted or refused.
 	Reason Reason
+	// Counted is how many units this decision counted: its cost when admitted, 0 when refused.
+	// It bounds what a refund of this decision can give back.
+	Counted int64
 }
 
 // Reason says why a Decision came out as it did. A plain value, safe to copy and share.

@@ -32,8 +32,23 @@ type Codec interface {
 	// could become ambiguous (math.MaxInt64 when it never can).
 	Horizon() int64
 	// Stale reports how long ago (ms) the state was last renewed, and whether it may be evicted to
-	// make room at the key cap: never a key at or over its limit.
-	Stale(w0, w1 uint64, now int64) (ageMs int64, evictable bool)
+	// make room at the key cap: only while the key holds less than half of its limit (the units
+	// counted in its window, or taken from its bucket, or its level), so that a key using its
+	// limit is never reset by eviction. limit is the limit to judge the key against, for codecs
+	// that take per-key limits (LimitTaker); 0, and every other codec, judges against the
+	// policy's.
+	Stale(w0, w1 uint64, now, limit int64) (ageMs int64, evictable bool)
+}
+
+// underHalf is Stale's rule: used units are less than half of limit.
+func underHalf(used, limit int64) bool { return 2*used < limit }
+
+// judged returns the limit a Stale call judges against: limit, or the policy's when 0.
+func judged(limit, policyLimit int64) int64 {
+	if limit > 0 {
+		return limit
+	}
+	return policyLimit
 }
 
 // Evictor is implemented by codecs whose state lives outside the cell, such as the sliding log,

@@ -2,6 +2,10 @@
 // 64-bit word, or in a 16-byte pair for configurations too large for one word, and the
 // compare-and-swap loops that update them.
 //
+// It is a building block of package engine, exported for the engine's own benchmarks and for
+// readers of its design (docs/design.md); a program that limits rates uses engine, and nothing
+// here is needed for that.
+//
 // A cell is addressed by a pointer to its first word. Bits 63 and 62 of the first word are
 // flags owned by the table, not by the policy: Dead marks a cell whose key was evicted (the slot
 // stays reserved for that key until the table is rebuilt), Moved marks a cell copied into a newer

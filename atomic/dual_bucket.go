@@ -159,9 +159,10 @@ func (c *dualBucket) Normalize(w0, w1 uint64, now int64) (uint64, uint64, bool) 
 	return f0, f1, f0 != w0 || f1 != w1
 }
 
-func (c *dualBucket) Stale(w0, w1 uint64, now int64) (int64, bool) {
+// Stale judges both buckets: a key that has taken half of either is not evictable.
+func (c *dualBucket) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 	s := c.decode(w0, w1, now)
 	age := now - s.Last
 	c.p.Refill(&s, now)
-	return age, s.Requests >= 1 && s.Tokens >= 1
+	return age, underHalf(c.p.RequestsPerMin-s.Requests, c.p.RequestsPerMin) && underHalf(c.p.TokensPerMin-s.Tokens, c.p.TokensPerMin)
 }

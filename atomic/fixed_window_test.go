@@ -90,7 +90,7 @@ func TestFixedWindowHorizon(t *testing.T) {
 	n, _, changed := codec.Normalize(zero, 0, epoch+5)
 	require.False(t, changed)
 	require.Equal(t, zero, n)
-	age, ok := codec.Stale(w, 0, epoch+3)
+	age, ok := codec.Stale(w, 0, epoch+3, 0)
 	require.Equal(t, int64(3), age)
 	require.True(t, ok)
 }

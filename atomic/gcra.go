@@ -135,12 +135,13 @@ func (c *gcraWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
 
 // Stale reports, for want of a last-update time (the TAT does not keep one), the ms of refill the
 // bucket holds, (Burst*1000 - lag) / Rate: it grows by one for every ms a key is left alone, and
-// is largest for the fullest bucket, whose eviction changes the least. No overflow: the decoded
+// is largest for the fullest bucket, whose eviction changes the least. The lag is what the key
+// has taken, 1000 a permit: evictable while it is below half the burst. No overflow: the decoded
 // lag lies in [-2^61, 2^61).
-func (c *gcraWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+func (c *gcraWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	tat, sc := c.decode(w0, now)
 	lag := int64(tat - sc)
-	return (c.p.Burst*1000 - lag) / c.p.Rate, lag <= (c.p.Burst-1)*1000
+	return (c.p.Burst*1000 - lag) / c.p.Rate, underHalf(lag, c.p.Burst*1000)
 }
 
 // Refund moves the TAT back for the permits that policy.GCRA.Refund finds exact. Their lag stays

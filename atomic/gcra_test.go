@@ -87,11 +87,13 @@ func TestGCRAStale(t *testing.T) {
 	Store(cell, 1, f, 0)
 	codec.Take(cell, epoch, 2)
 	w, _ := Load(cell, 1)
-	age, ok := codec.Stale(w, 0, epoch+50)
+	age, ok := codec.Stale(w, 0, epoch+50, 0)
 	require.Equal(t, int64(50), age, "(2000 - (2000 - 500)) / 10")
 	require.False(t, ok)
-	age, ok = codec.Stale(w, 0, epoch+100)
-	require.Equal(t, int64(100), age)
+	_, ok = codec.Stale(w, 0, epoch+100, 0)
+	require.False(t, ok, "one permit of two taken: half the burst")
+	age, ok = codec.Stale(w, 0, epoch+101, 0)
+	require.Equal(t, int64(101), age)
 	require.True(t, ok)
 }
 

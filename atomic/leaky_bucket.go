@@ -109,11 +109,11 @@ func (c *leakyBucketWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bo
 	return f, 0, f != w0
 }
 
-func (c *leakyBucketWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+func (c *leakyBucketWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	s := c.decode(w0, now)
 	age := now - s.Last
 	c.p.Drain(&s, now)
-	return age, s.Level < c.p.Capacity
+	return age, underHalf(s.Level, c.p.Capacity)
 }
 
 type leakyBucketPair struct{ p policy.LeakyBucket }
@@ -197,11 +197,11 @@ func (c *leakyBucketPair) Normalize(w0, w1 uint64, _ int64) (uint64, uint64, boo
 	return w0, w1, false // nothing wraps: a dead state needs no re-encoding
 }
 
-func (c *leakyBucketPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
+func (c *leakyBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 	s := c.decode(w0, w1)
 	age := now - s.Last
 	c.p.Drain(&s, now)
-	return age, s.Level < c.p.Capacity
+	return age, underHalf(s.Level, c.p.Capacity)
 }
 
 // Refund takes out of the level the units that policy.LeakyBucket.Refund finds exact, drained

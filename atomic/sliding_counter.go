@@ -283,10 +283,10 @@ func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64,
 	return f, 0, f != w0
 }
 
-func (c *slidingCounterWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+func (c *slidingCounterWord) Stale(w0, _ uint64, now, limit int64) (int64, bool) {
 	s, _, _ := c.decode(w0, now)
 	_, pr := c.p.Peek(s, now)
-	return now - s.Window, pr.Estimate < c.p.Limit()
+	return now - s.Window, underHalf(pr.Estimate, judged(limit, c.p.Limit()))
 }
 
 type slidingCounterPair struct {
@@ -414,8 +414,8 @@ func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64
 	return w0, w1, false // nothing wraps: a dead state needs no re-encoding
 }
 
-func (c *slidingCounterPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
+func (c *slidingCounterPair) Stale(w0, w1 uint64, now, limit int64) (int64, bool) {
 	s := c.decode(w0, w1)
 	_, pr := c.p.Peek(s, now)
-	return now - s.Window, pr.Estimate < c.p.Limit()
+	return now - s.Window, underHalf(pr.Estimate, judged(limit, c.p.Limit()))
 }

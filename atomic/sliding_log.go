@@ -192,7 +192,7 @@ func (c *slidingLog) Normalize(w0, w1 uint64, _ int64) (uint64, uint64, bool) {
 }
 
 // Stale reports every log as not evictable: see NewSlidingLog.
-func (c *slidingLog) Stale(uint64, uint64, int64) (int64, bool) { return 0, false }
+func (c *slidingLog) Stale(uint64, uint64, int64, int64) (int64, bool) { return 0, false }
 
 // Evict marks the cell Dead and frees its entry if its log is empty at now, judging and marking
 // under the entry's lock so that no update can slip in between.

@@ -52,7 +52,7 @@ func TestSlidingLogCodec(t *testing.T) {
 	n, _, changed := codec.Normalize(w, 0, epoch+5000)
 	require.False(t, changed)
 	require.Equal(t, w, n)
-	_, evictable := codec.Stale(w, 0, epoch+5000)
+	_, evictable := codec.Stale(w, 0, epoch+5000, 0)
 	require.False(t, evictable, "EvictStalest would mark the cell without the entry's lock")
 }
 

@@ -230,11 +230,11 @@ func (c *tokenBucketWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bo
 	return f, 0, f != w0
 }
 
-func (c *tokenBucketWord) Stale(w0, _ uint64, now int64) (int64, bool) {
+func (c *tokenBucketWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	s := c.decode(w0, now)
 	age := now - s.Last
 	c.p.Refill(&s, now)
-	return age, s.Tokens >= 1
+	return age, underHalf(c.p.Burst-s.Tokens, c.p.Burst)
 }
 
 type tokenBucketPair struct{ p policy.TokenBucket }
@@ -318,11 +318,11 @@ func (c *tokenBucketPair) Normalize(w0, w1 uint64, _ int64) (uint64, uint64, boo
 	return w0, w1, false // nothing wraps: a dead state needs no re-encoding
 }
 
-func (c *tokenBucketPair) Stale(w0, w1 uint64, now int64) (int64, bool) {
+func (c *tokenBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 	s := c.decode(w0, w1)
 	age := now - s.Last
 	c.p.Refill(&s, now)
-	return age, s.Tokens >= 1
+	return age, underHalf(c.p.Burst-s.Tokens, c.p.Burst)
 }
 
 // Refund gives back the tokens that policy.TokenBucket.Refund finds exact, refilled to now.

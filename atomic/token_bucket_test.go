@@ -236,7 +236,8 @@ func TestBucketCellsRefuseWhenNotLive(t *testing.T) {
 	}
 }
 
-// TestBucketStale: the key cap may evict a bucket only while a unit request would be admitted.
+// TestBucketStale: the key cap may evict a bucket only while it holds less than half its burst
+// (its capacity) taken.
 func TestBucketStale(t *testing.T) {
 	tb := NewTokenBucket(policy.TokenBucket{Rate: 10, Burst: 2})
 	cell := aligned()
@@ -244,10 +245,12 @@ func TestBucketStale(t *testing.T) {
 	Store(cell, 1, f, 0)
 	tb.Take(cell, epoch, 2)
 	w, _ := Load(cell, 1)
-	age, ok := tb.Stale(w, 0, epoch+50)
+	age, ok := tb.Stale(w, 0, epoch+50, 0)
 	require.Equal(t, int64(50), age)
 	require.False(t, ok, "50 ms at 10/s is half a token: still at its limit")
-	_, ok = tb.Stale(w, 0, epoch+100)
+	_, ok = tb.Stale(w, 0, epoch+199, 0)
+	require.False(t, ok, "one token of two refilled: half the burst still taken")
+	_, ok = tb.Stale(w, 0, epoch+200, 0)
 	require.True(t, ok)
 
 	lb := NewLeakyBucket(policy.LeakyBucket{Rate: 10, Capacity: 2})
@@ -255,9 +258,9 @@ func TestBucketStale(t *testing.T) {
 	Store(cell, 1, f, 0)
 	lb.Take(cell, epoch, 2)
 	w, _ = Load(cell, 1)
-	_, ok = lb.Stale(w, 0, epoch+99)
-	require.False(t, ok)
-	_, ok = lb.Stale(w, 0, epoch+100)
+	_, ok = lb.Stale(w, 0, epoch+199, 0)
+	require.False(t, ok, "level 1 of 2: half the capacity")
+	_, ok = lb.Stale(w, 0, epoch+200, 0)
 	require.True(t, ok)
 }
 

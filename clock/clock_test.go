@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -57,4 +58,52 @@ func TestSharedClockIsReferenceCounted(t *testing.T) {
 	c := Acquire()
 	require.NotSame(t, a, c, "a new shared clock after the last release")
 	Release(c)
+}
+
+// TestManualClampsToRange: no manual clock reads outside [0, MaxMs], whatever it is given; the
+// engine's cells could not store a later time (its flag bits sit above bit 61).
+func TestManualClampsToRange(t *testing.T) {
+	require.Equal(t, int64(MaxMs), NewManual(1<<62).Now())
+	require.Equal(t, int64(MaxMs), NewManual(math.MaxInt64).Now())
+	require.Equal(t, int64(0), NewManual(-5).Now())
+	c := NewManual(MaxMs - 2)
+	require.Equal(t, int64(MaxMs), c.Advance(time.Hour))
+	require.Equal(t, int64(MaxMs), c.Advance(time.Duration(math.MaxInt64)))
+	require.Equal(t, int64(MaxMs-1000), c.Advance(-time.Second))
+	c.Set(1 << 62)
+	require.Equal(t, int64(MaxMs), c.Now())
+	c.Set(math.MinInt64)
+	require.Equal(t, int64(0), c.Now())
+	require.Equal(t, int64(0), c.Advance(-time.Hour))
+	require.Equal(t, int64(0), c.Advance(time.Duration(math.MinInt64)))
+	require.Equal(t, int64(1), c.Advance(time.Millisecond))
+}
+
+// TestRefresh: a reader's Refresh brings a coarse clock whose goroutine has not ticked up to the
+// wall clock, never back, and leaves a manual clock alone.
+func TestRefresh(t *testing.T) {
+	c := NewCoarse(time.Hour) // its goroutine will not tick during the test
+	defer c.Stop()
+	stale := c.Now()
+	time.Sleep(5 * time.Millisecond)
+	before := time.Now().UnixMilli()
+	require.GreaterOrEqual(t, c.Refresh(), before)
+	require.Greater(t, c.Now(), stale)
+	c.tick(c.Now() + 1000) // a reading ahead of the wall clock stays
+	require.Equal(t, c.Now(), c.Refresh())
+
+	m := NewManual(42)
+	require.Equal(t, int64(42), m.Refresh())
+}
+
+// TestDueRate: Due reports true about once in RefreshEvery calls.
+func TestDueRate(t *testing.T) {
+	const calls = 1000 * RefreshEvery
+	n := 0
+	for range calls {
+		if Due() {
+			n++
+		}
+	}
+	require.InDelta(t, 1000, n, 200, "%d of %d", n, calls) // 6 standard deviations
 }

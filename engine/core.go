@@ -34,9 +34,13 @@ type Limiter struct {
 	// a uint64 compare it also sends a negative cost the slow way.
 	maxCost int64
 
-	// hash is memhash under a random hashSeed, or seededHash under WithSeed's.
+	// String keys hash with memhash under the random hashSeed, or, with WithSeed, with xxhash
+	// mixed with mix[0]: through the func value hash where a word has 64 bits, by a branch on
+	// seeded where it has 32 (see hashString).
 	hash     func(p unsafe.Pointer, seed, n uintptr) uintptr
-	hashSeed uintptr
+	seeded   bool
+	hashSeed uint64
+	wordSeed uintptr // hashSeed for hash, or mix[0] with WithSeed
 	mix      [3]uint64
 
 	pol     policy.Policy
@@ -45,6 +49,10 @@ type Limiter struct {
 	limit   int64
 	maxKeys int64
 	atCap   AtCap
+	// judgeLimit is the limit EvictStalest judges every key against: the policy's, lowered to the
+	// lowest per-key limit TakeWithLimit has been given, so that no key is judged against a limit
+	// above its own. Written only when it falls.
+	judgeLimit satomic.Int64
 
 	ownsClock bool
 	sweeper   *evict.Sweeper
@@ -55,6 +63,7 @@ type Limiter struct {
 	_            cpu.CacheLinePad
 	keys         satomic.Int64 // live keys; written on inserts and evictions only
 	refusedAtCap satomic.Int64
+	evictCursor  satomic.Uint64 // where EvictStalest's next scan of the shards starts
 	_            cpu.CacheLinePad
 }
 
@@ -104,7 +113,8 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	l.limits, _ = codec.(atomic.LimitTaker)
 	l.refunds, _ = codec.(atomic.Refunder)
 	l.initHash(cfg)
-	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, Clock: l.clk}
+	l.judgeLimit.Store(limit)
+	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, MaxKeys: l.maxKeys, Clock: l.clk}
 	now := l.clk.Now()
 	for i := range l.shards {
 		l.shards[i].Init(&l.cfg, now)
@@ -168,9 +178,10 @@ func (l *Limiter) initHash(cfg config) {
 	for i := range l.mix {
 		l.mix[i] = binary.LittleEndian.Uint64(seed[8*i:])
 	}
-	l.hash, l.hashSeed = memhash, uintptr(mrand.Uint64())
+	l.seeded, l.hashSeed, l.hash = cfg.seeded, mrand.Uint64(), memhash
+	l.wordSeed = uintptr(l.hashSeed)
 	if cfg.seeded {
-		l.hash, l.hashSeed = seededHash, uintptr(l.mix[0])
+		l.hash, l.wordSeed = seededWordHash, uintptr(l.mix[0])
 	}
 }
 
@@ -185,7 +196,8 @@ func fmix(x uint64) uint64 {
 }
 
 // nonzero keeps hash 0 free to mark empty slots; the one hash it merges with 1 is a collision like
-// any other 64-bit one.
+// any other 64-bit one. Every path that looks a hash up (admit, take, look, refund) applies it,
+// so that hashString need not.
 func nonzero(h uint64) uint64 {
 	if h == 0 {
 		return 1
@@ -193,22 +205,42 @@ func nonzero(h uint64) uint64 {
 	return h
 }
 
-// hashString hashes a string key. It inlines into every caller, leaving one call, straight into
-// the hash function.
-func (l *Limiter) hashString(key string) uint64 {
-	return hashOf(l.hash(unsafe.Pointer(unsafe.StringData(key)), l.hashSeed, uintptr(len(key))))
+// seededHash is WithSeed's hash: xxhash, the same in every process and 64 bits wide on every
+// platform, mixed with the seed.
+func seededHash(key string, seed uint64) uint64 {
+	return nonzero(fmix(xxhash.Sum64String(key) ^ seed))
 }
 
-// seededHash is WithSeed's hash of n bytes at p, in memhash's shape so that either fills
-// Limiter.hash: xxhash, the same in every process, mixed with the seed.
-func seededHash(p unsafe.Pointer, seed, n uintptr) uintptr {
-	return uintptr(fmix(xxhash.Sum64(unsafe.Slice((*byte)(p), n)) ^ uint64(seed)))
+// seededWordHash is seededHash in memhash's shape, for Limiter.hash (64-bit platforms only: there
+// a uintptr holds all 64 bits).
+func seededWordHash(p unsafe.Pointer, seed, n uintptr) uintptr {
+	return uintptr(seededHash(unsafe.String((*byte)(p), n), uint64(seed)))
+}
+
+// noescape hides p from escape analysis, as the runtime's function of that name does. A call
+// through a func value is taken to leak its arguments, which would move every key the caller
+// built at run time (string(b), a stack buffer) to the heap; neither hash Limiter.hash can hold
+// retains p, and the caller keeps the key alive across the call.
+//
+//go:nosplit
+func noescape(p unsafe.Pointer) unsafe.Pointer {
+	x := uintptr(p) // a pointer read back from a uintptr's memory is one escape analysis cannot follow
+	return *(*unsafe.Pointer)(unsafe.Pointer(&x))
 }
 
 // hashKey remixes an integer key under secret keys: a keyed bijection, so that small or sequential
 // integers spread over the shards and an outsider cannot pick integers that crowd one shard.
 func (l *Limiter) hashKey(k uint64) uint64 {
 	return nonzero(fmix(fmix(k^l.mix[1]) ^ l.mix[2]))
+}
+
+// now is the time to decide at: the clock's reading, refreshed by the caller now and then (see
+// clock.Due).
+func (l *Limiter) now() int64 {
+	if clock.Due() {
+		return l.clk.Refresh()
+	}
+	return l.clk.Now()
 }
 
 func (l *Limiter) refuse(r Reason) Decision { return Decision{Limit: l.limit, Reason: r} }
@@ -221,7 +253,9 @@ func (l *Limiter) decision(r policy.Result, cost int64) Decision {
 		RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond,
 		ResetAt:    time.UnixMilli(r.ResetAtMs),
 	}
-	if !r.Allowed {
+	if r.Allowed {
+		d.Counted = cost
+	} else {
 		d.Reason = ReasonLimited
 		if cost > r.Limit {
 			d.Reason = ReasonCostAboveLimit
@@ -257,6 +291,7 @@ func (l *Limiter) sweepDue(sh *shard.Shard, now int64) { sh.SweepAll(&l.cfg, now
 // general way. A first attempt that finds its cell not live has consumed nothing, so handing over
 // to take is safe.
 func (l *Limiter) admit(h uint64, n int64) bool {
+	h = nonzero(h)
 	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
 		return l.admitSlow(h, n)
 	}
@@ -272,6 +307,12 @@ func (l *Limiter) admit(h uint64, n int64) bool {
 	ok, st := l.codec.Admit(c, now, n)
 	if st != atomic.OK {
 		return l.admitSlow(h, n)
+	}
+	// The clock's own goroutine falls behind when every P is busy (see package clock), so now and
+	// then a decision refreshes it, for the decisions after it. Here, after the codec's call, little
+	// is live across the random number's call.
+	if clock.Due() {
+		l.clk.Refresh()
 	}
 	return ok
 }
@@ -297,6 +338,7 @@ const (
 // consulting the policy (ReasonOK when it did consult it). For opAdmit only the result's Allowed
 // is computed.
 func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, Reason) {
+	h = nonzero(h)
 	if n < 0 {
 		return policy.Result{}, ReasonNegativeCost
 	}
@@ -307,6 +349,9 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		return policy.Result{}, ReasonCostAboveLimit // refused by the policy, with no lookup and no key
 	}
 	now := l.clk.Now()
+	if clock.Due() {
+		now = l.clk.Refresh()
+	}
 	sh := l.shardOf(h, now)
 	c := sh.Table().Find(h)
 	for {
@@ -349,34 +394,78 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 }
 
 // acquire inserts h (or revives its evicted cell), applying the key cap, and returns the time to
-// decide at.
+// decide at. The cap is exact: shard.Acquire reserves the key's place in the count under the
+// shard lock, and refuses when there is none; making room first, when the count is at the cap,
+// only spares that lock.
 func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
-	if l.keys.Load() >= l.maxKeys && !l.makeRoom(sh, now) {
-		if c := sh.Table().Find(h); c != nil {
-			if w0, _ := atomic.Load(c, l.codec.Words()); w0&atomic.Flags == 0 {
-				return c, now, ReasonOK // inserted by a racing request: not a new key after all
-			}
-		}
-		l.refusedAtCap.Add(1)
-		return nil, now, ReasonKeyCap
+	madeRoom := false
+	if l.keys.Load() >= l.maxKeys {
+		l.makeRoom(sh, now)
+		madeRoom = true
 	}
-	c, _, now := sh.Acquire(&l.cfg, h, now)
-	return c, now, ReasonOK
+	for {
+		c, _, at := sh.Acquire(&l.cfg, h, now)
+		if c != nil {
+			return c, at, ReasonOK
+		}
+		// At the cap (a racing insert may have taken the last place): make room once per request,
+		// so that a flood of new keys at the cap costs one bounded reclaim each.
+		if madeRoom {
+			l.refusedAtCap.Add(1)
+			return nil, at, ReasonKeyCap
+		}
+		l.makeRoom(sh, at)
+		madeRoom, now = true, at
+	}
 }
 
 // capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.
 const capReclaimBudget = 64
 
 // makeRoom tries to get below the key cap: reclaim dead keys near the shard's cursor, then, if so
-// configured, evict the stalest evictable key of a sample.
+// configured, evict the stalest evictable key of a sample taken across the limiter.
 func (l *Limiter) makeRoom(sh *shard.Shard, now int64) bool {
 	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
 		return true
 	}
 	if l.atCap == EvictStalest {
-		return sh.EvictStalest(&l.cfg, now, capReclaimBudget)
+		return l.evictStalest(sh, now)
 	}
 	return false
+}
+
+// The EvictStalest sample: up to evictShards shards holding keys, evictPerShard live keys each,
+// found among at most evictScan shards from a rotating cursor (the new key's own shard first).
+// The scan bound keeps a limiter with many more shards than keys from reading every shard for
+// each new key at the cap; the cursor makes successive new keys look at different shards.
+const (
+	evictShards   = 4
+	evictPerShard = 16
+	evictScan     = 1024
+)
+
+// evictStalest evicts the stalest key of a sample across the limiter that holds less than half of
+// its limit (see WithAtCap), judged against the lowest limit any key has been given, and reports
+// whether it did.
+func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
+	var best shard.Candidate
+	limit := l.judgeLimit.Load()
+	sampled := 0
+	if sh.Live() > 0 {
+		sh.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		sampled++
+	}
+	n := uint64(len(l.shards))
+	from := l.evictCursor.Add(evictScan) - evictScan
+	for i := uint64(0); i < min(n, evictScan) && sampled < evictShards; i++ {
+		s := &l.shards[(from+i)%n]
+		if s == sh || s.Live() == 0 {
+			continue
+		}
+		s.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		sampled++
+	}
+	return shard.EvictCandidate(&l.cfg, &best)
 }
 
 func (l *Limiter) peek(h uint64) Decision {
@@ -384,17 +473,23 @@ func (l *Limiter) peek(h uint64) Decision {
 		return l.refuse(ReasonClosed)
 	}
 	r, _, _ := l.look(h)
-	return l.decision(r, 1)
+	d := l.decision(r, 1)
+	d.Counted = 0 // a peek counts nothing
+	return d
 }
 
 func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
+	if l.closed.Load() {
+		return policy.Probe{}, false // as Peek refuses: a closed limiter reads and sweeps nothing
+	}
 	_, pr, tracked := l.look(h)
 	return pr, tracked
 }
 
 // look reads h's state at the current time, writing nothing.
 func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
-	now := l.clk.Now()
+	h = nonzero(h)
+	now := l.now()
 	sh := l.shardOf(h, now)
 	for {
 		c := sh.Table().Find(h)

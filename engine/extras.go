@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	satomic "sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit"
@@ -31,8 +32,9 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 // The limit is not stored with the key: pass the same one on every call for that key. A key's
 // counts are units, so a changed limit applies at once, mid-window: raised, the key may take the
 // difference straight away; lowered below what it has taken, it is refused until its counts decay
-// under the new limit. With the default key cap option, eviction at the cap judges keys against
-// the policy's limit.
+// under the new limit. With WithAtCap(EvictStalest), eviction at the cap judges every key against
+// the lowest limit given here so far (or the policy's, if lower), so no key is judged against a
+// limit above its own.
 func (l *Limiter) TakeWithLimit(key string, n, limit int64) Decision {
 	return l.takeWithLimit(l.hashString(key), n, limit)
 }
@@ -46,6 +48,9 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 	if l.limits == nil || limit < 1 || limit > l.limits.MaxLimit() {
 		return l.refuse(ReasonInvalidLimit)
 	}
+	if l.atCap == EvictStalest {
+		lower(&l.judgeLimit, limit)
+	}
 	r, reason := l.take(h, n, opTakeLimit, limit)
 	if reason != ReasonOK {
 		return l.refuse(reason)
@@ -56,8 +61,14 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 // Refund gives back up to n units that the admitted Decision d counted for key, for a request
 // that then failed upstream, so that a caller limiting on successes is not charged for errors.
 // It gives back only what leaves the key exactly as if the request had cost that much less, and
-// returns how many units that was: fewer if a concurrent refund got there first, 0 for a refused
-// d, and 0 for a policy that cannot give units back exactly. It never creates a key. By policy:
+// returns how many units that was: never more than min(n, d.Counted), fewer if a concurrent
+// refund got there first, 0 for a refused d (whose Counted is 0), and 0 for a policy that cannot
+// give units back exactly. It never creates a key.
+//
+// A Decision is a plain value, so Refund cannot tell a second refund of the same d from the
+// first: each call is bounded by d.Counted on its own, and k refunds of one d give back at most
+// k*d.Counted in all (and never more than the key still holds from d's window or bucket state).
+// Refund each decision once. By policy:
 //
 //   - sliding counter: all of them while the window that counted them is the current or the
 //     previous one, then 0;
@@ -78,10 +89,11 @@ func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 func (l *Limiter) RefundKey(k uint64, n int64, d Decision) int64 { return l.refund(l.hashKey(k), n, d) }
 
 func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
+	h, n = nonzero(h), min(n, d.Counted)
 	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
 		return 0
 	}
-	now := l.clk.Now()
+	now := l.now()
 	sh := l.shardOf(h, now)
 	for {
 		c := sh.Table().Find(h)
@@ -96,6 +108,16 @@ func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
 			return 0 // evicted: its state was a new key's, holding nothing to give back
 		}
 		sh.Wait()
+	}
+}
+
+// lower sets v to x if x is below it.
+func lower(v *satomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if x >= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
 	}
 }
 

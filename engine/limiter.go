@@ -15,14 +15,20 @@
 // decision, so memory follows the keys in use; WithMaxKeys bounds it.
 //
 // New returns a *Limiter whose methods are all safe for concurrent use by any number of
-// goroutines. A decision for a key that is already tracked takes no lock and allocates nothing:
-// hash the key, pick a shard, probe its table, load the key's packed cell, run the policy's pure
-// step, and compare-and-swap the new state (recomputing on conflict). Time comes from a coarse
-// clock, never from time.Now per call.
+// goroutines. A decision for a key that is already tracked takes no lock and allocates nothing,
+// whatever the key is made of: no method retains its key, so a key converted from bytes
+// (Allow(string(b))) or built in a stack buffer stays where the caller put it. The decision: hash
+// the key (64 bits on every platform), pick a shard, probe its table, load the key's packed cell,
+// run the policy's pure step, and compare-and-swap the new state (recomputing on conflict). Time
+// comes from a coarse clock (one atomic load), not from time.Now per call; about one decision in
+// clock.RefreshEvery refreshes that clock itself, so the time a decision uses stays within about a
+// millisecond of real time even when every P is busy and the clock's own goroutine cannot run
+// (see package clock).
 //
-// Times are Unix milliseconds from 0 to 2^62-1 (some 146 million years): a manual clock must stay
-// in that range and should not run backwards (a state from a later time than a decision's is read
-// as current, never as old).
+// Times are Unix milliseconds from 0 to clock.MaxMs = 2^62-1 (some 146 million years): a manual
+// clock clamps every time it is given into that range, so no decision is made outside it. A
+// manual clock should not run backwards (a state from a later time than a decision's is read as
+// current, never as old).
 package engine
 
 import (
@@ -56,7 +62,8 @@ func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }
 
 // Inspect reports the policy's probe values for key at the limiter's current time (the estimate
 // for the sliding counter; see policy.Probe), and whether the key is tracked. An untracked key
-// reports a new key's values. It consumes nothing and creates nothing.
+// reports a new key's values. It consumes nothing and creates nothing. After Close, when Peek
+// refuses with ReasonClosed, Inspect reports a zero Probe and false, and touches nothing.
 func (l *Limiter) Inspect(key string) (policy.Probe, bool) { return l.inspect(l.hashString(key)) }
 
 // InspectKey is Inspect for an integer key.

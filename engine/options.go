@@ -18,8 +18,16 @@ const (
 	// RefuseNewKeys refuses requests for keys not yet tracked (Decision.Reason = ReasonKeyCap),
 	// after first reclaiming dead keys. Existing keys are decided as usual. The default.
 	RefuseNewKeys AtCap = iota
-	// EvictStalest makes room by evicting the least recently touched live key that is below its
-	// limit, so that an abuser cannot reset himself by flooding new keys.
+	// EvictStalest makes room by evicting the least recently renewed key of a sample taken across
+	// the limiter (up to 64 live keys from up to 4 shards holding keys), among those holding less
+	// than half of their limit: for the window policies, an estimate (count) below half the
+	// limit; for the buckets, less than half the burst taken (half the capacity filled). Keys
+	// given per-key limits by TakeWithLimit are judged against the lowest limit the limiter has
+	// been given, never one above their own. A key at half its limit or more is never evicted,
+	// so flooding new keys cannot reset a key that is using its limit; an evicted key comes back
+	// as a new one, so the units it held (fewer than half its limit) are forgotten. When no
+	// sampled key qualifies, the new key is refused as with RefuseNewKeys. The sliding log's keys
+	// are never evicted this way.
 	EvictStalest
 )
 
@@ -70,9 +78,11 @@ func WithShards(n int) Option {
 }
 
 // WithSeed makes key hashing deterministic: xxhash of the key mixed with seed, the same in every
-// process. The default hashes with hash/maphash under a random per-process seed, which an
-// attacker cannot aim at one shard or one counter; use WithSeed only where reproducibility
-// matters more than that (tests, simulations).
+// process. The default hashes with the runtime's memory hash (hash/maphash's) under a random
+// per-limiter seed, which an attacker cannot aim at one shard or one counter; use WithSeed only
+// where reproducibility matters more than that (tests, simulations). Either way string keys hash
+// to 64 bits on every platform (two 32-bit hashes where a word has 32 bits), so two distinct keys
+// share a counter with probability about 2^-64.
 func WithSeed(seed uint64) Option {
 	return func(cfg *config) error {
 		cfg.seed, cfg.seeded = seed, true
@@ -105,7 +115,8 @@ func WithSweepInterval(d time.Duration) Option {
 
 // WithMaxKeys caps the number of live keys (default DefaultMaxKeys); at the cap the limiter first
 // reclaims dead keys, then applies the WithAtCap choice (RefuseNewKeys by default). n must be at
-// least 1. Under concurrent inserts the count may exceed n by at most the number of shards.
+// least 1. The cap is exact: a new key's place is reserved under its shard's lock before it is
+// inserted, so Len never exceeds n, however many goroutines insert at once.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 {

@@ -162,8 +162,9 @@ func drawPolicy(t *rapid.T, id string) policy.Policy {
 
 var pcIDs = []string{"sliding-log", "fixed-window", "token-bucket", "gcra", "leaky-bucket", "dual-bucket"}
 
-// requireDecision checks a Decision against the pure Result for cost.
-func requireDecision(t require.TestingT, r policy.Result, cost int64, d Decision, msg string, args ...any) {
+// requireDecision checks a Decision against the pure Result for cost; counted is what the
+// decision counted if admitted (cost for a take, 0 for a peek).
+func requireDecision(t require.TestingT, r policy.Result, cost, counted int64, d Decision, msg string, args ...any) {
 	reason := ReasonOK
 	if !r.Allowed {
 		reason = ReasonLimited
@@ -174,6 +175,9 @@ func requireDecision(t require.TestingT, r policy.Result, cost int64, d Decision
 	want := Decision{
 		Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: ms(r.RetryAfterMs),
 		ResetAt: time.UnixMilli(r.ResetAtMs), Reason: reason,
+	}
+	if r.Allowed {
+		want.Counted = counted
 	}
 	require.Equal(t, want, d, append([]any{msg}, args...)...)
 }
@@ -224,14 +228,14 @@ func TestPoliciesMatchPure(t *testing.T) {
 							want.ResetAtMs = 0
 							d.ResetAt = time.UnixMilli(0)
 						}
-						requireDecision(rt, want, cost, d, "op %d: take(%d, %d) at %d", i, key, cost, now)
+						requireDecision(rt, want, cost, cost, d, "op %d: take(%d, %d) at %d", i, key, cost, now)
 					case 2:
 						cost := drawCost(rt, limit)
 						want := m.take(key, now, cost)
 						require.Equal(rt, want.Allowed, l.AllowKey(key, cost), "op %d: allow(%d, %d) at %d", i, key, cost, now)
 					case 3:
 						want, _, _ := m.peek(key, now)
-						requireDecision(rt, want, 1, l.PeekKey(key), "op %d: peek(%d) at %d", i, key, now)
+						requireDecision(rt, want, 1, 0, l.PeekKey(key), "op %d: peek(%d) at %d", i, key, now)
 					case 4:
 						_, want, tracked := m.peek(key, now)
 						got, ok := l.InspectKey(key)

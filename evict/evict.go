@@ -7,6 +7,11 @@
 // revives the key's cell under the shard lock instead of writing into an orphan. When a pass over a
 // shard completes, the shard's sweep horizon is renewed and a table left mostly empty is rebuilt
 // smaller, which is how the heap falls back after a burst of keys.
+//
+// It is a building block of package engine, which starts one sweeper per limiter (WithEviction,
+// WithSweepInterval); a program that limits rates uses engine, and nothing here is needed for
+// that. Eviction at the key cap (engine.WithAtCap) is the engine's, not this package's: it is the
+// one eviction that may forget units a key still holds.
 package evict
 
 import (

@@ -40,6 +40,9 @@ type Config struct {
 	Shift uint
 	// Keys counts live keys across all shards; every insert, revival and eviction updates it.
 	Keys *satomic.Int64
+	// MaxKeys caps Keys (0: no cap). Acquire reserves a key's place in Keys before it inserts or
+	// revives the key, so the cap holds exactly, whatever the number of racing inserts.
+	MaxKeys int64
 	// Clock is read under the shard lock when a key is inserted or revived (see Acquire).
 	Clock *clock.Clock
 }
@@ -83,7 +86,8 @@ func (s *Shard) Wait() {
 
 // Acquire returns h's live cell in the current table, inserting h with a new key's state, or
 // reviving its evicted cell, when needed; created reports that it did. It returns the time the
-// caller must decide at: now, or the clock's reading under the lock if that is later.
+// caller must decide at: now, or the clock's reading under the lock if that is later. It returns
+// a nil cell, and changes nothing, when h would be a new live key and cfg.Keys is at cfg.MaxKeys.
 //
 // Why the clock is read again: the key's old state was judged dead by an evictor (or a rebuild)
 // at the evictor's time, which may be later than the caller's now, read before it waited for the
@@ -105,10 +109,16 @@ func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created
 			return c, false, now // a racing insert got there first
 		}
 		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
+		if !reserve(cfg) {
+			return nil, false, now
+		}
 		f0, f1 := cfg.Codec.Fresh(now)
 		atomic.Store(c, words, f0, f1)
-		s.addLive(cfg, 1)
+		s.live.Add(1)
 		return c, true, now
+	}
+	if !reserve(cfg) {
+		return nil, false, now
 	}
 	if (s.used+1)*loadDen > t.n*loadNum {
 		t = s.rebuild(cfg, now, 1)
@@ -117,8 +127,27 @@ func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created
 	f0, f1 := cfg.Codec.Fresh(now)
 	t.put(i, h, words, f0, f1)
 	s.used++
-	s.addLive(cfg, 1)
+	s.live.Add(1)
 	return t.cellOf(i), true, now
+}
+
+// reserve counts one more live key in cfg.Keys unless that would pass cfg.MaxKeys. Only
+// reservations raise Keys (evictions lower it), so the count never exceeds the cap, not even for
+// a moment.
+func reserve(cfg *Config) bool {
+	if cfg.MaxKeys <= 0 {
+		cfg.Keys.Add(1)
+		return true
+	}
+	for {
+		n := cfg.Keys.Load()
+		if n >= cfg.MaxKeys {
+			return false
+		}
+		if cfg.Keys.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 func (s *Shard) addLive(cfg *Config, d int64) {
@@ -287,19 +316,30 @@ func (s *Shard) Reclaim(cfg *Config, now int64, budget uint64) int {
 	return n
 }
 
-// EvictStalest evicts, among up to sample live keys from a rotating cursor, the one renewed
-// longest ago that the codec allows to be evicted (never a key at or over its limit). It reports
-// whether a key was evicted.
-func (s *Shard) EvictStalest(cfg *Config, now int64, sample int) bool {
+// Candidate is the stalest evictable key found so far by SampleStalest, over any number of
+// shards; the zero Candidate holds none. It belongs to the goroutine that fills it.
+type Candidate struct {
+	shard  *Shard
+	cell   *uint64
+	w0, w1 uint64
+	age    int64
+}
+
+// Found reports whether c holds a key (a plain read of c).
+func (c *Candidate) Found() bool { return c.cell != nil }
+
+// SampleStalest visits up to sample live keys from the shard's rotating cursor and keeps in best
+// the one renewed longest ago that the codec allows to be evicted, judged against limit (see
+// Codec.Stale: never a key holding half its limit or more). It takes the shard's lock for the
+// cursor; best may already hold a key of another shard.
+func (s *Shard) SampleStalest(cfg *Config, now, limit int64, sample int, best *Candidate) {
 	words := cfg.Codec.Words()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.table.Load()
-	var best *uint64
-	var b0, b1 uint64
-	bestAge := int64(-1)
 	seen := 0
-	for step := uint64(0); step < t.n && seen < sample; step++ {
+	step := uint64(0)
+	for ; step < t.n && seen < sample; step++ {
 		i := (s.cursor + step) % t.n
 		k, c := t.Cell(i)
 		if k == 0 {
@@ -310,14 +350,20 @@ func (s *Shard) EvictStalest(cfg *Config, now int64, sample int) bool {
 			continue
 		}
 		seen++
-		if age, ok := cfg.Codec.Stale(w0, w1, now); ok && age > bestAge {
-			best, b0, b1, bestAge = c, w0, w1, age
+		if age, ok := cfg.Codec.Stale(w0, w1, now, limit); ok && (best.cell == nil || age > best.age) {
+			*best = Candidate{shard: s, cell: c, w0: w0, w1: w1, age: age}
 		}
 	}
-	s.cursor += uint64(sample)
-	if best != nil && atomic.MarkIf(best, words, b0, b1, atomic.Dead) {
-		s.addLive(cfg, -1)
-		return true
+	s.cursor += step
+}
+
+// EvictCandidate evicts c's key if its state is still the one SampleStalest judged (a key renewed
+// since, or moved to a new table, is left alone), and reports whether it did. It takes no lock:
+// one compare-and-swap decides it against every concurrent update, sweep and eviction.
+func EvictCandidate(cfg *Config, c *Candidate) bool {
+	if c.cell == nil || !atomic.MarkIf(c.cell, cfg.Codec.Words(), c.w0, c.w1, atomic.Dead) {
+		return false
 	}
-	return false
+	c.shard.addLive(cfg, -1)
+	return true
 }

@@ -1,6 +1,9 @@
 // Package shard is the engine's table of packed cells: a power-of-two array of cache-line-padded
 // shards, each an open-addressing hash table keyed by the 64-bit key hash.
 //
+// It is a building block of package engine, which is its one user; a program that limits rates
+// uses engine, and nothing here is needed for that.
+//
 // Reads take no lock: a lookup loads the shard's table pointer and probes it with atomic loads.
 // Inserts, rebuilds (to grow, shrink, or drop evicted keys) and full sweeps take the shard's
 // mutex. A slot, once given a key in a table, belongs to that key for the table's life: eviction

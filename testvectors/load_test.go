@@ -49,6 +49,8 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 		{"float arg", wrap(`{"call": "retryAfter", "args": [1, 1e3], "expect": 0}`), []string{"step 1", "retryAfter: arg 1: 1e3 is not an integer"}},
 		{"string arg", wrap(`{"call": "retryAfter", "args": [1, "0"], "expect": 0}`), []string{"step 1", `"0" is not an integer`}},
 		{"negative now", wrap(`{"call": "estimateOf", "args": [1, -1], "expect": 0}`), []string{"step 1", "now = -1 out of range"}},
+		{"now 2^62", wrap(`{"call": "allow", "args": [1, 1, 4611686018427387904], "expect": true}`),
+			[]string{"step 1", "now = 4611686018427387904 out of range [0, 4611686018427387903]"}},
 		{"missing expect", wrap(`{"call": "allow", "args": [1, 1, 0]}`), []string{"step 1", `allow: missing "expect"`}},
 		{"bool expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": 1}`), []string{"step 1", "allow: expect 1, want a bool"}},
 		{"integer expected for retryAfter", wrap(`{"call": "retryAfter", "args": [1, 0], "expect": false}`), []string{"step 1", "retryAfter: expect false, want an integer"}},

@@ -39,9 +39,10 @@ const (
 	CallStateSize  = "stateSize"
 )
 
-// MaxNow is the largest time (ms) a step may carry, the limit of the reference model's exact
-// range (2^62 ms is about 146 million years).
-const MaxNow = 1 << 62
+// MaxNow is the largest time (ms) a step may carry: 2^62-1, the engine's clock.MaxMs and the end
+// of the reference model's range (2^62 ms is about 146 million years). A later time could not be
+// stored in the engine's cells, whose flag bits sit above bit 61.
+const MaxNow = 1<<62 - 1
 
 // arity is each call's number of arguments; allow returns a bool, every other call an integer.
 var arity = map[string]int{
@@ -322,7 +323,7 @@ func position(data []byte, offset int64) (line, col int) {
 
 // Check reports the first problem of f: an unknown policy or version, a case without a name or
 // with a duplicate one, a missing, unknown or out-of-range param, an unknown call or one the
-// policy does not answer, a wrong number of arguments, a time outside [0, MaxNow], or an expected
+// policy does not answer, a wrong number of arguments, a time outside [0, MaxNow] (2^62 and later cannot be stored), or an expected
 // value of the wrong type. The error names the file, the case and the step.
 func (f *File) Check() error {
 	name := f.Path

@@ -9,10 +9,14 @@
 //
 // New accepts every count parameter (limit, ratePerSec, burst, capacity, requestsPerMin,
 // tokensPerMin) in [1, 2^32-1] and windowMs in [1, 2^32]. Within those ranges every result is
-// exact for any time 0 <= now <= 2^62 ms and any cost 0 <= cost < 2^62 (costs are compared by
+// exact for any time 0 <= now <= MaxNow = 2^62-1 ms and any cost 0 <= cost < 2^62 (costs are compared by
 // subtraction, so even a larger cost is refused correctly). The products that could overflow int64
 // (the sliding counter's previous*(W-elapsed) and W*excess, and GCRA's now*ratePerSec, which
 // reaches 2^94 at the extremes) are computed with math/big.
+//
+// A time outside [0, MaxNow] is the caller's error (the engine's clock never reads one, and the
+// vector loader rejects one): Probe returns an error naming it, and Allow and RetryAfter, which
+// return no error, panic with that error rather than answer for a time no engine can decide at.
 //
 // Times are expected not to go backwards for a key, as the engine's clock never does. Where they
 // do, the model follows the specification text literally (for the window policies a step back
@@ -40,6 +44,23 @@ const MaxCount = 1<<32 - 1
 
 // MaxWindowMs is the largest windowMs New accepts (about 49.7 days).
 const MaxWindowMs = 1 << 32
+
+// MaxNow is the latest time (ms) the model decides at: 2^62-1, as the engine's clock.MaxMs.
+const MaxNow = 1<<62 - 1
+
+// CheckTime returns an error naming now when it is outside [0, MaxNow], and nil otherwise.
+func CheckTime(now int64) error {
+	if now < 0 || now > MaxNow {
+		return fmt.Errorf("reference: now = %d out of range [0, %d]", now, int64(MaxNow))
+	}
+	return nil
+}
+
+func mustTime(now int64) {
+	if err := CheckTime(now); err != nil {
+		panic(err)
+	}
+}
 
 // Probe call names, as the vector files spell them.
 const (
@@ -158,11 +179,12 @@ func New(id string, params map[string]int64) (*Model, error) {
 // ID returns the model's policy id.
 func (m *Model) ID() string { return m.id }
 
-// Allow decides a request of cost units for key at now (ms), counting it if admitted. A key is
-// created before deciding, even when the request is refused, except by GCRA, which refuses a cost
-// above its burst before any lookup and creates state only on admission. A negative cost is
-// refused and creates nothing.
+// Allow decides a request of cost units for key at now (ms, in [0, MaxNow]; see CheckTime),
+// counting it if admitted. A key is created before deciding, even when the request is refused,
+// except by GCRA, which refuses a cost above its burst before any lookup and creates state only
+// on admission. A negative cost is refused and creates nothing.
 func (m *Model) Allow(key, cost, now int64) bool {
+	mustTime(now)
 	if cost < 0 {
 		return false
 	}
@@ -172,14 +194,20 @@ func (m *Model) Allow(key, cost, now int64) bool {
 // RetryAfter returns how many ms until a unit-cost request for key would be admitted, given no
 // other traffic. An unknown key gives 0 and is not created. For every policy but the fixed
 // window and GCRA (whose probes only read) it brings the key's state up to now, as Allow would.
-func (m *Model) RetryAfter(key, now int64) int64 { return m.r.retryAfter(key, now) }
+func (m *Model) RetryAfter(key, now int64) int64 {
+	mustTime(now)
+	return m.r.retryAfter(key, now)
+}
 
 // Probe answers one of the policy's probe calls (estimateOf, countOf, tokensOf, levelOf,
 // requestsOf; see Probes) for key at now. An unknown key reports a new key's value and is not
-// created. A call the policy does not answer is an error naming the call.
+// created. A call the policy does not answer, or a now outside [0, MaxNow], is an error naming it.
 func (m *Model) Probe(call string, key, now int64) (int64, error) {
 	if !slices.Contains(m.spec.probes, call) {
 		return 0, fmt.Errorf("reference: %s does not answer %q (answers %s)", m.id, call, strings.Join(m.spec.probes, ", "))
+	}
+	if err := CheckTime(now); err != nil {
+		return 0, err
 	}
 	return m.r.probe(call, key, now), nil
 }

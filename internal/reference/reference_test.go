@@ -370,3 +370,41 @@ func TestSlidingCounterRetryAfterIsHonoured(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeRange: the model decides at every time in [0, MaxNow] and at none past it, naming the
+// time, as the engine's clock can read no later time.
+func TestTimeRange(t *testing.T) {
+	for _, id := range IDs() {
+		params := map[string]int64{}
+		for _, p := range Params(id) {
+			params[p] = MaxCount
+		}
+		params[Params(id)[1]] = min(params[Params(id)[1]], MaxWindowMs)
+		m, err := New(id, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Allow(1, 1, MaxNow) {
+			t.Errorf("%s: a first unit at MaxNow refused", id)
+		}
+		for _, now := range []int64{MaxNow + 1, -1} {
+			want := "out of range [0, 4611686018427387903]"
+			if _, err := m.Probe(Probes(id)[0], 1, now); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: Probe at %d: err %v, want %q", id, now, err, want)
+			}
+			for name, f := range map[string]func(){
+				"Allow":      func() { m.Allow(1, 1, now) },
+				"RetryAfter": func() { m.RetryAfter(1, now) },
+			} {
+				func() {
+					defer func() {
+						if r := recover(); r == nil || !strings.Contains(r.(error).Error(), want) {
+							t.Errorf("%s: %s at %d: recovered %v, want a panic naming the range", id, name, now, r)
+						}
+					}()
+					f()
+				}()
+			}
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package engine
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	satomic "sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// TestAllocsRuntimeKeys: keys that exist only at run time (converted from bytes, built in a stack
+// buffer, or concatenated) cost no allocation either, under both hashes. A constant key proves
+// nothing here: the compiler places it in read-only memory, so it never escapes however the hash
+// is called.
+func TestAllocsRuntimeKeys(t *testing.T) {
+	for _, seeded := range []bool{false, true} {
+		t.Run("seeded="+strconv.FormatBool(seeded), func(t *testing.T) {
+			var opts []Option
+			if seeded {
+				opts = append(opts, WithSeed(7))
+			}
+			l, _ := newSC(t, 1<<20, time.Second, opts...)
+			b := []byte("10.0.0." + strconv.Itoa(len(t.Name())) + ":443")
+			l.Allow(string(b))
+			d := l.Take(string(b), 1)
+			m, err := All(l)
+			require.NoError(t, err)
+			stack := func() {
+				var buf [48]byte
+				n := copy(buf[:], b)
+				l.Allow(unsafe.String(&buf[0], n))
+			}
+			for name, f := range map[string]func(){
+				"Allow":         func() { l.Allow(string(b)) },
+				"AllowN":        func() { l.AllowN(string(b), 1) },
+				"Take":          func() { _ = l.Take(string(b), 1) },
+				"Peek":          func() { _ = l.Peek(string(b)) },
+				"Inspect":       func() { _, _ = l.Inspect(string(b)) },
+				"TakeWithLimit": func() { _ = l.TakeWithLimit(string(b), 1, 10) },
+				"Refund":        func() { _ = l.Refund(string(b), 1, d) },
+				"Multi.Take":    func() { _ = m.Take(string(b), 1) },
+				"stack buffer":  stack,
+				"absent":        func() { _ = l.Peek(string(b[:3])) },
+			} {
+				require.Zero(t, testing.AllocsPerRun(1000, f), name)
+			}
+		})
+	}
+}
+
+// TestHashWidth: string keys hash to 64 bits on every platform (CI runs this under GOARCH=386
+// too), so 300,000 distinct keys are 300,000 tracked keys; with 32-bit hashes about ten pairs of
+// them would merge (n^2 / 2^33).
+func TestHashWidth(t *testing.T) {
+	for _, seeded := range []bool{false, true} {
+		t.Run("seeded="+strconv.FormatBool(seeded), func(t *testing.T) {
+			opts := []Option{WithEviction(false)}
+			if seeded {
+				opts = append(opts, WithSeed(1))
+			}
+			l, _ := newSC(t, 10, time.Second, opts...)
+			const n = 300_000
+			b := make([]byte, 0, 32)
+			for i := range n {
+				b = strconv.AppendInt(append(append(b[:0], "10."...), strconv.Itoa(i>>16)+"."...), int64(i>>8&255), 10)
+				b = strconv.AppendInt(append(b, '.'), int64(i&255), 10)
+				b = strconv.AppendInt(append(b, ':'), int64(1024+i%50000), 10)
+				require.True(t, l.Allow(string(b)))
+			}
+			require.Equal(t, n, l.Len(), "distinct keys merged by their hash")
+		})
+	}
+}
+
+// TestTopOfTimeRange: a manual clock given 2^62 or later reads 2^62-1, the last time a cell can
+// store, so every policy still decides there, promptly and sensibly; before the clamp the token
+// bucket's stored time set a flag bit and Take never returned.
+func TestTopOfTimeRange(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 1<<32 - 1, Window: policy.MaxWindow},
+		policy.SlidingCounter{Limit: 10, Window: time.Second},
+		policy.SlidingLog{Limit: 3, Window: time.Second},
+		policy.FixedWindow{Limit: 1<<32 - 1, Window: time.Second},
+		policy.TokenBucket{Rate: 1<<32 - 1, Burst: 1<<32 - 1},
+		policy.TokenBucket{Rate: 1, Burst: 1<<32 - 1},
+		policy.GCRA{Rate: 1<<32 - 1, Burst: 1<<32 - 1},
+		policy.LeakyBucket{Rate: 1, Capacity: 1<<32 - 1},
+		policy.DualBucket{RequestsPerMin: 1<<32 - 1, TokensPerMin: 1<<32 - 1},
+	} {
+		clk := clock.NewManual(1 << 62)
+		l, err := New(p, WithClock(clk))
+		require.NoError(t, err)
+		done := make(chan Decision)
+		go func() {
+			d := l.Take("k", 1)
+			clk.Set(math.MaxInt64)
+			l.Take("k", 1)
+			done <- d
+		}()
+		select {
+		case d := <-done:
+			require.True(t, d.Allowed, "%+v", p)
+			require.False(t, d.ResetAt.Before(time.UnixMilli(clock.MaxMs)), "%+v: ResetAt %v", p, d.ResetAt)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%+v: Take at 2^62 did not return", p)
+		}
+		l.Close()
+	}
+}
+
+// TestRefundBoundedByCounted: a refund gives back no more than its decision counted, for every
+// policy that refunds, however many units it asks for; a refused decision and a peek count
+// nothing and give nothing back.
+func TestRefundBoundedByCounted(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 10, Window: time.Second},
+		policy.FixedWindow{Limit: 10, Window: time.Second},
+		policy.TokenBucket{Rate: 1000, Burst: 10},
+		policy.GCRA{Rate: 1000, Burst: 10},
+		policy.LeakyBucket{Rate: 1000, Capacity: 10},
+	} {
+		l, err := New(p, WithClock(clock.NewManual(start)))
+		require.NoError(t, err)
+		require.True(t, l.Take("k", 9).Allowed)
+		d := l.Take("k", 1)
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(1), d.Counted)
+		require.Equal(t, int64(1), l.Refund("k", 10, d), "%s: the decision counted 1", p.ID())
+		refused := l.Take("k", 5)
+		require.False(t, refused.Allowed)
+		require.Zero(t, refused.Counted)
+		require.Zero(t, l.Refund("k", 5, refused))
+		peek := l.Peek("k")
+		require.Zero(t, peek.Counted)
+		require.Zero(t, l.Refund("k", 5, peek))
+		require.Zero(t, l.TakeKey(1, 0).Counted, "a query counts nothing")
+		l.Close()
+	}
+}
+
+// abuserRounds runs the flood of the EvictStalest tests: each round the abuser asks for 9 units
+// (through take), then four new keys arrive; rounds a minute apart, within one hour. It returns
+// the units the abuser was admitted.
+func abuserRounds(t *testing.T, seed uint64, take func(l *Limiter) bool) int {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk), WithSeed(seed),
+		WithMaxKeys(4), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	admitted, fresh := 0, uint64(0)
+	for range 50 {
+		for range 9 {
+			if take(l) {
+				admitted++
+			}
+		}
+		for range 4 {
+			fresh++
+			l.AllowKey(fresh, 1)
+		}
+		clk.Advance(time.Minute / 2)
+	}
+	return admitted
+}
+
+// TestEvictStalestNeverResetsAKeyUsingItsLimit: flooding new keys does not reset a key that holds
+// half its limit or more, judged against its own per-key limit where it has one.
+func TestEvictStalestNeverResetsAKeyUsingItsLimit(t *testing.T) {
+	for seed := range uint64(20) {
+		require.LessOrEqual(t, abuserRounds(t, seed, func(l *Limiter) bool { return l.Allow("abuser") }), 10, "seed %d", seed)
+		require.LessOrEqual(t, abuserRounds(t, seed, func(l *Limiter) bool { return l.TakeWithLimit("abuser", 1, 5).Allowed }), 5,
+			"seed %d: a per-key limit of 5", seed)
+	}
+}
+
+// TestEvictStalestSamplesEveryShard: at the cap, with every key far below its limit, a new key
+// finds a victim whichever shards hold the keys.
+func TestEvictStalestSamplesEveryShard(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk),
+		WithMaxKeys(10), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	refused := 0
+	for i := range uint64(1010) {
+		clk.Advance(time.Millisecond)
+		if d := l.TakeKey(i, 1); !d.Allowed {
+			require.Equal(t, ReasonKeyCap, d.Reason)
+			refused++
+		}
+	}
+	require.Zero(t, refused)
+	require.Equal(t, 10, l.Len())
+}
+
+// TestEvictStalestRefusesWhenNoneQualifies: with every key at half its limit or more, a new key is
+// refused, as with RefuseNewKeys, and nothing is evicted.
+func TestEvictStalestRefusesWhenNoneQualifies(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk),
+		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(8) {
+		require.True(t, l.AllowKey(i, 5))
+	}
+	d := l.TakeKey(100, 1)
+	require.Equal(t, ReasonKeyCap, d.Reason)
+	for i := range uint64(8) {
+		require.False(t, l.AllowKey(i, 6), "key %d kept its count", i)
+	}
+}
+
+// TestKeyCapExactUnderRacingInserts: however many goroutines insert new keys at once, and
+// whatever the cap (at, below and above the sizes where a shard's table is rebuilt), exactly cap
+// new keys are admitted and Len never passes it.
+func TestKeyCapExactUnderRacingInserts(t *testing.T) {
+	for _, shards := range []int{1, 4} {
+		for _, cap := range []int{1, 7, 8, 13, 14, 28, 29, 100} {
+			clk := clock.NewManual(start)
+			l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk), WithShards(shards),
+				WithMaxKeys(cap), WithSweepInterval(time.Hour))
+			require.NoError(t, err)
+			const workers = 32
+			var admitted, over satomic.Int64
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 20 {
+						if l.AllowKey(uint64(w*1000+i), 1) {
+							admitted.Add(1)
+						}
+						if l.Len() > cap {
+							over.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, int64(cap), admitted.Load(), "shards %d, cap %d", shards, cap)
+			require.Equal(t, cap, l.Len())
+			require.Zero(t, over.Load(), "Len passed the cap")
+			l.Close()
+		}
+	}
+}
+
+// TestInspectAfterClose: once closed, Inspect answers as Peek does, with nothing: no probe values
+// and no tracked key.
+func TestInspectAfterClose(t *testing.T) {
+	l, _ := newSC(t, 10, time.Second)
+	require.True(t, l.AllowN("k", 4))
+	pr, tracked := l.Inspect("k")
+	require.True(t, tracked)
+	require.Equal(t, int64(4), pr.Estimate)
+	require.NoError(t, l.Close())
+	require.Equal(t, ReasonClosed, l.Peek("k").Reason)
+	pr, tracked = l.Inspect("k")
+	require.False(t, tracked)
+	require.Zero(t, pr)
+	pr, tracked = l.InspectKey(1)
+	require.False(t, tracked)
+	require.Zero(t, pr)
+}
+
+// TestDecisionsRefreshTheClock: a limiter whose clock's goroutine never ticks (as when every P is
+// busy) still sees time pass, because its decisions refresh the clock: a key at its limit is
+// admitted again once its window has passed in real time. Before, it was refused for as long as
+// the goroutine did not run.
+func TestDecisionsRefreshTheClock(t *testing.T) {
+	clk := clock.NewCoarse(time.Hour)
+	defer clk.Stop()
+	l, err := New(policy.FixedWindow{Limit: 1, Window: 10 * time.Millisecond}, WithClock(clk))
+	require.NoError(t, err)
+	defer l.Close()
+	require.True(t, l.Allow("k"))
+	time.Sleep(25 * time.Millisecond) // two windows, in real time
+	admitted := false
+	for range 50 * clock.RefreshEvery { // no refresh in these calls: about e^-50
+		if l.Allow("k") {
+			admitted = true
+			break
+		}
+	}
+	require.True(t, admitted, "the window never rolled: the clock read %d, the wall clock %d", clk.Now(), time.Now().UnixMilli())
+}
