@@ -419,7 +419,7 @@ func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 	}
 	switch {
 	case r.Allowed:
-		d.Reason = engine.ReasonOK
+		d.Reason, d.Counted = engine.ReasonOK, cost
 	case cost > limit:
 		d.Reason = engine.ReasonCostAboveLimit
 	default:

@@ -130,8 +130,8 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// Refund gives back up to n units that the admitted Decision d (from Take or TakeWithLimit on
-// this limiter, for key) counted, for a request that then failed upstream, and returns how many
+// Refund gives back up to min(n, d.Counted) units that the admitted Decision d (from Take or
+// TakeWithLimit on this limiter, for key) counted, for a request that then failed upstream, and returns how many
 // it gave back: exactly what the engine's Refund would give for the same state and time (see
 // engine.Limiter.Refund for the rule per policy), so that the key is left as if the request had
 // cost that much less. It gives back 0 for a refused d, n <= 0, a key Redis no longer holds, and
@@ -145,6 +145,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Deci
 		return 0, ErrClosed
 	}
 	s, ok := refundScripts[l.algo.kind]
+	// A decision counts what it admitted on Redis (Counted); one decided by the failure mode
+	// counted nothing there, and so gives nothing back.
+	n = min(n, d.Counted)
 	if !ok || !d.Allowed || n <= 0 {
 		return 0, nil
 	}

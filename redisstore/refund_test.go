@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // TestRefundEqualsEngine interleaves random takes with refunds of earlier admitted decisions, on
@@ -51,7 +53,7 @@ func TestRefundEqualsEngine(t *testing.T) {
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				if !sameDecision(got, want) {
+				if !sameDecision(got, want) || got.Counted != want.Counted {
 					t.Fatalf("step %d (%s, now %d, cost %d):\n redis  %+v\n engine %+v", i, key, s.now, s.cost, got, want)
 				}
 				if got.Allowed && s.cost > 0 {
@@ -64,4 +66,27 @@ func TestRefundEqualsEngine(t *testing.T) {
 		t.Fatal("no unit was given back in any case: the test checked nothing")
 	}
 	t.Logf("%d units given back in all", refunded)
+}
+
+// A Redis decision records what it counted, as the engine's does, and Refund gives back no more
+// than that, whatever n it is asked for; a decision made by the failure mode counted nothing.
+func TestRefundBoundedByCounted(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(1_700_000_000_000)
+	p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	l := mustNew(t, "counted", p, WithClock(clk))
+	d, err := l.Take(ctx, "k", 1)
+	if err != nil || !d.Allowed || d.Counted != 1 {
+		t.Fatalf("Take: %+v, %v; want admitted with Counted 1", d, err)
+	}
+	if got, err := l.Refund(ctx, "k", 10, d); err != nil || got != 1 {
+		t.Fatalf("Refund(10) of a 1-unit decision gave back %d, %v; want 1", got, err)
+	}
+	if d, _ := l.Take(ctx, "k", 0); d.Remaining != 10 {
+		t.Fatalf("after the refund: remaining %d, want 10", d.Remaining)
+	}
+	failOpen := engine.Decision{Allowed: true, Limit: 10, Reason: engine.ReasonOK}
+	if got, err := l.Refund(ctx, "k", 1, failOpen); err != nil || got != 0 {
+		t.Fatalf("Refund of a decision that counted nothing gave back %d, %v; want 0", got, err)
+	}
 }
