@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -48,11 +49,10 @@ func EngineBackend(opts ...engine.Option) Backend {
 
 // RedisBackend decides on Redis (or Valkey) through client, so that every replica with the same
 // config shares each limit: one redisstore.Limiter per rate limit, built with opts. Redis runs
-// the sliding counter, fixed window, token bucket and GCRA; a config asking it for another policy
-// fails to load. The store cannot give units back yet: for a request with several limited
-// descriptors the server queries them all first and takes a refusing one first, so a refused
-// request is charged nothing unless a concurrent request changes a count between the query and
-// the take (see docs/rls.md). The server never closes client. Safe for concurrent use.
+// every policy the service accepts. A request refused on one descriptor is charged nothing on the
+// others: what they took is given back at once (redisstore's Refund, exact as the engine's); a
+// refund Redis does not answer leaves those units charged. The server never closes client. Safe
+// for concurrent use.
 func RedisBackend(client redis.UniversalClient, opts ...redisstore.Option) Backend {
 	return BackendFunc(func(name string, p policy.Policy) (slidelimit.Limiter, error) {
 		l, err := redisstore.New(client, name, p, opts...)
@@ -71,13 +71,36 @@ func limiterName(domain, path string, p policy.Policy) string {
 	return "rls." + hex.EncodeToString(h[:12])
 }
 
-// refunder is what the engine's adapter offers: its *engine.Limiter, which gives units back.
-type refunder interface {
+// refundFunc gives back up to n units that the admitted decision d counted for key, and says how
+// many it gave back.
+type refundFunc func(ctx context.Context, key string, n int64, d slidelimit.Decision) int64
+
+// refunderOf returns how l gives units back, or nil where it cannot: the engine's adapter gives
+// back through its *engine.Limiter, and a store with a Refund method (redisstore) through that.
+// A store that fails to answer a refund gives back nothing, so the units stay charged: never more
+// than a refused request would otherwise have cost.
+func refunderOf(l slidelimit.Limiter) refundFunc {
+	if e := engineOf(l); e != nil {
+		return func(_ context.Context, key string, n int64, d slidelimit.Decision) int64 { return e.Refund(key, n, d) }
+	}
+	if r, ok := l.(interface {
+		Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
+	}); ok {
+		return func(ctx context.Context, key string, n int64, d slidelimit.Decision) int64 {
+			g, _ := r.Refund(ctx, key, n, d)
+			return g
+		}
+	}
+	return nil
+}
+
+// engineAdapter is what the engine's adapter offers besides Take: its *engine.Limiter.
+type engineAdapter interface {
 	Engine() *engine.Limiter
 }
 
 func engineOf(l slidelimit.Limiter) *engine.Limiter {
-	if r, ok := l.(refunder); ok {
+	if r, ok := l.(engineAdapter); ok {
 		return r.Engine()
 	}
 	return nil

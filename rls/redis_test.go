@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
@@ -95,9 +98,8 @@ func TestRedisReplicasShareLimits(t *testing.T) {
 	require.Equal(t, []string{over, over}, outcome(a.call(t, "basic", 0, desc("user", "vip"))))
 }
 
-// On Redis, which cannot give units back, the descriptors are first queried together, and one
-// that would refuse is taken first: the takes stop there, before anything is charged, whatever
-// the order of the descriptors.
+// On Redis a refused request is charged nothing, whatever the order of the descriptors: what the
+// others took is given back.
 func TestRedisRefusalChargesNothing(t *testing.T) {
 	addr := startRedis(t)
 	// The store's clock, manual, makes the windows and the durations exact.
@@ -124,12 +126,26 @@ func TestRedisRefusalChargesNothing(t *testing.T) {
 	require.Equal(t, []uint32{4, 1}, []uint32{r.GetStatuses()[0].GetLimitRemaining(), r.GetStatuses()[1].GetLimitRemaining()})
 }
 
-// Redis runs four policies; a config asking it for another fails to load, naming the file.
-func TestRedisRefusesPolicyItCannotRun(t *testing.T) {
+// Redis runs every policy the service accepts: a leaky bucket loads and decides there, and a
+// second replica on the same Redis sees the first one's count.
+func TestRedisRunsTheBucketPolicies(t *testing.T) {
 	addr := startRedis(t)
-	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, policy: leaky-bucket}\n")
-	_, err := rls.NewServer(cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr))))
-	require.ErrorContains(t, err, "test.yaml: line 3: descriptor k: redisstore:")
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, policy: leaky-bucket}\n")
+	a, err := rls.NewServer(cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := rls.NewServer(cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), patient)))
+	require.NoError(t, err)
+	defer b.Close()
+	ctx := context.Background()
+	codes := func(s *rls.Server) rlsv3.RateLimitResponse_Code {
+		r, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "x")}})
+		require.NoError(t, err)
+		return r.GetOverallCode()
+	}
+	require.Equal(t, rlsv3.RateLimitResponse_OK, codes(a))
+	require.Equal(t, rlsv3.RateLimitResponse_OK, codes(b))
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, codes(a), "the bucket holds 2, shared by both replicas")
 }
 
 // When Redis cannot decide, the backend's failure mode does: open admits, closed refuses. Every

@@ -17,7 +17,14 @@ import (
 func TestWatchAppliesEditsAndKeepsLastGood(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "app.yaml")
-	write := func(body string) { require.NoError(t, os.WriteFile(file, []byte(body), 0o644)) }
+	// Each edit lands whole (written aside, then renamed), as config management tools write
+	// files, so that a loaded machine cannot show the watcher a half-written file as a second
+	// broken edit.
+	write := func(body string) {
+		tmp := filepath.Join(t.TempDir(), "next.yaml")
+		require.NoError(t, os.WriteFile(tmp, []byte(body), 0o644))
+		require.NoError(t, os.Rename(tmp, file))
+	}
 	const kept = "  - key: kept\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
 	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n" + kept)
 	cfg, err := rls.LoadConfig(dir)

@@ -61,7 +61,8 @@ type live struct {
 	name   string
 	domain string
 	lim    slidelimit.Limiter // nil for requests_per_unit 0, which refuses everything
-	eng    *engine.Limiter    // non-nil when lim gives units back
+	refund refundFunc         // non-nil when lim gives units back
+	remote bool               // lim decides through a store, not in process
 	pol    policy.Policy
 }
 
@@ -159,7 +160,7 @@ func (s *Server) build(cfg *Config, old *state) (*state, error) {
 						if err != nil {
 							return &ConfigError{File: d.file, Line: n.line, Reason: fmt.Sprintf("descriptor %s: %v", n.path, err)}
 						}
-						l = &live{name: lname, domain: d.name, lim: lim, eng: engineOf(lim), pol: rl.pol}
+						l = &live{name: lname, domain: d.name, lim: lim, refund: refunderOf(lim), remote: lim != nil && engineOf(lim) == nil, pol: rl.pol}
 						made = append(made, l)
 					}
 					st.limiters[lname] = l
@@ -343,20 +344,28 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 
 	refundable := true
 	for _, c := range checks {
-		refundable = refundable && (c.live.lim == nil || c.live.eng != nil)
+		refundable = refundable && (c.live.lim == nil || c.live.refund != nil)
 	}
 	parallel := false
-	if !refundable && len(checks) > 1 {
+	switch {
+	case !refundable && len(checks) > 1:
 		var err error
 		if parallel, err = s.predict(ctx, checks); err != nil {
 			return nil, err
 		}
+	case len(checks) > 1:
+		// A remote store that gives units back (redisstore) is asked for every descriptor at
+		// once, one round trip of latency; if one refuses, the others give back what they took.
+		// The engine decides in nanoseconds: in order, with no goroutines.
+		for _, c := range checks {
+			parallel = parallel || c.live.remote
+		}
 	}
 	refused, stopped := false, len(checks)
 	if parallel {
-		// Every descriptor is expected to admit: take them all at once, one round trip of
-		// latency rather than one per descriptor.
+		// Take them all at once, one round trip of latency rather than one per descriptor.
 		if err := s.takeAll(ctx, checks); err != nil {
+			s.giveBack(ctx, checks)
 			return nil, err
 		}
 		for _, c := range checks {
@@ -372,7 +381,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 				break
 			}
 			if err := s.take(ctx, c, c.cost); err != nil {
-				s.giveBack(checks[:k])
+				s.giveBack(ctx, checks[:k])
 				return nil, err
 			}
 			if !c.d.Allowed && !c.node.shadow {
@@ -382,7 +391,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	}
 	if refused {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		s.giveBack(checks[:stopped])
+		s.giveBack(ctx, checks[:stopped])
 		for k := stopped; k < len(checks); k++ {
 			c := &checks[k]
 			if c.queried {
@@ -503,11 +512,12 @@ func (s *Server) logBackendError(c *check, err error, admitted bool) {
 }
 
 // giveBack returns what the admitted checks took, where the limiter can.
-func (s *Server) giveBack(checks []check) {
+func (s *Server) giveBack(ctx context.Context, checks []check) {
 	for k := range checks {
 		c := &checks[k]
-		if c.taken && c.d.Allowed && c.live.eng != nil {
-			c.refunded = c.live.eng.Refund(c.key, c.cost, c.d)
+		if c.taken && c.d.Allowed && c.live.refund != nil {
+			// Given back even if the caller has gone: the units must not stay charged.
+			c.refunded = c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
 		}
 	}
 }
