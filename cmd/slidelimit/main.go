@@ -31,9 +31,9 @@ const usage = `slidelimit: a sharded, lock-free sliding-window rate limiter.
 Usage:
   slidelimit [bench] [flags]   drive the engine with a built-in many-key workload (the default)
   slidelimit proxy [flags]     a reverse proxy that rate-limits each client
+  slidelimit rls [flags]       Envoy rate limit service (see rls -h)
   slidelimit load [flags]      an HTTP load generator; with no -url it measures the proxy's
                                overhead with and without limiting
-  slidelimit rls [flags]       Envoy's global rate limit service (gRPC), configured by YAML
   slidelimit version           the version of this build
   slidelimit help              this text
 
