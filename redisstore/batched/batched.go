@@ -401,7 +401,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		return l.admitted(e, idx, rem), nil
 	}
 	if l.offline.Load() || now < l.quietUntil.Load() {
-		return l.decideOffline(e, start, n)
+		return l.decideOffline(e, n)
 	}
 	need := n - rem
 	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
@@ -427,12 +427,12 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, ctx.Err()
 		}
-		err = fmt.Errorf("%w: %w", redisstore.ErrUnavailable, err)
-		l.reportErr(err)
 		if transportFailure(err) {
 			l.offline.Store(true)
 		}
-		d, _ := l.decideOffline(e, start, n)
+		err = fmt.Errorf("%w: %w", ErrOffline, err)
+		l.reportErr(err)
+		d, _ := l.decideOffline(e, n)
 		return d, err
 	}
 	l.acked(e, adj)
@@ -454,11 +454,22 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 
 // decideOffline decides n units for e alone, with the limit divided by the live fleet size, and
 // records what it admitted so that the units are charged to Redis when it returns.
-func (l *Limiter) decideOffline(e *entry, start, n int64) (slidelimit.Decision, error) {
+func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
 	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
-	if d.Allowed && e.rec[0].win == start {
-		e.rec[0].off += n
+	if d.Allowed {
+		// The engine read the clock again: charge the window it decided in, which may be the next.
+		win := d.ResetAt.UnixMilli() - l.w
+		if win > e.rec[0].win {
+			l.roll(e, win/l.w)
+		}
+		for i := range e.rec {
+			if e.rec[i].win == win {
+				e.rec[i].off += n
+			}
+		}
+		// Owed to Redis: the exchange charges it once Redis answers again.
+		l.holding.Store(e, struct{}{})
 	}
 	return d, ErrOffline
 }

@@ -92,9 +92,14 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 		l.reportErr(fmt.Errorf("%w: heartbeat: %w", redisstore.ErrUnavailable, err))
 		return false, false
 	}
-	l.fleet.Store(max(n, 1))
 	lost = l.epoch != "" && epoch != l.epoch
 	l.epoch = epoch
+	if lost || now < l.quietUntil.Load() {
+		// A server restarted empty knows only the processes that have had a heartbeat since: the
+		// fleet is the larger count until every live one has.
+		n = max(n, l.fleet.Load())
+	}
+	l.fleet.Store(max(n, 1))
 	return lost, true
 }
 
