@@ -172,12 +172,12 @@ func runOutage(t *testing.T, fault string) {
 	if recovered < 0 {
 		for i, l := range ls {
 			t.Logf("process %d: %+v", i, stats(l))
-		l.entries.Range(func(k string, e *entry) bool {
-			e.mu.Lock()
-			t.Logf("  %s: cell %x rec %+v", k, e.cell.Load(), e.rec)
-			e.mu.Unlock()
-			return true
-		})
+			l.entries.Range(func(k string, e *entry) bool {
+				e.mu.Lock()
+				t.Logf("  %s: cell %x rec %+v", k, e.cell.Load(), e.rec)
+				e.mu.Unlock()
+				return true
+			})
 		}
 		t.Fatalf("not every process was back online within 10s after the server returned")
 	}
