@@ -27,7 +27,9 @@ const t0 = 1_760_000_000_000 // a window boundary for every window below
 
 func newLimiter(t testing.TB, c redis.UniversalClient, clk *clock.Clock, p policy.Policy, opts ...Option) *Limiter {
 	t.Helper()
-	opts = append([]Option{WithClock(clk), withManualExchange()}, opts...)
+	// A long deadline: these tests are about the decisions, and a loaded 2-core machine under
+	// -race can stall a healthy call well past the 50ms default.
+	opts = append([]Option{WithClock(clk), withManualExchange(), WithTimeout(10 * time.Second)}, opts...)
 	l, err := New(c, "t", p, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	srv.Stop()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(clientDialer); err != nil {
 			fmt.Fprintln(os.Stderr, "batched: goroutine leak:", err)
 			code = 1
 		}

@@ -94,8 +94,9 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	}
 	lost = l.epoch != "" && epoch != l.epoch
 	l.epoch = epoch
-	if lost || now < l.quietUntil.Load() {
-		// A server restarted empty knows only the processes that have had a heartbeat since: the
+	if lost || l.offline.Load() || now < l.quietUntil.Load() {
+		// After an outage the set has lost (a server restarted empty) or is about to drop (every
+		// score older than the liveness) the processes that have not had a heartbeat since: the
 		// fleet is the larger count until every live one has.
 		n = max(n, l.fleet.Load())
 	}
