@@ -339,6 +339,10 @@ func (l *Limiter) roll(e *entry, idx int64) {
 	start := idx * l.w
 	for {
 		c := e.cell.Load()
+		if int32(uint32(idx)-uint32(c>>32)) < 0 || start < e.rec[0].win {
+			// Never back: a caller's time is older than a decision that already rolled e.
+			return
+		}
 		if uint32(c>>32) == uint32(idx) {
 			if e.rec[0].win != start {
 				e.rec[1], e.rec[0] = e.rec[0], winRec{win: start}

@@ -289,3 +289,47 @@ func TestFleetNeverOverAdmits(t *testing.T) {
 	t.Logf("%d units admitted, %d requests refused; worst headroom left at a refusal: %d units (bound 2(N-1)·chunk = %d)",
 		admittedAll, refusedAll, worstGap, 2*(procs-1)*chunk)
 }
+
+// TestStaleTimeNeverRollsBack: the exchange reads the time before it locks an entry; a decision
+// may roll the entry to the next window meanwhile. Rolling it back to the older window would
+// drop the counts of both windows (and the charges and re-declarations that depend on them), and
+// forgetting it as old would drop them as well.
+func TestStaleTimeNeverRollsBack(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Second})
+	ctx := context.Background()
+	for range 3 {
+		if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Take: %+v %v", d, err)
+		}
+	}
+	stale := clk.Now()
+	clk.Advance(time.Second)
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take: %+v %v", d, err)
+	}
+	e, _ := l.entries.Load("k")
+	e.mu.Lock()
+	before := e.rec
+	cell := e.cell.Load()
+	l.roll(e, l.rule.Index(stale))
+	after, cellAfter := e.rec, e.cell.Load()
+	e.mu.Unlock()
+	if after != before || cellAfter != cell {
+		t.Fatalf("rolling to an older window changed the entry: rec %+v -> %+v, cell %x -> %x", before, after, cell, cellAfter)
+	}
+	if before[1].win != t0 || before[1].granted-before[1].unused != 3 {
+		t.Fatalf("previous window's record %+v, want 3 units used in window %d", before[1], int64(t0))
+	}
+	l.forget()
+	if _, ok := l.entries.Load("k"); !ok {
+		t.Fatal("forget dropped an entry of the current window")
+	}
+	clk.Advance(2 * time.Second)
+	l.forget()
+	if _, ok := l.entries.Load("k"); ok {
+		t.Fatal("forget kept an entry two windows old")
+	}
+}

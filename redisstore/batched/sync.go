@@ -31,7 +31,9 @@ func (l *Limiter) run() {
 }
 
 // liveness is how long a process stays in the fleet's membership after its last heartbeat.
-func (l *Limiter) liveness() time.Duration { return 3*l.cfg.sync + 2*l.cfg.timeout }
+// A process whose exchange stalls (a loaded host, a long pause of the garbage collector) must
+// not drop out and make the others' shares jump: at least a second.
+func (l *Limiter) liveness() time.Duration { return max(5*l.cfg.sync, time.Second) + 2*l.cfg.timeout }
 
 // exchange is one sync interval's work: a heartbeat (which also probes an unreachable Redis and
 // detects a server that lost its data), reconciliation when Redis is back, then one pipeline of
@@ -45,10 +47,10 @@ func (l *Limiter) exchange(now int64) {
 	if lost {
 		// Redis came back empty: every process re-declares what it has counted, and none leases
 		// until all live ones have had a heartbeat to do so.
-		l.quietUntil.Store(now + 2*l.liveness().Milliseconds())
+		l.quietUntil.Store(now + l.liveness().Milliseconds())
 	}
 	if wasOffline || lost {
-		if !l.reconcile(now, lost) {
+		if !l.reconcile(lost) {
 			return
 		}
 		l.offline.Store(false)
@@ -56,7 +58,7 @@ func (l *Limiter) exchange(now int64) {
 	l.flush(now, false)
 	if every := max(l.w, 1000); now-l.lastForget >= every {
 		l.lastForget = now
-		l.forget(now)
+		l.forget()
 	}
 }
 
@@ -108,19 +110,19 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 type pending struct {
 	e          *entry
 	a          adj
-	idx        int64
+	idx, now   int64 // the entry's window and the time, read with its mutex held
 	want, need int64
 }
 
 // send runs the pending calls in one pipeline and applies each reply, releasing every entry. It
 // reports whether Redis answered.
-func (l *Limiter) send(now int64, ps []pending) bool {
+func (l *Limiter) send(ps []pending) bool {
 	if len(ps) == 0 {
 		return true
 	}
 	calls := make([]call, len(ps))
 	for i, p := range ps {
-		calls[i] = call{s: leaseScript, keys: []string{p.e.rkey}, args: l.leaseArgs(now, p.want, p.need, p.a)}
+		calls[i] = call{s: leaseScript, keys: []string{p.e.rkey}, args: l.leaseArgs(p.now, p.want, p.need, p.a)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	err := runAll(ctx, l.client, calls)
@@ -141,7 +143,7 @@ func (l *Limiter) send(now int64, ps []pending) bool {
 		} else {
 			l.acked(p.e, p.a)
 			if p.need > 0 || r.grant > 0 {
-				l.applyGrant(p.e, p.idx, now, r)
+				l.applyGrant(p.e, p.idx, p.now, r)
 			}
 		}
 		p.e.mu.Unlock()
@@ -156,7 +158,6 @@ func (l *Limiter) send(now int64, ps []pending) bool {
 // flush renews the leases running low and gives back unused leases of ended windows (and, with
 // all, every lease held, as Close does). Called with syncMu held.
 func (l *Limiter) flush(now int64, all bool) {
-	idx := l.rule.Index(now)
 	var ps []pending
 	// Entries whose mutex this flush holds (queued in ps), or has already exchanged.
 	seen := make(map[*entry]bool)
@@ -165,7 +166,7 @@ func (l *Limiter) flush(now int64, all bool) {
 		seen[p.e] = true
 		ps = append(ps, p)
 		if len(ps) >= maxBatch {
-			ok = l.send(now, ps) && ok
+			ok = l.send(ps) && ok
 			ps = ps[:0]
 		}
 	}
@@ -183,14 +184,14 @@ func (l *Limiter) flush(now int64, all bool) {
 				e.mu.Unlock()
 				continue
 			}
-			l.roll(e, idx)
+			now, idx := l.lockedNow(e)
 			rem := int64(uint32(e.cell.Load()))
 			if rem >= int64(e.low.Load()) {
 				e.mu.Unlock()
 				continue
 			}
 			want := max(l.wantFor(e, now, 1)-rem, 1)
-			push(pending{e: e, a: l.adjustments(e, false), idx: idx, want: want, need: 1})
+			push(pending{e: e, a: l.adjustments(e, false), idx: idx, now: now, want: want, need: 1})
 		default:
 			drained = true
 		}
@@ -209,7 +210,7 @@ func (l *Limiter) flush(now int64, all bool) {
 			e.mu.Unlock()
 			return true
 		}
-		l.roll(e, idx)
+		now, idx := l.lockedNow(e)
 		a := l.adjustments(e, false)
 		if all {
 			// The process is leaving: give back the current window's lease too.
@@ -232,11 +233,11 @@ func (l *Limiter) flush(now int64, all bool) {
 			e.mu.Unlock()
 			return true
 		}
-		push(pending{e: e, a: a, idx: idx})
+		push(pending{e: e, a: a, idx: idx, now: now})
 		return true
 	})
 	if ok {
-		l.send(now, ps)
+		l.send(ps)
 	} else {
 		for _, p := range ps {
 			p.e.mu.Unlock()
@@ -246,8 +247,7 @@ func (l *Limiter) flush(now int64, all bool) {
 
 // reconcile brings Redis up to date after an outage: it charges the units admitted offline and,
 // after a data loss, re-declares every unit this process has counted. It reports success.
-func (l *Limiter) reconcile(now int64, lost bool) bool {
-	idx := l.rule.Index(now)
+func (l *Limiter) reconcile(lost bool) bool {
 	var ps []pending
 	ok := true
 	l.entries.Range(func(_ string, e *entry) bool {
@@ -256,15 +256,15 @@ func (l *Limiter) reconcile(now int64, lost bool) bool {
 			e.mu.Unlock()
 			return true
 		}
-		l.roll(e, idx)
+		now, idx := l.lockedNow(e)
 		a := l.adjustments(e, lost)
 		if a.none() {
 			e.mu.Unlock()
 			return true
 		}
-		ps = append(ps, pending{e: e, a: a, idx: idx})
+		ps = append(ps, pending{e: e, a: a, idx: idx, now: now})
 		if len(ps) >= maxBatch {
-			ok = l.send(now, ps)
+			ok = l.send(ps)
 			ps = ps[:0]
 		}
 		return ok
@@ -275,19 +275,22 @@ func (l *Limiter) reconcile(now int64, lost bool) bool {
 		}
 		return false
 	}
-	return l.send(now, ps)
+	return l.send(ps)
 }
 
 // forget drops the entries whose lease is two windows old or more: their counts no longer weigh
-// on any estimate, so a new entry would decide the same.
-func (l *Limiter) forget(now int64) {
-	idx := l.rule.Index(now)
+// on any estimate, so a new entry would decide the same. The time is read afresh for each entry,
+// with its mutex held, so that an entry a decision has just rolled is never taken for an old one.
+func (l *Limiter) forget() {
+	old := func(e *entry) bool {
+		return int32(uint32(l.rule.Index(l.clk.Now()))-uint32(e.cell.Load()>>32)) >= 2
+	}
 	l.entries.Range(func(k string, e *entry) bool {
-		if c := e.cell.Load(); int64(uint32(idx)-uint32(c>>32)) < 2 {
+		if !old(e) {
 			return true
 		}
 		e.mu.Lock()
-		if c := e.cell.Load(); int64(uint32(idx)-uint32(c>>32)) >= 2 && !e.queued.Load() {
+		if old(e) && !e.queued.Load() {
 			e.dead = true
 			l.entries.Delete(k)
 			l.holding.Delete(e)
@@ -295,4 +298,13 @@ func (l *Limiter) forget(now int64) {
 		e.mu.Unlock()
 		return true
 	})
+}
+
+// lockedNow reads the time with e.mu held and rolls e to it. Read any earlier, the time could be
+// older than a decision that rolled e meanwhile, and rolling e back would lose its counts.
+func (l *Limiter) lockedNow(e *entry) (now, idx int64) {
+	now = l.clk.Now()
+	idx = l.rule.Index(now)
+	l.roll(e, idx)
+	return now, idx
 }
