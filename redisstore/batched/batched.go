@@ -398,8 +398,12 @@ func (l *Limiter) admitted(e *entry, idx, rem int64) slidelimit.Decision {
 func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelimit.Decision, error) {
 	now := l.clk.Now()
 	idx := l.rule.Index(now)
-	start := idx * l.w
 	l.roll(e, idx)
+	if e.rec[0].win > idx*l.w {
+		// The entry runs in Redis's window, ahead of this clock (see applyGrant).
+		idx = e.rec[0].win / l.w
+	}
+	start := idx * l.w
 	rem, ok := takeLocal(e, idx, n)
 	if ok {
 		return l.admitted(e, idx, rem), nil
@@ -440,7 +444,8 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		return d, err
 	}
 	l.acked(e, adj)
-	l.applyGrant(e, idx, now, r)
+	idx = l.applyGrant(e, idx, now, r)
+	start = idx * l.w
 	if rem, ok := takeLocal(e, idx, n); ok {
 		return l.admitted(e, idx, rem), nil
 	}
@@ -613,7 +618,15 @@ func (l *Limiter) leaseArgs(now, want, need int64, a adj) []any {
 }
 
 // applyGrant adds r's grant to e's lease for window idx and notes the exchange.
-func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) {
+func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
+	if r.win > idx*l.w {
+		// Redis already counts in a later window (a process whose clock runs a little ahead
+		// rolled it): the grant is counted there, so it is that window's lease, and what is left
+		// of this one must be given back to this one. The entry runs ahead of this process's
+		// clock until the clock catches up.
+		idx = r.win / l.w
+		l.roll(e, idx)
+	}
 	if r.grant > 0 {
 		addLocal(e, idx, r.grant)
 		e.rec[0].granted += r.grant
@@ -624,6 +637,7 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) {
 	e.head.Store(res.Remaining)
 	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx), max(now, 1)
 	e.low.Store(uint32(min(l.wantFor(e, now, 1)/2, cellMask)))
+	return idx
 }
 
 func (l *Limiter) reportErr(err error) {
