@@ -217,6 +217,8 @@ func runMode(cfg config, mode string) (result, error) {
 				return result{}, err
 			}
 			ds[i] = func(ctx context.Context, k string) (bool, int64, error) {
+				ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
 				resp, err := c.GetRateLimits(ctx, &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
 					Name: "fleet", UniqueKey: k, Hits: 1, Limit: cfg.limit, Duration: cfg.window.Milliseconds(),
 					Algorithm: gubernator.Algorithm_TOKEN_BUCKET, Behavior: gubernator.Behavior_GLOBAL,
