@@ -207,8 +207,19 @@ func runMode(cfg config, mode string) (result, error) {
 			return result{}, err
 		}
 		closers = append(closers, func() {
-			for _, d := range daemons {
-				d.Close()
+			// A daemon's Close waits for its global syncs, which retry against peers already
+			// closed: bounded here, since the program is about to exit anyway.
+			done := make(chan struct{})
+			go func() {
+				for _, d := range daemons {
+					d.Close()
+				}
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				fmt.Fprintln(os.Stderr, "fleet: gubernator daemons did not close within 3s; leaving them")
 			}
 		})
 		for i := range ds {
