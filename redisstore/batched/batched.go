@@ -20,6 +20,7 @@ import (
 	"github.com/slidelimit/slidelimit/redisstore"
 )
 
+// The errors are sentinel values, compared with errors.Is; safe to share between goroutines.
 var (
 	// ErrOffline is returned (wrapping redisstore.ErrUnavailable) with a decision made while Redis
 	// is unreachable: the process decided it alone, with the limit divided by the live fleet size.
@@ -253,7 +254,8 @@ func (l *Limiter) Allow(key string) bool {
 //
 // While Redis is unreachable Take decides locally with the limit divided by the live fleet size,
 // and returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). A
-// cancelled ctx is returned as ctx's error and decides nothing. Safe for concurrent use.
+// ctx cancelled before a round trip is returned as ctx's error, with nothing counted; a decision
+// from local quota does not look at ctx. Safe for concurrent use.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
 	if n > 0 {
 		if e, ok := l.entries.Load(key); ok {
