@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -331,5 +332,75 @@ func TestStaleTimeNeverRollsBack(t *testing.T) {
 	l.forget()
 	if _, ok := l.entries.Load("k"); ok {
 		t.Fatal("forget kept an entry two windows old")
+	}
+}
+
+// TestCloseGivesBack: Close gives back the lease the process holds (Redis's count drops to what
+// was admitted) and leaves the fleet's membership.
+func TestCloseGivesBack(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1000, Window: time.Second}, WithProcessID("closer"))
+	for range 50 {
+		if !l.Allow("k") {
+			t.Fatal("refused below the limit")
+		}
+	}
+	ctx := context.Background()
+	state := func() string {
+		v, err := c.Get(ctx, l.Key("k")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	leased := state()
+	if leased == fmt.Sprintf("%d 50 0", int64(t0)) {
+		t.Fatalf("Redis counts %q: no lease beyond the admitted units, nothing to give back", leased)
+	}
+	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 1 {
+		t.Fatalf("members before Close: %d %v", n, err)
+	}
+	l.Close()
+	if got, want := state(), fmt.Sprintf("%d 50 0", int64(t0)); got != want {
+		t.Fatalf("after Close Redis counts %q (was %q), want %q: the unused lease was not given back", got, leased, want)
+	}
+	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 0 {
+		t.Fatalf("members after Close: %d %v, want 0", n, err)
+	}
+}
+
+// TestStartsOffline: with Redis unreachable at New, the limiter starts, decides alone (fleet of
+// one as far as it knows) with ErrOffline, without waiting on Redis per request.
+func TestStartsOffline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, "t", policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clock.NewManual(t0)), withManualExchange())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var s Stats
+	if l.Stats(&s); !s.Offline || s.Fleet != 1 {
+		t.Fatalf("stats %+v, want offline with a fleet of 1", s)
+	}
+	for i := range 4 {
+		d, err := l.Take(context.Background(), "k", 1)
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("Take %d: err = %v, want ErrOffline", i, err)
+		}
+		if d.Allowed != (i < 3) || d.Limit != 3 {
+			t.Fatalf("Take %d: %+v, want the local limit of 3", i, d)
+		}
+	}
+	if l.Stats(&s); s.Leases != 0 {
+		t.Fatalf("%d lease calls while offline: requests waited on Redis", s.Leases)
 	}
 }
