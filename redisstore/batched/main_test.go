@@ -20,6 +20,11 @@ var testAddr string
 // TestMain runs every test against a real redis-server on a free loopback port. Without
 // redis-server on PATH it fails under CI=true and skips the package otherwise.
 func TestMain(m *testing.M) {
+	if os.Getenv("BATCHED_CHILD") != "" {
+		// A fleet process of TestOutageProcesses: no server of its own, no tests.
+		redis.SetLogger(nopLogger{})
+		os.Exit(runChild())
+	}
 	// The outage tests make go-redis log every failed dial.
 	redis.SetLogger(nopLogger{})
 	srv, err := redisserver.Start()
