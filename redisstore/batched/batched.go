@@ -434,8 +434,14 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	}
 	if err != nil {
 		l.failed(e, adj)
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, ctx.Err()
+		if callerGaveUp(ctx) {
+			// The caller gave up (cancelled, or its own deadline passed first): that says nothing
+			// about Redis.
+			err := ctx.Err()
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 		}
 		if transportFailure(err) {
 			l.offline.Store(true)
@@ -461,6 +467,16 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	e.denyWin, e.denyUntil, e.denyNeed, e.retryAt = start, min(now+retry, start+l.w), need, now+retry
 	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
+}
+
+// callerGaveUp reports whether ctx is done or its deadline has passed: a socket read bounded by
+// that deadline can fail a moment before ctx's own timer fires.
+func callerGaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // decideOffline decides n units for e alone, with the limit divided by the live fleet size, and

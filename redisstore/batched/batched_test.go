@@ -19,6 +19,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
 )
 
 // The limiter satisfies the root interface.
@@ -402,5 +403,34 @@ func TestStartsOffline(t *testing.T) {
 	}
 	if l.Stats(&s); s.Leases != 0 {
 		t.Fatalf("%d lease calls while offline: requests waited on Redis", s.Leases)
+	}
+}
+
+// TestCallerDeadlineIsNotAnOutage: a Take whose own context expires during the round trip
+// returns the context's error and leaves the limiter online: the caller's deadline says nothing
+// about Redis. The server is paused so that the round trip cannot finish in time.
+func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
+	srv, err := redisserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := newClient(t, srv.Addr)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, WithTimeout(5*time.Second))
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Take(ctx, "k", 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take with an expiring context: err = %v, want context.DeadlineExceeded", err)
+	}
+	var s Stats
+	if l.Stats(&s); s.Offline {
+		t.Fatalf("the caller's deadline took the limiter offline: %+v", s)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
 	}
 }
