@@ -34,7 +34,7 @@ func Example() {
 	// process's coarse clock.
 	clk := clock.NewManual(1_760_000_000_000)
 	l, err := batched.New(client, "example", policy.SlidingCounter{Limit: 3, Window: time.Second},
-		batched.WithClock(clk))
+		batched.WithClock(clk), batched.WithTimeout(time.Second))
 	if err != nil {
 		panic(err)
 	}

@@ -25,7 +25,7 @@ import (
 )
 
 // procPolicy is the policy of TestOutageProcesses, parent and children alike.
-var procPolicy = policy.SlidingCounter{Limit: 3000, Window: 4 * time.Second}
+var procPolicy = policy.SlidingCounter{Limit: 3000, Window: 8 * time.Second}
 
 // procTally is one child's account of its decisions, grouped.
 type procTally struct {
