@@ -1,0 +1,728 @@
+package batched
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore"
+)
+
+// The errors are sentinel values, compared with errors.Is; safe to share between goroutines.
+var (
+	// ErrOffline is returned (wrapping redisstore.ErrUnavailable) with a decision made while Redis
+	// is unreachable: the process decided it alone, with the limit divided by the live fleet size.
+	// The Decision is usable; the units it admitted are charged to Redis when Redis returns.
+	ErrOffline = fmt.Errorf("%w: batched: deciding locally with the limit divided by the fleet size", redisstore.ErrUnavailable)
+	// ErrClosed is returned by Take after Close. It is the root package's ErrClosed.
+	ErrClosed = slidelimit.ErrClosed
+)
+
+// Limiter applies one sliding-window-counter limit per key across a fleet of processes, deciding
+// in process from quota leased from Redis. Every process that builds a Limiter with the same name,
+// policy and prefix on the same Redis shares one limit per key.
+//
+// All methods are safe for concurrent use by any number of goroutines. New starts one goroutine,
+// which exchanges counts with Redis every sync interval; Close stops it.
+type Limiter struct {
+	client redis.UniversalClient
+	name   string
+	cfg    config
+	id     string
+	pol    policy.SlidingCounter
+	rule   policy.SlidingCounterRule
+	limit  int64
+	w      int64
+	clk    *clock.Clock
+	ownClk bool
+	ttl    string
+
+	entries *xsync.MapOf[string, *entry]
+	holding *xsync.MapOf[*entry, struct{}]
+	renew   chan *entry
+	// local decides while Redis is unreachable, per key, with the limit divided by the fleet.
+	local *engine.Limiter
+
+	members, epochK string
+	fleet           atomic.Int64 // live processes at the last heartbeat, at least 1
+	offline         atomic.Bool
+	quietUntil      atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+
+	// syncer state, touched by the exchange only (one at a time, under syncMu)
+	syncMu     sync.Mutex
+	epoch      string
+	lastForget int64
+
+	leases, returns, charges, offlineDecisions, exchanges, failures, refusedLocally *xsync.Counter
+}
+
+// entry is one key's local lease. cell packs the window index (low 32 bits) the lease belongs to
+// and the units left in it, so that the hot path is one load and one compare-and-swap.
+type entry struct {
+	cell   atomic.Uint64
+	head   atomic.Int64  // the fleet's headroom (limit - estimate) at the last exchange
+	low    atomic.Uint32 // renew in the background once fewer units are left
+	queued atomic.Bool   // waiting in the renewal queue
+
+	key  string
+	rkey string
+
+	mu   sync.Mutex // serializes everything below, and every exchange for this key
+	dead bool       // forgotten: removed from the table, to be looked up again
+	// rec[0] is the window of the cell, rec[1] the one before.
+	rec [2]winRec
+	// Rate tracking: units used up to markWin/mark at the last exchange, at time lastAt.
+	markWin, mark, lastAt int64
+	// A refusal remembered until denyUntil for requests needing at least denyNeed more units in
+	// window denyWin: Redis would refuse them as well, since other processes only add to the count
+	// until the window ends.
+	denyWin, denyUntil, denyNeed int64
+	retryAt                      int64 // when the remembered refusal's RetryAfter ends (ms)
+}
+
+// winRec is what this process knows of its own counts in one window.
+type winRec struct {
+	win      int64 // window start (ms), -1 for none
+	granted  int64 // units leased (and so counted in Redis) by this process
+	unused   int64 // of those, units left when the window ended
+	returned bool  // unused was given back (or given up on)
+	off      int64 // units admitted while Redis was unreachable
+	offSent  int64 // of those, units charged to Redis
+}
+
+const cellMask = 1<<32 - 1
+
+func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uint32(rem)) }
+
+// New returns a batched limiter named name (printable ASCII without spaces, braces or ':', at most
+// 64 bytes) applying policy p, which must be a policy.SlidingCounter, to every key across the
+// fleet of processes that share client's Redis. client must honour the per-call deadline (a
+// go-redis client needs ContextTimeoutEnabled: true, or read and write timeouts no longer than
+// WithTimeout's). New registers the process in the fleet with one heartbeat (if Redis does not
+// answer, the limiter starts offline and keeps trying) and starts the exchange goroutine. The
+// Limiter does not close client.
+func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, errors.New("batched: client is nil")
+	}
+	if err := checkName("name", name, false, 64); err != nil {
+		return nil, err
+	}
+	sc, ok := p.(policy.SlidingCounter)
+	if !ok {
+		if p == nil {
+			return nil, errors.New("batched: policy is nil")
+		}
+		return nil, fmt.Errorf("batched: policy %q (%T) is not available in batched mode; use sliding-counter", p.ID(), p)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("batched: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkClient(client, cfg.timeout); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		client: client, name: name, cfg: cfg, pol: sc, rule: sc.Compile(), limit: sc.Limit, w: sc.WindowMs(),
+		entries: xsync.NewMapOf[string, *entry](),
+		holding: xsync.NewMapOf[*entry, struct{}](),
+		renew:   make(chan *entry, 1<<14),
+		members: membersKey(cfg.prefix, name), epochK: epochKey(cfg.prefix, name),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		leases: xsync.NewCounter(), returns: xsync.NewCounter(), charges: xsync.NewCounter(),
+		offlineDecisions: xsync.NewCounter(), exchanges: xsync.NewCounter(), failures: xsync.NewCounter(),
+		refusedLocally: xsync.NewCounter(),
+	}
+	l.ttl = fmt.Sprint(2*l.w + DefaultSkew.Milliseconds())
+	if l.id = cfg.id; l.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		l.id = hex.EncodeToString(b[:])
+	}
+	if l.clk = cfg.clock; l.clk == nil {
+		l.clk, l.ownClk = clock.Acquire(), true
+	}
+	var err error
+	if l.local, err = engine.New(sc, engine.WithClock(l.clk)); err != nil {
+		l.release()
+		return nil, err
+	}
+	l.fleet.Store(1)
+	l.syncMu.Lock()
+	l.heartbeat(l.clk.Now())
+	l.syncMu.Unlock()
+	if cfg.manual {
+		close(l.done)
+	} else {
+		go l.run()
+	}
+	return l, nil
+}
+
+func (l *Limiter) release() {
+	if l.local != nil {
+		_ = l.local.Close()
+	}
+	if l.ownClk {
+		clock.Release(l.clk)
+	}
+}
+
+// checkClient refuses a go-redis client that would not honour the per-call deadline (go-redis
+// applies a context's deadline to socket reads and writes only with ContextTimeoutEnabled), as
+// redisstore.New does: a paused server would otherwise hold every exchange for ReadTimeout.
+func checkClient(c redis.UniversalClient, timeout time.Duration) error {
+	var ctxOK bool
+	var rt, wt time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.Ring:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return nil
+	}
+	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
+		return nil
+	}
+	return fmt.Errorf("batched: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
+		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", rt, wt, timeout)
+}
+
+// Allow reports whether one unit for key is admitted now, counting it if so. With quota leased
+// for key's current window it decides in process, allocating nothing; otherwise it is Take(ctx
+// background, key, 1), which may make one round trip to Redis. Safe for concurrent use.
+func (l *Limiter) Allow(key string) bool {
+	if e, ok := l.entries.Load(key); ok {
+		idx := l.rule.Index(l.clk.Now())
+		for {
+			c := e.cell.Load()
+			if uint32(c>>32) != uint32(idx) || uint32(c) == 0 || l.closed.Load() {
+				break
+			}
+			if e.cell.CompareAndSwap(c, c-1) {
+				if uint32(c)-1 < e.low.Load() {
+					l.askRenewal(e)
+				}
+				return true
+			}
+		}
+	}
+	d, _ := l.Take(context.Background(), key, 1)
+	return d.Allowed
+}
+
+// Take decides n units for key now and returns the Decision, with the engine's fields and
+// Reason values: an admitted request is counted (in Redis, as part of a lease, before it is
+// admitted), a refused one consumes nothing, n = 0 is a query that is always admitted, a negative
+// n is refused with ReasonNegativeCost and a cost above the limit with ReasonCostAboveLimit.
+//
+// With quota leased for key's current window, Take decides in process without allocating.
+// Otherwise it leases with one script call bounded by ctx and the limiter's timeout; concurrent
+// callers for the same key wait for that one call. Remaining is what this process holds plus the
+// fleet's headroom at the last exchange with Redis; RetryAfter is solved from the fleet's counts.
+//
+// While Redis is unreachable Take decides locally with the limit divided by the live fleet size,
+// and returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). A
+// ctx cancelled before a round trip is returned as ctx's error, with nothing counted; a decision
+// from local quota does not look at ctx. Safe for concurrent use.
+func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
+	if n > 0 {
+		if e, ok := l.entries.Load(key); ok {
+			now := l.clk.Now()
+			idx := l.rule.Index(now)
+			for {
+				c := e.cell.Load()
+				if uint32(c>>32) != uint32(idx) || int64(uint32(c)) < n || l.closed.Load() {
+					break
+				}
+				if e.cell.CompareAndSwap(c, c-uint64(n)) {
+					rem := uint32(c) - uint32(n)
+					if rem < e.low.Load() {
+						l.askRenewal(e)
+					}
+					return slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: int64(rem) + max(e.head.Load(), 0),
+						ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}, nil
+				}
+			}
+		}
+	}
+	return l.slow(ctx, key, n)
+}
+
+// askRenewal queues e for the next exchange, once.
+func (l *Limiter) askRenewal(e *entry) {
+	if e.queued.Load() || !e.queued.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case l.renew <- e:
+	default:
+		// The queue is full: the key renews on its slow path when it runs out.
+		e.queued.Store(false)
+	}
+}
+
+func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
+	switch {
+	case l.closed.Load():
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonClosed}, ErrClosed
+	case n < 0:
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonNegativeCost}, nil
+	case n > l.limit:
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonCostAboveLimit}, nil
+	}
+	now := l.clk.Now()
+	idx := l.rule.Index(now)
+	if n == 0 {
+		d := slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit, ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+		if e, ok := l.entries.Load(key); ok {
+			d.Remaining = max(e.head.Load(), 0)
+			if c := e.cell.Load(); uint32(c>>32) == uint32(idx) {
+				d.Remaining += int64(uint32(c))
+			}
+		}
+		return d, nil
+	}
+	for {
+		e, _ := l.entries.LoadOrCompute(key, func() *entry { return l.newEntry(key, idx) })
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			continue
+		}
+		d, err := l.decideLocked(ctx, e, n)
+		e.mu.Unlock()
+		return d, err
+	}
+}
+
+func (l *Limiter) newEntry(key string, idx int64) *entry {
+	e := &entry{key: key, rkey: stateKey(l.cfg.prefix, l.name, key), markWin: -1}
+	e.rec[0].win, e.rec[1].win = -1, -1
+	e.cell.Store(cellOf(idx-1, 0))
+	e.head.Store(l.limit)
+	return e
+}
+
+// roll moves e's cell to window idx, turning what was left of the old window's lease into its
+// unused part, to be given back. Called with e.mu held.
+func (l *Limiter) roll(e *entry, idx int64) {
+	start := idx * l.w
+	for {
+		c := e.cell.Load()
+		if int32(uint32(idx)-uint32(c>>32)) < 0 || start < e.rec[0].win {
+			// Never back: a caller's time is older than a decision that already rolled e.
+			return
+		}
+		if uint32(c>>32) == uint32(idx) {
+			if e.rec[0].win != start {
+				e.rec[1], e.rec[0] = e.rec[0], winRec{win: start}
+			}
+			return
+		}
+		if !e.cell.CompareAndSwap(c, cellOf(idx, 0)) {
+			continue
+		}
+		unused := int64(uint32(c))
+		if e.rec[0].win == start-l.w {
+			e.rec[1] = e.rec[0]
+			e.rec[1].unused, e.rec[1].returned = unused, unused == 0
+		} else {
+			// Two windows or more ago: nothing of it weighs on any estimate any more.
+			e.rec[1] = winRec{win: -1}
+		}
+		e.rec[0] = winRec{win: start}
+		e.low.Store(0)
+		return
+	}
+}
+
+// takeLocal takes n units from e's lease for window idx if it holds them.
+func takeLocal(e *entry, idx, n int64) (int64, bool) {
+	for {
+		c := e.cell.Load()
+		if uint32(c>>32) != uint32(idx) || int64(uint32(c)) < n {
+			return int64(uint32(c)), false
+		}
+		if e.cell.CompareAndSwap(c, c-uint64(n)) {
+			return int64(uint32(c)) - n, true
+		}
+	}
+}
+
+// addLocal adds g leased units to e's cell for window idx (the cell is on idx: e.mu is held).
+func addLocal(e *entry, idx, g int64) {
+	for {
+		c := e.cell.Load()
+		if e.cell.CompareAndSwap(c, cellOf(idx, int64(uint32(c))+g)) {
+			return
+		}
+	}
+}
+
+func (l *Limiter) admitted(e *entry, idx, rem int64) slidelimit.Decision {
+	return slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: rem + max(e.head.Load(), 0),
+		ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+}
+
+// decideLocked decides n > 0 units for e, with e.mu held.
+func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelimit.Decision, error) {
+	now := l.clk.Now()
+	idx := l.rule.Index(now)
+	l.roll(e, idx)
+	if e.rec[0].win > idx*l.w {
+		// The entry runs in Redis's window, ahead of this clock (see applyGrant).
+		idx = e.rec[0].win / l.w
+	}
+	start := idx * l.w
+	rem, ok := takeLocal(e, idx, n)
+	if ok {
+		return l.admitted(e, idx, rem), nil
+	}
+	if l.offline.Load() || now < l.quietUntil.Load() {
+		return l.decideOffline(e, n)
+	}
+	need := n - rem
+	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
+		l.refusedLocally.Inc()
+		return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(e.retryAt-now) * time.Millisecond,
+			ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
+	}
+	want := l.wantFor(e, now, need)
+	adj := l.adjustments(e, false)
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	cmd, err := leaseScript.run(cctx, l.client, []string{e.rkey}, l.leaseArgs(now, want, need, adj)...)
+	cancel()
+	l.leases.Inc()
+	var r reply
+	if err == nil {
+		r, err = parseReply(cmd)
+	}
+	if err != nil {
+		l.failed(e, adj)
+		if callerGaveUp(ctx) {
+			// The caller gave up (cancelled, or its own deadline passed first): that says nothing
+			// about Redis.
+			err := ctx.Err()
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
+		}
+		if transportFailure(err) {
+			l.offline.Store(true)
+		}
+		err = fmt.Errorf("%w: %w", ErrOffline, err)
+		l.reportErr(err)
+		d, _ := l.decideOffline(e, n)
+		return d, err
+	}
+	l.acked(e, adj)
+	idx = l.applyGrant(e, idx, now, r)
+	start = idx * l.w
+	if rem, ok := takeLocal(e, idx, n); ok {
+		return l.admitted(e, idx, rem), nil
+	}
+	// Refused: Redis's counts say need more units do not fit before RetryAfter, which the
+	// policy's own step solves from those counts.
+	st := policy.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
+	res := l.rule.Take(&st, r.now, need)
+	retry := max(res.RetryAfterMs, 1)
+	// Other processes give back unused leases when the window ends, so the refusal is remembered
+	// no further than that.
+	e.denyWin, e.denyUntil, e.denyNeed, e.retryAt = start, min(now+retry, start+l.w), need, now+retry
+	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
+		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
+}
+
+// callerGaveUp reports whether ctx is done or its deadline has passed: a socket read bounded by
+// that deadline can fail a moment before ctx's own timer fires.
+func callerGaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// decideOffline decides n units for e alone, with the limit divided by the live fleet size, and
+// records what it admitted so that the units are charged to Redis when it returns.
+func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
+	l.offlineDecisions.Inc()
+	d := l.local.TakeWithLimit(e.key, n, l.share())
+	if d.Allowed {
+		// The engine read the clock again: charge the window it decided in, which may be the next.
+		win := d.ResetAt.UnixMilli() - l.w
+		if win > e.rec[0].win {
+			l.roll(e, win/l.w)
+		}
+		for i := range e.rec {
+			if e.rec[i].win == win {
+				e.rec[i].off += n
+			}
+		}
+		// Owed to Redis: the exchange charges it once Redis answers again.
+		l.holding.Store(e, struct{}{})
+	}
+	return d, ErrOffline
+}
+
+// share is each process's limit while Redis is away: the limit divided by the live fleet size,
+// at least 1.
+func (l *Limiter) share() int64 { return max(l.limit/max(l.fleet.Load(), 1), 1) }
+
+// maxChunk is the largest lease: WithMaxChunk's, or the limit divided by four times the fleet.
+func (l *Limiter) maxChunk() int64 {
+	if l.cfg.maxChunk > 0 {
+		return min(l.cfg.maxChunk, l.limit)
+	}
+	return max(l.limit/(4*max(l.fleet.Load(), 1)), 1)
+}
+
+// used returns the units e has used in window rec[0] so far.
+func used(e *entry, idx int64) int64 {
+	c := e.cell.Load()
+	rem := int64(0)
+	if uint32(c>>32) == uint32(idx) {
+		rem = int64(uint32(c))
+	}
+	return e.rec[0].granted - rem
+}
+
+// wantFor sizes a lease for e: about two sync intervals of the key's rate since the last exchange,
+// and at least need, capped at maxChunk (or need, if larger). A key seen for the first time leases
+// exactly what its request needs, so a key that is never hot costs what per-decision mode costs.
+func (l *Limiter) wantFor(e *entry, now, need int64) int64 {
+	if e.lastAt == 0 {
+		return need
+	}
+	idx := l.rule.Index(now)
+	u := used(e, idx)
+	switch e.markWin {
+	case e.rec[0].win:
+		u -= e.mark
+	case e.rec[1].win:
+		u += e.rec[1].granted - e.rec[1].unused - e.mark
+	}
+	dt := max(now-e.lastAt, 1)
+	rate := float64(max(u, 0)) / float64(dt) // units per ms
+	want := need + int64(2*rate*float64(l.cfg.sync.Milliseconds()))
+	return max(min(want, l.maxChunk()), need)
+}
+
+// reply is the lease script's answer.
+type reply struct{ grant, win, cur, prev, now int64 }
+
+func parseReply(cmd *redis.Cmd) (reply, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	if len(v) != 5 {
+		return reply{}, fmt.Errorf("batched: lease script returned %v, want 5 values", v)
+	}
+	return reply{v[0], v[1], v[2], v[3], v[4]}, nil
+}
+
+// adj is up to two signed adjustments, one per window of e.
+type adj struct {
+	win   [2]int64
+	delta [2]int64
+	ret   [2]int64 // the part of delta that returns unused units
+	off   [2]int64 // off counts the charge brings Redis up to
+	lost  bool
+}
+
+// adjustments says what e must tell Redis: the previous window's unused lease, to give back, and
+// units admitted while Redis was away, to charge. After a data loss (lost) it re-declares
+// everything the process has counted in both windows instead.
+func (l *Limiter) adjustments(e *entry, lost bool) adj {
+	var a adj
+	a.lost = lost
+	for i := range e.rec {
+		r := &e.rec[i]
+		a.win[i] = r.win
+		a.off[i] = r.off
+		if r.win < 0 {
+			continue
+		}
+		if lost {
+			a.delta[i] = r.granted + r.off
+			if i == 1 {
+				a.delta[i] -= r.unused
+			}
+			continue
+		}
+		a.delta[i] = r.off - r.offSent
+		if i == 1 && !r.returned && r.unused > 0 {
+			a.ret[i] = r.unused
+			a.delta[i] -= r.unused
+		}
+	}
+	return a
+}
+
+func (a adj) none() bool { return a.delta[0] == 0 && a.delta[1] == 0 && a.ret[0] == 0 && a.ret[1] == 0 }
+
+// acked records that Redis applied a.
+func (l *Limiter) acked(e *entry, a adj) {
+	for i := range e.rec {
+		r := &e.rec[i]
+		if r.win != a.win[i] || r.win < 0 {
+			continue
+		}
+		if a.ret[i] > 0 || a.lost {
+			r.returned = true
+			if a.ret[i] > 0 {
+				l.returns.Inc()
+			}
+		}
+		if r.offSent != a.off[i] {
+			r.offSent = a.off[i]
+			l.charges.Inc()
+		}
+	}
+}
+
+// failed records that Redis may or may not have applied a. A return is never sent twice: applied
+// twice it would uncount units in use, which could over-admit; given up, its units only stay
+// counted (under-admission) until the window no longer weighs. A charge is sent again: counted
+// twice it only under-admits.
+func (l *Limiter) failed(e *entry, a adj) {
+	l.failures.Inc()
+	for i := range e.rec {
+		if r := &e.rec[i]; r.win == a.win[i] && a.ret[i] > 0 {
+			r.returned = true
+		}
+	}
+}
+
+func (l *Limiter) leaseArgs(now, want, need int64, a adj) []any {
+	return []any{now, l.limit, l.w, want, need, a.win[0], a.delta[0], a.win[1], a.delta[1], l.ttl}
+}
+
+// applyGrant adds r's grant to e's lease for window idx and notes the exchange.
+func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
+	if r.win > idx*l.w {
+		// Redis already counts in a later window (a process whose clock runs a little ahead
+		// rolled it): the grant is counted there, so it is that window's lease, and what is left
+		// of this one must be given back to this one. The entry runs ahead of this process's
+		// clock until the clock catches up.
+		idx = r.win / l.w
+		l.roll(e, idx)
+	}
+	if r.grant > 0 {
+		addLocal(e, idx, r.grant)
+		e.rec[0].granted += r.grant
+		l.holding.Store(e, struct{}{})
+	}
+	st := policy.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
+	res, _ := l.rule.Peek(st, r.now)
+	e.head.Store(res.Remaining)
+	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx), max(now, 1)
+	e.low.Store(uint32(min(l.wantFor(e, now, 1)/2, cellMask)))
+	return idx
+}
+
+func (l *Limiter) reportErr(err error) {
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+	}
+}
+
+// Name returns the limiter's name. Safe for concurrent use.
+func (l *Limiter) Name() string { return l.name }
+
+// ProcessID returns the id this process is registered under in the fleet's membership. Safe for
+// concurrent use.
+func (l *Limiter) ProcessID() string { return l.id }
+
+// Policy returns the policy the limiter was built with. Safe for concurrent use.
+func (l *Limiter) Policy() policy.Policy { return l.pol }
+
+// Key returns the Redis key that holds key's fleet counts ("window current previous"), for
+// inspection and administration. A pure function of the name and prefix, safe for concurrent use.
+func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.name, key) }
+
+// Stats counts what the limiter has done since New: a plain value, a snapshot. Decisions made
+// from a lease are not counted (counting them would cost the hot path); the counters are read one
+// by one while calls go on, so they agree with each other only when the limiter is idle.
+type Stats struct {
+	Leases           int64 // lease script calls on a request's path (slow path), answered or not
+	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
+	Returns          int64 // unused leases given back
+	Charges          int64 // windows charged with units admitted while Redis was away (or re-declared)
+	OfflineDecisions int64 // decisions made alone while Redis was unreachable
+	RefusedLocally   int64 // refusals decided from a remembered refusal, without a round trip
+	Failures         int64 // calls to Redis that failed
+	Fleet            int64 // live processes at the last heartbeat
+	Offline          bool  // whether the limiter is deciding alone now
+	Keys             int   // keys with a local lease entry
+}
+
+// Stats fills s with the limiter's counters, allocating nothing. Safe at any time, including
+// after Close.
+func (l *Limiter) Stats(s *Stats) {
+	*s = Stats{
+		Leases: l.leases.Value(), Exchanges: l.exchanges.Value(), Returns: l.returns.Value(), Charges: l.charges.Value(),
+		OfflineDecisions: l.offlineDecisions.Value(), RefusedLocally: l.refusedLocally.Value(), Failures: l.failures.Value(),
+		Fleet: l.fleet.Load(), Offline: l.offline.Load() || l.clk.Now() < l.quietUntil.Load(), Keys: l.entries.Size(),
+	}
+}
+
+// Close stops the exchange goroutine, gives back every unused lease and charges what was admitted
+// offline (one pipeline, bounded by the timeout, skipped while Redis is unreachable), leaves the
+// fleet's membership, and makes every later Take return ErrClosed. It does not close the client.
+// Idempotent and safe for concurrent use; a Take running concurrently with Close may still
+// complete.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.stop)
+		<-l.done
+		l.syncMu.Lock()
+		if !l.offline.Load() {
+			l.flush(l.clk.Now(), true)
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+			_, _ = leaveScript.run(ctx, l.client, []string{l.members}, l.id)
+			cancel()
+		}
+		l.syncMu.Unlock()
+		l.release()
+	})
+	return nil
+}

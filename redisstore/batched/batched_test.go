@@ -1,0 +1,436 @@
+package batched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+)
+
+// The limiter satisfies the root interface.
+var _ slidelimit.Limiter = (*Limiter)(nil)
+
+const t0 = 1_760_000_000_000 // a window boundary for every window below
+
+func newLimiter(t testing.TB, c redis.UniversalClient, clk *clock.Clock, p policy.Policy, opts ...Option) *Limiter {
+	t.Helper()
+	// A long deadline: these tests are about the decisions, and a loaded 2-core machine under
+	// -race can stall a healthy call well past the 50ms default.
+	opts = append([]Option{WithClock(clk), withManualExchange(), WithTimeout(10 * time.Second)}, opts...)
+	l, err := New(c, "t", p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestNewRejects(t *testing.T) {
+	c := newClient(t, testAddr)
+	sc := policy.SlidingCounter{Limit: 10, Window: time.Second}
+	noCtx := redis.NewClient(&redis.Options{Addr: testAddr})
+	defer noCtx.Close()
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		lname  string
+		p      policy.Policy
+		opts   []Option
+		want   string
+	}{
+		{"nil client", nil, "a", sc, nil, "client is nil"},
+		{"empty name", c, "", sc, nil, "name is empty"},
+		{"colon", c, "a:b", sc, nil, "contains ':'"},
+		{"nil policy", c, "a", nil, nil, "policy is nil"},
+		{"token bucket", c, "a", policy.TokenBucket{Rate: 1, Burst: 1}, nil, "use sliding-counter"},
+		{"invalid policy", c, "a", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit"},
+		{"sync", c, "a", sc, []Option{WithSyncInterval(0)}, "WithSyncInterval(0s)"},
+		{"timeout", c, "a", sc, []Option{WithTimeout(time.Hour)}, "WithTimeout(1h0m0s)"},
+		{"chunk", c, "a", sc, []Option{WithMaxChunk(0)}, "WithMaxChunk(0)"},
+		{"prefix", c, "a", sc, []Option{WithPrefix("a b")}, "prefix"},
+		{"id", c, "a", sc, []Option{WithProcessID("")}, "process id is empty"},
+		{"clock", c, "a", sc, []Option{WithClock(nil)}, "WithClock(nil)"},
+		{"no context timeout", noCtx, "a", sc, nil, "ContextTimeoutEnabled"},
+	} {
+		l, err := New(tc.client, tc.lname, tc.p, tc.opts...)
+		if err == nil {
+			l.Close()
+			t.Errorf("%s: New succeeded", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestOneProcessIsExact: with one process, every unit the fleet count holds beyond what was
+// admitted is this process's own lease, so the decisions are the engine's, field by field,
+// across windows, with the unused lease given back at each window's end.
+func TestOneProcessIsExact(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	p := policy.SlidingCounter{Limit: 40, Window: time.Second}
+	clk := clock.NewManual(t0)
+	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	l := newLimiter(t, c, clk, p)
+	r := rand.New(rand.NewPCG(1, 2))
+	ctx := context.Background()
+	var admitted, refused int
+	for i := range 4000 {
+		if r.IntN(4) == 0 {
+			clk.Advance(time.Duration(r.IntN(60)) * time.Millisecond)
+		}
+		if i%50 == 0 {
+			l.step()
+		}
+		key := fmt.Sprint("k", r.IntN(3))
+		want := ref.Take(key, 1)
+		got, err := l.Take(ctx, key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Allowed != want.Allowed || got.Reason != want.Reason || !got.ResetAt.Equal(want.ResetAt) ||
+			(!want.Allowed && got.RetryAfter != want.RetryAfter) {
+			t.Fatalf("step %d at %d key %s: got %+v, engine %+v", i, clk.Now(), key, got, want)
+		}
+		if got.Allowed {
+			admitted++
+		} else {
+			refused++
+		}
+	}
+	if admitted == 0 || refused == 0 {
+		t.Fatalf("the workload did not exercise both outcomes: %d admitted, %d refused", admitted, refused)
+	}
+}
+
+func TestEdgeCosts(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 5, Window: time.Second})
+	ctx := context.Background()
+	if d, err := l.Take(ctx, "k", -1); err != nil || d.Allowed || d.Reason != slidelimit.ReasonNegativeCost {
+		t.Fatalf("n=-1: %+v %v", d, err)
+	}
+	if d, err := l.Take(ctx, "k", 6); err != nil || d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit {
+		t.Fatalf("n=6: %+v %v", d, err)
+	}
+	if d, err := l.Take(ctx, "k", 0); err != nil || !d.Allowed || d.Remaining != 5 {
+		t.Fatalf("n=0: %+v %v", d, err)
+	}
+	if d, err := l.Take(ctx, "k", 5); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("n=5: %+v %v", d, err)
+	}
+	if d, err := l.Take(ctx, "k", 1); err != nil || d.Allowed || d.Reason != slidelimit.ReasonLimited || d.RetryAfter != 1001*time.Millisecond {
+		t.Fatalf("n=1 after 5: %+v %v", d, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Take(cctx, "other", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: err = %v", err)
+	}
+	v, err := c.Get(ctx, l.Key("other")).Result()
+	if !errors.Is(err, redis.Nil) {
+		t.Fatalf("a cancelled Take wrote %q", v)
+	}
+	l.Close()
+	if d, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrClosed) || d.Reason != slidelimit.ReasonClosed {
+		t.Fatalf("after Close: %+v %v", d, err)
+	}
+	if l.Allow("k") {
+		t.Fatal("Allow after Close admitted")
+	}
+}
+
+// estimate is the fleet's sliding estimate of the admitted units at now, computed with big
+// integers from the admitted log alone.
+func estimate(log []admit, w, now int64) int64 {
+	start := now - now%w
+	var cur, prev int64
+	for _, a := range log {
+		switch {
+		case a.at > now:
+		case a.at >= start:
+			cur += a.n
+		case a.at >= start-w:
+			prev += a.n
+		}
+	}
+	x := new(big.Int).Mul(big.NewInt(prev), big.NewInt(w-(now-start)))
+	x.Quo(x, big.NewInt(w))
+	return x.Int64() + cur
+}
+
+type admit struct{ at, n int64 }
+
+type outcome struct {
+	key     string
+	at, n   int64
+	allowed bool
+}
+
+// TestFleetNeverOverAdmits runs three processes (three limiters with their own clients, one
+// manual clock) and many goroutines on a few hot keys through many windows, with exchanges
+// running concurrently, and checks against the exact fleet-wide count:
+//   - over-admission is 0: replaying every admitted request in time order through the policy's own
+//     step admits all of them, i.e. the fleet's sliding estimate of admitted units never exceeds
+//     the limit;
+//   - under-admission is bounded: a request is refused only when the estimate plus its cost
+//     exceeds limit - 2(N-1)·maxChunk (the unused leases other processes hold in this window and
+//     have not yet given back from the last one).
+func TestFleetNeverOverAdmits(t *testing.T) {
+	const procs, goroutines, limit, chunk = 3, 4, 60, 5
+	p := policy.SlidingCounter{Limit: limit, Window: 200 * time.Millisecond}
+	w := p.WindowMs()
+	admin := newClient(t, testAddr)
+	flushAll(t, admin)
+	clk := clock.NewManual(t0)
+	ls := make([]*Limiter, procs)
+	for i := range ls {
+		ls[i] = newLimiter(t, newClient(t, testAddr), clk, p, WithMaxChunk(chunk))
+	}
+	keys := []string{"a", "b", "c"}
+	var mu sync.Mutex
+	var outs []outcome
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	for stepN := range 300 {
+		now := clk.Now()
+		var wg sync.WaitGroup
+		for pi, l := range ls {
+			for g := range goroutines {
+				seed := uint64(stepN*100 + pi*10 + g)
+				wg.Go(func() {
+					rr := rand.New(rand.NewPCG(seed, 7))
+					var local []outcome
+					for range 3 {
+						key := keys[rr.IntN(len(keys))]
+						n := int64(1 + rr.IntN(3))
+						d, err := l.Take(ctx, key, n)
+						if err != nil {
+							t.Errorf("Take: %v", err)
+							return
+						}
+						local = append(local, outcome{key, now, n, d.Allowed})
+					}
+					mu.Lock()
+					outs = append(outs, local...)
+					mu.Unlock()
+				})
+			}
+			// Exchanges race with the decisions, as the background goroutine's would.
+			if r.IntN(3) == 0 {
+				wg.Go(l.step)
+			}
+		}
+		wg.Wait()
+		clk.Advance(time.Duration(1+r.IntN(12)) * time.Millisecond)
+	}
+	byKey := map[string][]outcome{}
+	for _, o := range outs {
+		byKey[o.key] = append(byKey[o.key], o)
+	}
+	var admittedAll, refusedAll int64
+	worstGap := int64(0)
+	for key, os := range byKey {
+		sort.SliceStable(os, func(i, j int) bool { return os[i].at < os[j].at })
+		// Over-admission: the policy's own step admits every admitted request, in time order.
+		var st policy.SlidingCounterState
+		var log []admit
+		for _, o := range os {
+			if !o.allowed {
+				continue
+			}
+			if res := p.Take(&st, o.at, o.n); !res.Allowed {
+				t.Fatalf("key %s: %d units admitted at %d that the exact fleet-wide count refuses (estimate %d, limit %d)",
+					key, o.n, o.at, estimate(log, w, o.at), limit)
+			}
+			log = append(log, admit{o.at, o.n})
+			admittedAll += o.n
+		}
+		// Under-admission: a refusal at t means the estimate of everything admitted at t plus the
+		// cost exceeds limit - 2(N-1)·chunk.
+		for _, o := range os {
+			if o.allowed {
+				continue
+			}
+			refusedAll++
+			est := estimate(log, w, o.at)
+			if gap := limit - est - o.n; gap > worstGap {
+				worstGap = gap
+			}
+			if est+o.n <= limit-2*(procs-1)*chunk {
+				t.Errorf("key %s: %d units refused at %d with the fleet estimate at %d of %d: more under-admission than 2(N-1)·chunk = %d",
+					key, o.n, o.at, est, limit, 2*(procs-1)*chunk)
+			}
+		}
+	}
+	if refusedAll == 0 {
+		t.Fatal("nothing was refused: the workload did not reach the limit")
+	}
+	t.Logf("%d units admitted, %d requests refused; worst headroom left at a refusal: %d units (bound 2(N-1)·chunk = %d)",
+		admittedAll, refusedAll, worstGap, 2*(procs-1)*chunk)
+}
+
+// TestStaleTimeNeverRollsBack: the exchange reads the time before it locks an entry; a decision
+// may roll the entry to the next window meanwhile. Rolling it back to the older window would
+// drop the counts of both windows (and the charges and re-declarations that depend on them), and
+// forgetting it as old would drop them as well.
+func TestStaleTimeNeverRollsBack(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Second})
+	ctx := context.Background()
+	for range 3 {
+		if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Take: %+v %v", d, err)
+		}
+	}
+	stale := clk.Now()
+	clk.Advance(time.Second)
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take: %+v %v", d, err)
+	}
+	e, _ := l.entries.Load("k")
+	e.mu.Lock()
+	before := e.rec
+	cell := e.cell.Load()
+	l.roll(e, l.rule.Index(stale))
+	after, cellAfter := e.rec, e.cell.Load()
+	e.mu.Unlock()
+	if after != before || cellAfter != cell {
+		t.Fatalf("rolling to an older window changed the entry: rec %+v -> %+v, cell %x -> %x", before, after, cell, cellAfter)
+	}
+	if before[1].win != t0 || before[1].granted-before[1].unused != 3 {
+		t.Fatalf("previous window's record %+v, want 3 units used in window %d", before[1], int64(t0))
+	}
+	l.forget()
+	if _, ok := l.entries.Load("k"); !ok {
+		t.Fatal("forget dropped an entry of the current window")
+	}
+	clk.Advance(2 * time.Second)
+	l.forget()
+	if _, ok := l.entries.Load("k"); ok {
+		t.Fatal("forget kept an entry two windows old")
+	}
+}
+
+// TestCloseGivesBack: Close gives back the lease the process holds (Redis's count drops to what
+// was admitted) and leaves the fleet's membership.
+func TestCloseGivesBack(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1000, Window: time.Second}, WithProcessID("closer"))
+	for range 50 {
+		if !l.Allow("k") {
+			t.Fatal("refused below the limit")
+		}
+	}
+	ctx := context.Background()
+	state := func() string {
+		v, err := c.Get(ctx, l.Key("k")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	leased := state()
+	if leased == fmt.Sprintf("%d 50 0", int64(t0)) {
+		t.Fatalf("Redis counts %q: no lease beyond the admitted units, nothing to give back", leased)
+	}
+	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 1 {
+		t.Fatalf("members before Close: %d %v", n, err)
+	}
+	l.Close()
+	if got, want := state(), fmt.Sprintf("%d 50 0", int64(t0)); got != want {
+		t.Fatalf("after Close Redis counts %q (was %q), want %q: the unused lease was not given back", got, leased, want)
+	}
+	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 0 {
+		t.Fatalf("members after Close: %d %v, want 0", n, err)
+	}
+}
+
+// TestStartsOffline: with Redis unreachable at New, the limiter starts, decides alone (fleet of
+// one as far as it knows) with ErrOffline, without waiting on Redis per request.
+func TestStartsOffline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, "t", policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clock.NewManual(t0)), withManualExchange())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var s Stats
+	if l.Stats(&s); !s.Offline || s.Fleet != 1 {
+		t.Fatalf("stats %+v, want offline with a fleet of 1", s)
+	}
+	for i := range 4 {
+		d, err := l.Take(context.Background(), "k", 1)
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("Take %d: err = %v, want ErrOffline", i, err)
+		}
+		if d.Allowed != (i < 3) || d.Limit != 3 {
+			t.Fatalf("Take %d: %+v, want the local limit of 3", i, d)
+		}
+	}
+	if l.Stats(&s); s.Leases != 0 {
+		t.Fatalf("%d lease calls while offline: requests waited on Redis", s.Leases)
+	}
+}
+
+// TestCallerDeadlineIsNotAnOutage: a Take whose own context expires during the round trip
+// returns the context's error and leaves the limiter online: the caller's deadline says nothing
+// about Redis. The server is paused so that the round trip cannot finish in time.
+func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
+	srv, err := redisserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := newClient(t, srv.Addr)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, WithTimeout(5*time.Second))
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Take(ctx, "k", 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take with an expiring context: err = %v, want context.DeadlineExceeded", err)
+	}
+	var s Stats
+	if l.Stats(&s); s.Offline {
+		t.Fatalf("the caller's deadline took the limiter offline: %+v", s)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,36 @@
+// Package batched is redisstore's batched fleet mode: every process decides in process, at
+// in-process speed, from quota it leases from Redis, and exchanges counts with Redis in batches
+// per key and window instead of once per request.
+//
+// Redis holds, per key, the fleet's counted units for the current aligned window and the one
+// before ("win cur prev"), and forms the fleet-wide sliding estimate from them as the policy does:
+//
+//	estimate(t) = floor(prev × (W − elapsed) / W) + cur
+//
+// A process leases units with one script call that adds them to cur only if the estimate plus the
+// grant stays within the limit, so a unit is counted before anything is admitted with it: as
+// long as Redis answers, the fleet never admits more than the limit allows (over-admission 0). A
+// lease belongs to one window; the first request of the next window gives its unused part back
+// in the same call that leases anew (or the exchange does, one sync interval later at most).
+//
+// Decisions with local quota are one map lookup and one compare-and-swap, and allocate nothing.
+// A lease is sized to about two sync intervals of the key's observed rate (a key seen for the
+// first time leases only what its request needs, so a cold key costs what per-decision mode
+// costs), capped at WithMaxChunk's (by default the limit divided by four times the fleet size).
+// When a lease runs low, the exchange goroutine renews it, batching every key that needs it into
+// one pipeline per sync interval, so hot keys keep deciding without waiting on Redis. The unused
+// quota other processes hold bounds the under-admission: at most (N−1) × chunk units of
+// headroom, for N live processes.
+//
+// Every sync interval each process also heartbeats into a sorted set of process ids scored by
+// time, which gives the live fleet size N. While Redis is unreachable, a process keeps using the
+// leases it holds (they are counted) and decides everything else alone, with the limit divided by
+// N; when Redis returns it charges what it admitted so. A server that comes back empty is noticed
+// (the fleet's epoch token is gone): every process re-declares the units it counted in the
+// current and previous windows, and none leases again until all live ones have had the time to.
+//
+// docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
+//
+// Only the sliding window counter is available in this mode. Every process of a fleet must use
+// the same name, policy and prefix, and read clocks that agree to within a few milliseconds.
+package batched

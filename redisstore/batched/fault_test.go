@@ -1,0 +1,306 @@
+package batched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+)
+
+// clientDialer is go-redis's redial loop: after a failed dial a client's pool retries once a
+// second in a goroutine of its own, which outlives Close by up to that second. It belongs to the
+// client, not to the limiter.
+var clientDialer = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+
+const (
+	faultProcs   = 3
+	faultWorkers = 3 // goroutines per process
+	faultTimeout = 150 * time.Millisecond
+	faultSync    = 50 * time.Millisecond
+	faultOutage  = 800 * time.Millisecond
+	// A correctness bound, not a speed claim: the clients' own read and write timeouts are 30s, so
+	// a call that did not honour the limiter's deadline would take 30s; the slack absorbs the
+	// scheduling stalls of a loaded 2-core machine under -race.
+	faultSlack = 2500 * time.Millisecond
+)
+
+type faultCall struct {
+	proc    int
+	key     string
+	phase   int32 // 0 healthy, 1 outage, 2 recovering
+	win     int64 // window start (ms) of the decision
+	latency time.Duration
+	allowed bool
+	limit   int64
+	err     error
+}
+
+// TestOutage pauses (SIGSTOP) or kills (SIGKILL, then restarts empty) a real redis-server under
+// load from three processes (three limiters with their own clients and exchange goroutines in
+// this test process) and checks:
+//   - every call returns within its deadline plus slack, and decisions go on during the outage;
+//   - a decision Redis did not back wraps ErrOffline and redisstore.ErrUnavailable, and was made
+//     with the limit divided by the live fleet size (3): per process, key and window, at most
+//     that many units were admitted offline;
+//   - when Redis returns every process reconciles: for each key, Redis's counts for the current
+//     and previous windows hold at least every unit the fleet admitted in them (after SIGKILL
+//     the server came back empty, so this holds only if the processes re-declared their counts);
+//   - the processes leave decisions made offline behind, and no goroutine is left (goleak).
+func TestOutage(t *testing.T) {
+	for _, fault := range []string{"SIGSTOP", "SIGKILL"} {
+		t.Run(fault, func(t *testing.T) { runOutage(t, fault) })
+	}
+}
+
+func runOutage(t *testing.T, fault string) {
+	leaks := goleak.IgnoreCurrent()
+	srv, err := redisserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	// The whole test lies in two windows, whose counts Redis still holds at the end, and the
+	// boundary between them falls in the middle of the outage: the test starts 700ms before it.
+	// 8s: a loaded machine under -race has been seen to take almost 10s over this test.
+	p := policy.SlidingCounter{Limit: 3000, Window: 8 * time.Second}
+	w := p.WindowMs()
+	time.Sleep(time.Duration((2*w-boundaryAt-time.Now().UnixMilli()%w)%w) * time.Millisecond)
+	share := p.Limit / faultProcs
+	ls := make([]*Limiter, faultProcs)
+	clients := make([]*redis.Client, faultProcs)
+	for i := range ls {
+		clients[i] = redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, DisableIdentity: true, ContextTimeoutEnabled: true,
+			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+		if ls[i], err = New(clients[i], "outage", p, WithTimeout(faultTimeout), WithSyncInterval(faultSync),
+			WithProcessID("p"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := []string{"a", "b"}
+	var phase atomic.Int32
+	var stop atomic.Bool
+	var mu sync.Mutex
+	var calls []faultCall
+	var wg sync.WaitGroup
+	for pi, l := range ls {
+		for g := range faultWorkers {
+			wg.Go(func() {
+				var local []faultCall
+				ctx := context.Background()
+				for i := 0; i < 400_000 && !stop.Load(); i++ {
+					key := keys[(i+g)%len(keys)]
+					ph := phase.Load()
+					start := time.Now()
+					d, err := l.Take(ctx, key, 1)
+					local = append(local, faultCall{proc: pi, key: key, phase: ph, win: d.ResetAt.UnixMilli() - p.WindowMs(),
+						latency: time.Since(start), allowed: d.Allowed, limit: d.Limit, err: err})
+					time.Sleep(50 * time.Microsecond)
+				}
+				mu.Lock()
+				calls = append(calls, local...)
+				mu.Unlock()
+			})
+		}
+	}
+	stats := func(l *Limiter) Stats {
+		var s Stats
+		l.Stats(&s)
+		return s
+	}
+
+	time.Sleep(300 * time.Millisecond)
+	for i, l := range ls {
+		if s := stats(l); s.Fleet != faultProcs || s.Offline {
+			t.Errorf("process %d before the fault: %+v, want a fleet of %d, online", i, s, faultProcs)
+		}
+	}
+	phase.Store(1)
+	switch fault {
+	case "SIGSTOP":
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	case "SIGKILL":
+		srv.Kill()
+	}
+	time.Sleep(faultOutage)
+	offline := 0
+	for _, l := range ls {
+		if stats(l).Offline {
+			offline++
+		}
+	}
+	phase.Store(2)
+	switch fault {
+	case "SIGSTOP":
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	case "SIGKILL":
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := time.Now()
+	recovered := time.Duration(-1)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		all := true
+		for _, l := range ls {
+			all = all && !stats(l).Offline
+		}
+		if all {
+			recovered = time.Since(back)
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	// Two more exchanges, so that whatever was admitted last is charged.
+	time.Sleep(3 * faultSync)
+
+	if offline != faultProcs {
+		t.Errorf("%d of %d processes noticed the outage", offline, faultProcs)
+	}
+	if recovered < 0 {
+		for i, l := range ls {
+			t.Logf("process %d: %+v", i, stats(l))
+			l.entries.Range(func(k string, e *entry) bool {
+				e.mu.Lock()
+				t.Logf("  %s: cell %x rec %+v", k, e.cell.Load(), e.rec)
+				e.mu.Unlock()
+				return true
+			})
+		}
+		t.Fatalf("not every process was back online within 10s after the server returned")
+	}
+	type pkw struct {
+		proc int
+		key  string
+		win  int64
+	}
+	offAdmitted := map[pkw]int64{}
+	admitted := map[string]map[int64]int64{}
+	errKinds := map[string]int{}
+	defer func() { t.Logf("errors: %v", errKinds) }()
+	var outageCalls, offlineCalls, lateOK int
+	var worst time.Duration
+	for _, c := range calls {
+		worst = max(worst, c.latency)
+		if c.latency > faultTimeout+faultSlack {
+			t.Errorf("a call took %v, more than the %v deadline plus %v", c.latency, faultTimeout, faultSlack)
+		}
+		if c.phase == 1 {
+			outageCalls++
+		}
+		if c.err != nil {
+			errKinds[c.err.Error()]++
+			if !errors.Is(c.err, ErrOffline) || !errors.Is(c.err, redisstore.ErrUnavailable) {
+				t.Fatalf("error %v wraps neither ErrOffline nor redisstore.ErrUnavailable", c.err)
+			}
+			offlineCalls++
+			// Before the fault a loaded machine may time out a healthy call (New's heartbeat among
+			// them) and decide alone with the fleet known then; from the fault on, the fleet is 3.
+			if c.phase > 0 && c.limit != share {
+				t.Fatalf("an offline decision had limit %d, want the limit divided by the fleet: %d", c.limit, share)
+			}
+			if c.allowed && c.phase > 0 {
+				offAdmitted[pkw{c.proc, c.key, c.win}]++
+			}
+		} else if c.phase == 2 {
+			lateOK++
+		}
+		if c.allowed {
+			if admitted[c.key] == nil {
+				admitted[c.key] = map[int64]int64{}
+			}
+			admitted[c.key][c.win]++
+		}
+	}
+	if outageCalls == 0 || offlineCalls == 0 {
+		t.Fatalf("%d calls during the outage, %d decided offline: the outage was not seen", outageCalls, offlineCalls)
+	}
+	for k, n := range offAdmitted {
+		if n > share {
+			t.Errorf("process %d admitted %d units of key %s offline in window %d: more than its share %d", k.proc, n, k.key, k.win, share)
+		}
+	}
+	if lateOK == 0 {
+		t.Errorf("no call after the server returned was decided through Redis")
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer admin.Close()
+	// Reconciliation is asynchronous (the next exchange of each process, which a loaded machine
+	// may delay): poll, for a bounded time, until Redis counts at least what the fleet admitted.
+	var report []string
+	reconciled := false
+	for deadline := time.Now().Add(5 * time.Second); !reconciled && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		reconciled, report = true, report[:0]
+		for key, wins := range admitted {
+			v, err := admin.Get(context.Background(), ls[0].Key(key)).Result()
+			if err != nil {
+				t.Fatalf("key %s: %v", key, err)
+			}
+			f := strings.Fields(v)
+			win, _ := strconv.ParseInt(f[0], 10, 64)
+			cur, _ := strconv.ParseInt(f[1], 10, 64)
+			prev, _ := strconv.ParseInt(f[2], 10, 64)
+			for wstart, n := range wins {
+				var counted int64
+				switch wstart {
+				case win:
+					counted = cur
+				case win - p.WindowMs():
+					counted = prev
+				default:
+					t.Fatalf("key %s: admissions in window %d, Redis holds %q", key, wstart, v)
+				}
+				reconciled = reconciled && counted >= n
+				report = append(report, fmt.Sprintf("key %s window %d: fleet admitted %d, Redis counts %d (limit %d)", key, wstart, n, counted, p.Limit))
+			}
+		}
+	}
+	for _, r := range report {
+		t.Log(r)
+	}
+	if !reconciled {
+		t.Errorf("not reconciled within 5s: Redis counts fewer units than the fleet admitted")
+	}
+	for i, l := range ls {
+		t.Logf("process %d: %+v", i, stats(l))
+		l.entries.Range(func(k string, e *entry) bool {
+			e.mu.Lock()
+			t.Logf("  %s: cell %x rec %+v", k, e.cell.Load(), e.rec)
+			e.mu.Unlock()
+			return true
+		})
+		_ = l.Close()
+		_ = clients[i].Close()
+	}
+	t.Logf("%s: %d calls during the %v outage, %d decided offline; back online %v after the server returned; slowest call %v",
+		fault, outageCalls, faultOutage, offlineCalls, recovered.Round(time.Millisecond), worst.Round(time.Millisecond))
+	srv.Stop()
+	goleak.VerifyNone(t, leaks, clientDialer)
+}
+
+// boundaryAt is how long after the outage tests start the window boundary falls (ms): 700, in
+// the middle of the outage, unless BOUNDARY says otherwise (for probing other placements).
+var boundaryAt = func() int64 {
+	if v, err := strconv.ParseInt(os.Getenv("BOUNDARY"), 10, 64); err == nil {
+		return v
+	}
+	return 700
+}()

@@ -1,0 +1,130 @@
+package batched
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/clock"
+)
+
+// Option configures a Limiter at construction. Options are applied in order, once, by New; a
+// later one overrides an earlier one of the same kind. An Option value may be reused.
+type Option func(*config) error
+
+// Defaults, constants safe to read from anywhere.
+const (
+	// DefaultSyncInterval is how often a process exchanges counts with Redis: heartbeats, lease
+	// renewals, returns of unused leases.
+	DefaultSyncInterval = 50 * time.Millisecond
+	// DefaultTimeout bounds every call to Redis.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultPrefix starts every key name. It differs from redisstore.DefaultPrefix because the two
+	// modes keep different state under the same key layout.
+	DefaultPrefix = "slb:"
+	// DefaultSkew is the clock skew between hosts that key lifetimes allow for.
+	DefaultSkew = 2 * time.Second
+)
+
+type config struct {
+	clock    *clock.Clock
+	sync     time.Duration
+	timeout  time.Duration
+	maxChunk int64
+	prefix   string
+	id       string
+	onError  func(error)
+	manual   bool // no background goroutine; the tests step the exchange themselves
+}
+
+func defaultConfig() config {
+	return config{sync: DefaultSyncInterval, timeout: DefaultTimeout, prefix: DefaultPrefix}
+}
+
+// WithClock makes the limiter read time from c instead of the process-wide coarse clock
+// (clock.Acquire). Every process of a fleet must read close clocks (a few milliseconds apart at
+// most): windows are aligned to the Unix epoch, and a lease is used in the window its process's
+// clock says. The limiter does not stop c.
+func WithClock(c *clock.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return fmt.Errorf("batched: WithClock(nil)")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// WithSyncInterval sets how often the process exchanges counts with Redis (default
+// DefaultSyncInterval, 50ms): one heartbeat and one pipeline of renewals and returns per interval.
+// A shorter interval means smaller leases and less under-admission (see the package doc's
+// bounds), a longer one fewer Redis commands.
+func WithSyncInterval(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond || d > time.Minute {
+			return fmt.Errorf("batched: WithSyncInterval(%v): must be in [1ms, 1m]", d)
+		}
+		cfg.sync = d
+		return nil
+	}
+}
+
+// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The caller's
+// context still applies when it is shorter. A call that times out is never retried.
+func WithTimeout(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond || d > time.Minute {
+			return fmt.Errorf("batched: WithTimeout(%v): must be in [1ms, 1m]", d)
+		}
+		cfg.timeout = d
+		return nil
+	}
+}
+
+// WithMaxChunk caps the units one lease may grant (default: the limit divided by four times the
+// live fleet size, at least 1, recomputed at every heartbeat). Leases below the cap follow each
+// key's observed rate, about two sync intervals' worth. The cap bounds the quota a process can
+// hold unused, and so the fleet's under-admission: at most (N-1) × maxChunk.
+func WithMaxChunk(n int64) Option {
+	return func(cfg *config) error {
+		if n < 1 || n > 1<<32-1 {
+			return fmt.Errorf("batched: WithMaxChunk(%d): must be in [1, 2^32-1]", n)
+		}
+		cfg.maxChunk = n
+		return nil
+	}
+}
+
+// WithPrefix sets the prefix of every key name (default DefaultPrefix, "slb:"): printable ASCII
+// without spaces or braces, at most 64 bytes.
+func WithPrefix(p string) Option {
+	return func(cfg *config) error {
+		if err := checkName("prefix", p, true, 64); err != nil {
+			return err
+		}
+		cfg.prefix = p
+		return nil
+	}
+}
+
+// WithProcessID sets the id this process registers under in the fleet's membership (default: 16
+// random hex digits). Ids must be unique in the fleet; a restarted process may reuse its old one.
+// Same character rules as a name, at most 64 bytes.
+func WithProcessID(id string) Option {
+	return func(cfg *config) error {
+		if err := checkName("process id", id, false, 64); err != nil {
+			return err
+		}
+		cfg.id = id
+		return nil
+	}
+}
+
+// WithOnError sets a function called with every failed exchange with Redis, for logs and metrics.
+// It is called from the deciding goroutine or from the limiter's own goroutine, possibly from
+// several at once, and must be fast and safe for concurrent use.
+func WithOnError(f func(error)) Option {
+	return func(cfg *config) error {
+		cfg.onError = f
+		return nil
+	}
+}

@@ -1,0 +1,310 @@
+package batched
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/redisstore"
+)
+
+// maxBatch bounds the script calls of one pipeline, so that one exchange cannot hold the server
+// (or the connection) for long.
+const maxBatch = 1024
+
+func (l *Limiter) run() {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.sync)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.syncMu.Lock()
+			l.exchange(l.clk.Now())
+			l.syncMu.Unlock()
+		}
+	}
+}
+
+// liveness is how long a process stays in the fleet's membership after its last heartbeat.
+// A process whose exchange stalls (a loaded host, a long pause of the garbage collector) must
+// not drop out and make the others' shares jump: at least a second.
+func (l *Limiter) liveness() time.Duration { return max(5*l.cfg.sync, time.Second) + 2*l.cfg.timeout }
+
+// exchange is one sync interval's work: a heartbeat (which also probes an unreachable Redis and
+// detects a server that lost its data), reconciliation when Redis is back, then one pipeline of
+// renewals and returns, and from time to time forgetting idle keys. Called with syncMu held.
+func (l *Limiter) exchange(now int64) {
+	wasOffline := l.offline.Load()
+	lost, ok := l.heartbeat(now)
+	if !ok {
+		return
+	}
+	if lost {
+		// Redis came back empty: every process re-declares what it has counted, and none leases
+		// until all live ones have had a heartbeat to do so.
+		l.quietUntil.Store(now + l.liveness().Milliseconds())
+	}
+	if wasOffline || lost {
+		if !l.reconcile(lost) {
+			return
+		}
+		l.offline.Store(false)
+	}
+	l.flush(now, false)
+	if every := max(l.w, 1000); now-l.lastForget >= every {
+		l.lastForget = now
+		l.forget()
+	}
+}
+
+// heartbeat records the process as live and learns the fleet's size and epoch. It reports whether
+// Redis lost its data since the last heartbeat, and whether Redis answered.
+func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	defer cancel()
+	cmd, err := heartbeatScript.run(ctx, l.client, []string{l.members, l.epochK}, l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]))
+	l.exchanges.Inc()
+	var v []any
+	if err == nil {
+		v, err = cmd.Slice()
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("batched: heartbeat returned %v", v)
+		}
+	}
+	var n int64
+	var epoch string
+	if err == nil {
+		var okN, okE bool
+		n, okN = v[0].(int64)
+		epoch, okE = v[1].(string)
+		if !okN || !okE {
+			err = fmt.Errorf("batched: heartbeat returned %v", v)
+		}
+	}
+	if err != nil {
+		l.failures.Inc()
+		l.offline.Store(true)
+		l.reportErr(fmt.Errorf("%w: heartbeat: %w", redisstore.ErrUnavailable, err))
+		return false, false
+	}
+	lost = l.epoch != "" && epoch != l.epoch
+	l.epoch = epoch
+	if lost || l.offline.Load() || now < l.quietUntil.Load() {
+		// After an outage the set has lost (a server restarted empty) or is about to drop (every
+		// score older than the liveness) the processes that have not had a heartbeat since: the
+		// fleet is the larger count until every live one has.
+		n = max(n, l.fleet.Load())
+	}
+	l.fleet.Store(max(n, 1))
+	return lost, true
+}
+
+// pending is one queued exchange for an entry, whose mutex is held until its reply is applied.
+type pending struct {
+	e          *entry
+	a          adj
+	idx, now   int64 // the entry's window and the time, read with its mutex held
+	want, need int64
+}
+
+// send runs the pending calls in one pipeline and applies each reply, releasing every entry. It
+// reports whether Redis answered.
+func (l *Limiter) send(ps []pending) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	calls := make([]call, len(ps))
+	for i, p := range ps {
+		calls[i] = call{s: leaseScript, keys: []string{p.e.rkey}, args: l.leaseArgs(p.now, p.want, p.need, p.a)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	err := runAll(ctx, l.client, calls)
+	cancel()
+	l.exchanges.Add(int64(len(calls)))
+	ok := true
+	for i, p := range ps {
+		var r reply
+		e := err
+		if e == nil {
+			r, e = parseReply(calls[i].cmd)
+		}
+		if e != nil {
+			l.failed(p.e, p.a)
+			if transportFailure(e) {
+				ok = false
+			}
+		} else {
+			l.acked(p.e, p.a)
+			if p.need > 0 || r.grant > 0 {
+				_ = l.applyGrant(p.e, p.idx, p.now, r)
+			}
+		}
+		p.e.mu.Unlock()
+	}
+	if !ok {
+		l.offline.Store(true)
+		l.reportErr(fmt.Errorf("%w: exchange: %w", redisstore.ErrUnavailable, err))
+	}
+	return ok
+}
+
+// flush renews the leases running low and gives back unused leases of ended windows (and, with
+// all, every lease held, as Close does). Called with syncMu held.
+func (l *Limiter) flush(now int64, all bool) {
+	var ps []pending
+	// Entries whose mutex this flush holds (queued in ps), or has already exchanged.
+	seen := make(map[*entry]bool)
+	ok := true
+	push := func(p pending) {
+		seen[p.e] = true
+		ps = append(ps, p)
+		if len(ps) >= maxBatch {
+			ok = l.send(ps) && ok
+			ps = ps[:0]
+		}
+	}
+	quiet := now < l.quietUntil.Load() || l.offline.Load()
+	// Renewals first: they are what keeps hot keys deciding in process.
+	for drained := false; !drained && !all; {
+		select {
+		case e := <-l.renew:
+			if seen[e] {
+				continue
+			}
+			e.mu.Lock()
+			e.queued.Store(false)
+			if e.dead || quiet || !ok {
+				e.mu.Unlock()
+				continue
+			}
+			now, idx := l.lockedNow(e)
+			rem := int64(uint32(e.cell.Load()))
+			if rem >= int64(e.low.Load()) {
+				e.mu.Unlock()
+				continue
+			}
+			want := max(l.wantFor(e, now, 1)-rem, 1)
+			push(pending{e: e, a: l.adjustments(e, false), idx: idx, now: now, want: want, need: 1})
+		default:
+			drained = true
+		}
+	}
+	// Then every entry holding units: ended windows give back what is left.
+	l.holding.Range(func(e *entry, _ struct{}) bool {
+		if !ok {
+			return false
+		}
+		if seen[e] {
+			return true
+		}
+		e.mu.Lock()
+		if e.dead {
+			l.holding.Delete(e)
+			e.mu.Unlock()
+			return true
+		}
+		now, idx := l.lockedNow(e)
+		a := l.adjustments(e, false)
+		if all {
+			// The process is leaving: give back the current window's lease too.
+			for {
+				c := e.cell.Load()
+				if e.cell.CompareAndSwap(c, cellOf(idx, 0)) {
+					if u := int64(uint32(c)); u > 0 && e.rec[0].win == idx*l.w {
+						e.rec[0].granted -= u
+						a.delta[0] -= u
+						a.ret[0] += u
+					}
+					break
+				}
+			}
+		}
+		if int64(uint32(e.cell.Load())) == 0 {
+			l.holding.Delete(e)
+		}
+		if a.none() {
+			e.mu.Unlock()
+			return true
+		}
+		push(pending{e: e, a: a, idx: idx, now: now})
+		return true
+	})
+	if ok {
+		l.send(ps)
+	} else {
+		for _, p := range ps {
+			p.e.mu.Unlock()
+		}
+	}
+}
+
+// reconcile brings Redis up to date after an outage: it charges the units admitted offline and,
+// after a data loss, re-declares every unit this process has counted. It reports success.
+func (l *Limiter) reconcile(lost bool) bool {
+	var ps []pending
+	ok := true
+	l.entries.Range(func(_ string, e *entry) bool {
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			return true
+		}
+		now, idx := l.lockedNow(e)
+		a := l.adjustments(e, lost)
+		if a.none() {
+			e.mu.Unlock()
+			return true
+		}
+		ps = append(ps, pending{e: e, a: a, idx: idx, now: now})
+		if len(ps) >= maxBatch {
+			ok = l.send(ps)
+			ps = ps[:0]
+		}
+		return ok
+	})
+	if !ok {
+		for _, p := range ps {
+			p.e.mu.Unlock()
+		}
+		return false
+	}
+	return l.send(ps)
+}
+
+// forget drops the entries whose lease is two windows old or more: their counts no longer weigh
+// on any estimate, so a new entry would decide the same. The time is read afresh for each entry,
+// with its mutex held, so that an entry a decision has just rolled is never taken for an old one.
+func (l *Limiter) forget() {
+	old := func(e *entry) bool {
+		return int32(uint32(l.rule.Index(l.clk.Now()))-uint32(e.cell.Load()>>32)) >= 2
+	}
+	l.entries.Range(func(k string, e *entry) bool {
+		if !old(e) {
+			return true
+		}
+		e.mu.Lock()
+		if old(e) && !e.queued.Load() {
+			e.dead = true
+			l.entries.Delete(k)
+			l.holding.Delete(e)
+		}
+		e.mu.Unlock()
+		return true
+	})
+}
+
+// lockedNow reads the time with e.mu held and rolls e to it. Read any earlier, the time could be
+// older than a decision that rolled e meanwhile, and rolling e back would lose its counts.
+func (l *Limiter) lockedNow(e *entry) (now, idx int64) {
+	now = l.clk.Now()
+	idx = l.rule.Index(now)
+	l.roll(e, idx)
+	return now, idx
+}
