@@ -434,7 +434,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-rate", "10/1s", "-rate", "20/1s"}, "two limits with the window 1s", 2},
 		{[]string{"-upstream", up, "-rate", "10/1s", "-limit", "5"}, "give either -rate or -limit and -window, not both", 2},
 		{[]string{"-upstream", up, "-shadow=maybe"}, "-shadow maybe: want true or false", 2},
-		{[]string{"-upstream", up, "-redis-mode", "batched"}, "batched mode is not available in this build", 2},
+		{[]string{"-upstream", up, "-redis-mode", "batched"}, "-redis-mode batched: needs -redis URL", 2},
 		{[]string{"-upstream", up, "-redis-mode", "fast"}, `-redis-mode "fast": must be exact`, 2},
 		{[]string{"-upstream", up, "-on-redis-error", "maybe"}, `-on-redis-error "maybe": must be open, closed or local`, 2},
 		{[]string{"-upstream", up, "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]", 2},

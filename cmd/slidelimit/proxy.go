@@ -36,6 +36,7 @@ import (
 	"github.com/slidelimit/slidelimit/httplimit"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/batched"
 )
 
 type proxyConfig struct {
@@ -107,7 +108,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.Var(durationFlag{&c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
 	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals with an RFC 9457 application/problem+json body")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://[:password@]host:port/db), shared by every proxy using it")
-	fs.StringVar(&c.redisMode, "redis-mode", "exact", "exact: one Redis round trip per decision")
+	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one Redis round trip per decision) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
 	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share)")
 	c.redisTimeout = redisstore.DefaultTimeout
 	fs.Var(durationFlag{&c.redisTimeout}, "redis-timeout", "the deadline of each Redis call, a `duration` in [1ms, 1m]")
@@ -198,9 +199,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	switch c.redisMode {
 	case "exact":
 	case "batched":
-		return def, nil, errors.New("-redis-mode batched: batched mode is not available in this build; use -redis-mode exact")
+		if c.redisURL == "" {
+			return def, nil, errors.New("-redis-mode batched: needs -redis URL")
+		}
 	default:
-		return def, nil, fmt.Errorf("-redis-mode %q: must be exact (one Redis round trip per decision)", c.redisMode)
+		return def, nil, fmt.Errorf("-redis-mode %q: must be exact (one Redis round trip per decision) or batched (quota leased from Redis, decided in process)", c.redisMode)
 	}
 	if _, err := slidelimit.ParseFailureMode(c.onRedisError); err != nil {
 		return def, nil, fmt.Errorf("-on-redis-error %q: must be open, closed or local", c.onRedisError)
@@ -388,6 +391,7 @@ type builtLimit struct {
 	quota httplimit.Quota
 	eng   *engine.Limiter // the in-process limiter, or Redis' fallback; nil: none
 	rs    *redisstore.Limiter
+	bl    *batched.Limiter // -redis-mode batched
 	once  sync.Once
 	rule  atomic.Pointer[string] // the rule name the latency histogram is labelled with
 }
@@ -396,6 +400,9 @@ func (b *builtLimit) close() {
 	b.once.Do(func() {
 		if b.rs != nil {
 			b.rs.Close()
+		}
+		if b.bl != nil {
+			b.bl.Close()
 		}
 		if b.eng != nil {
 			b.eng.Close()
@@ -771,6 +778,18 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 		return b, nil
 	}
 	mode, _ := slidelimit.ParseFailureMode(c.onRedisError)
+	if c.redisMode == "batched" {
+		bopts := []batched.Option{batched.WithTimeout(c.redisTimeout)}
+		if c.clk != nil {
+			bopts = append(bopts, batched.WithClock(c.clk))
+		}
+		bl, err := batched.New(px.redis, storeName, p, bopts...)
+		if err != nil {
+			return nil, fmt.Errorf("-redis-mode batched with -policy %s: %w", rs.policyID, err)
+		}
+		b.bl, sc.lim, b.lim = bl, offlineAs{bl, mode}, sc
+		return b, nil
+	}
 	ropts := []redisstore.Option{redisstore.WithTimeout(c.redisTimeout), redisstore.WithOnFailure(mode)}
 	if mode == slidelimit.FailLocal {
 		eng, err := engine.New(local, opts...)
@@ -794,9 +813,35 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	return b, nil
 }
 
-// storeRefunder is a store that gives units back, which httplimit then uses to keep several
-// limits all or nothing. redisstore.Limiter gains it when refunds land there; until then a
-// refusal by a later Redis limit leaves the earlier ones charged.
+// offlineAs applies -on-redis-error to what the batched mode decides while Redis is away: local
+// (the default) keeps its decision, made with the limit divided by the live fleet; open admits;
+// closed refuses. While Redis answers, its decisions stand as they are.
+type offlineAs struct {
+	l    *batched.Limiter
+	mode slidelimit.FailureMode
+}
+
+func (o offlineAs) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
+	d, err := o.l.Take(ctx, key, n)
+	if err == nil || !errors.Is(err, batched.ErrOffline) {
+		return d, err
+	}
+	switch o.mode {
+	case slidelimit.FailOpen:
+		return slidelimit.Decision{Allowed: true, Limit: d.Limit, Reason: slidelimit.ReasonOK}, err
+	case slidelimit.FailClosed:
+		return slidelimit.Decision{Limit: d.Limit, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, err
+	}
+	return d, err
+}
+
+func (o offlineAs) Policy() policy.Policy { return o.l.Policy() }
+
+// Close closes the batched limiter, giving back its leases.
+func (o offlineAs) Close() error { return o.l.Close() }
+
+// storeRefunder is a store that gives units back (redisstore.Limiter), which httplimit then uses
+// to keep several limits all or nothing.
 type storeRefunder interface {
 	Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
 }

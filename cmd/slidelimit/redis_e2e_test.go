@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"os"
 	"os/exec"
@@ -148,4 +149,46 @@ func TestProxyRedisFailureModes(t *testing.T) {
 		codes = append(codes, do(t, c, open.url("/"), client(3)).status)
 	}
 	assert.Equal(t, []int{200, 200, 200, 200, 200, 200}, codes)
+}
+
+// -redis-mode batched: two proxy processes lease quota from one Redis and decide in process, and
+// together admit exactly the limit; the mode refuses a policy it cannot run, naming it.
+func TestTwoProxiesShareBatchedRedis(t *testing.T) {
+	addr, _ := startRedis(t)
+	up := newUpstream(t)
+	const window = int64(3_600_000)
+	for attempt := 0; ; attempt++ {
+		before := time.Now().UnixMilli()
+		args := []string{"-upstream", up.URL, "-limit", "6", "-window", "1h", "-redis", "redis://" + addr + "/0", "-redis-mode", "batched", "-name", "batched" + strconv.Itoa(attempt)}
+		p1, p2 := startProxy(t, args...), startProxy(t, args...)
+		c := newClient(t, true)
+		var codes []int
+		for i := range 12 {
+			p := p1
+			if i%2 == 1 {
+				p = p2
+			}
+			codes = append(codes, do(t, c, p.url("/"), nil).status)
+		}
+		if after := time.Now().UnixMilli(); after >= before-before%window+window && attempt == 0 {
+			continue // straddled an hour boundary: run again in the next window
+		}
+		admitted := 0
+		for _, code := range codes {
+			if code == 200 {
+				admitted++
+			} else {
+				assert.Equal(t, 429, code)
+			}
+		}
+		assert.Equal(t, 6, admitted, "the fleet admits the limit, no more: %v", codes)
+		break
+	}
+
+	var stderr bytes.Buffer
+	cmd := exec.Command(binary, "proxy", "-listen", "127.0.0.1:0", "-upstream", up.URL, "-redis", "redis://"+addr+"/0", "-redis-mode", "batched", "-policy", "gcra", "-limit", "5", "-window", "1s")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	require.Error(t, err)
+	assert.Contains(t, stderr.String(), "-redis-mode batched with -policy gcra")
 }

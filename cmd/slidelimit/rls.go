@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/batched"
 	"github.com/slidelimit/slidelimit/rls"
 )
 
@@ -36,8 +38,8 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "a YAML file, or a directory of them (one domain per file), in envoyproxy/ratelimit's format (required)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "gRPC address to serve envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1 on (port 0 picks a free one)")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), so that every replica shares each limit; default: in process")
-	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor); batched is not available yet")
-	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse)")
+	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
+	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse); with -redis-mode batched also local (the limit divided by the live fleet)")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
@@ -63,13 +65,13 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	case c.reloadInterval < 0:
 		return usageErr(fs, "-reload-interval %v: must not be negative", c.reloadInterval)
 	case c.redisMode != "exact" && c.redisMode != "batched":
-		return usageErr(fs, "-redis-mode %q: want exact (batched is not available yet)", c.redisMode)
-	case c.redisMode == "batched":
-		return usageErr(fs, "-redis-mode batched: the batched fleet mode is not available yet; use -redis-mode exact")
+		return usageErr(fs, "-redis-mode %q: want exact or batched", c.redisMode)
+	case c.redisMode == "batched" && c.redisURL == "":
+		return usageErr(fs, "-redis-mode batched: needs -redis URL")
 	}
 	onError, err := slidelimit.ParseFailureMode(c.onError)
-	if err != nil || onError == slidelimit.FailLocal {
-		return usageErr(fs, "-on-redis-error %q: want open or closed", c.onError)
+	if err != nil || (onError == slidelimit.FailLocal && c.redisMode != "batched") {
+		return usageErr(fs, "-on-redis-error %q: want open or closed (or local, with -redis-mode batched)", c.onError)
 	}
 	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
 
@@ -91,8 +93,18 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			logger.Printf("warning: Redis at %s does not answer (%v); descriptors are decided %s until it does", redactURL(c.redisURL), err, onError)
 		}
 		cancel()
-		opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout))))
-		describe = "on Redis " + redactURL(c.redisURL) + " (exact)"
+		if c.redisMode == "batched" {
+			opts = append(opts, rls.WithBackend(rls.BackendFunc(func(name string, p policy.Policy) (slidelimit.Limiter, error) {
+				bl, err := batched.New(client, name, p, batched.WithTimeout(c.redisTimeout))
+				if err != nil {
+					return nil, err
+				}
+				return offlineAs{bl, onError}, nil
+			})))
+		} else {
+			opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout))))
+		}
+		describe = "on Redis " + redactURL(c.redisURL) + " (" + c.redisMode + ")"
 	}
 	srv, err := rls.NewServer(cfg, opts...)
 	if err != nil {

@@ -67,7 +67,7 @@ func TestRLSBadFlags(t *testing.T) {
 		want string
 	}{
 		{nil, "-config is required"},
-		{[]string{"-config", "x.yaml", "-redis-mode", "batched"}, "-redis-mode batched: the batched fleet mode is not available yet"},
+		{[]string{"-config", "x.yaml", "-redis-mode", "batched"}, "-redis-mode batched: needs -redis URL"},
 		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
 		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
 		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be positive"},
@@ -248,4 +248,28 @@ func TestRLSRedisSharedLimit(t *testing.T) {
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	require.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok, ok, over}, codes)
 	require.Contains(t, a.stderr(), "deciding on Redis redis://"+addr+"/0 (exact)")
+}
+
+// With -redis-mode batched, two processes lease each limit's quota from one Redis and together
+// admit exactly the limit.
+func TestRLSBatchedSharedLimit(t *testing.T) {
+	addr, _ := startRedis(t)
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 5}\n"), 0o644))
+	a := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-mode", "batched", "-redis-timeout", "5s")
+	b := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-mode", "batched", "-redis-timeout", "5s")
+	ca, _ := rlsClient(t, a.addr)
+	cb, _ := rlsClient(t, b.addr)
+	ok := 0
+	for i := range 10 {
+		c := ca
+		if i%2 == 1 {
+			c = cb
+		}
+		if rlsCall(t, c, "edge", "remote_address", "203.0.113.5").GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	require.Equal(t, 5, ok, "the fleet admits the limit, no more")
+	require.Contains(t, a.stderr(), "deciding on Redis redis://"+addr+"/0 (batched)")
 }
