@@ -11,7 +11,8 @@
 //   - package engine: in-process, lock-free, tens of nanoseconds per decision
 //     ((*engine.Limiter).AsLimiter adapts its context-free hot path to Limiter);
 //   - module redisstore: one Redis or Valkey round trip per decision, shared by a fleet;
-//   - redisstore's batched fleet mode: in-process decisions reconciled with Redis in batches.
+//   - package redisstore/batched, the fleet mode: in-process decisions from quota leased from
+//     Redis in batches.
 //
 // Package httplimit puts any Limiter in front of net/http, and the slidelimit command runs it as a
 // reverse proxy or as Envoy's rate limit service.
