@@ -12,7 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // TestNewClientNeverPrintsThePassword: malformed and valid URLs alike, neither an error from
@@ -122,7 +122,7 @@ func TestNewClientForms(t *testing.T) {
 	})
 	t.Run("unix", func(t *testing.T) {
 		sock := filepath.Join(t.TempDir(), "redis.sock")
-		srv, err := redisserver.Start("--unixsocket", sock)
+		srv, err := redistest.Start("--unixsocket", sock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestNewClientForms(t *testing.T) {
 		takeAll(t, c, 5)
 	})
 	t.Run("password", func(t *testing.T) {
-		srv, err := redisserver.Start("--requirepass", "p@ss/word")
+		srv, err := redistest.Start("--requirepass", "p@ss/word")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestNewClientForms(t *testing.T) {
 	})
 	t.Run("sentinel", func(t *testing.T) {
 		master := startServer(t)
-		sen, err := redisserver.StartSentinel("mymaster", master.Addr)
+		sen, err := redistest.StartSentinel("mymaster", master.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 const (
@@ -42,9 +42,9 @@ type faultCall struct {
 	err     error
 }
 
-func startServer(t *testing.T) *redisserver.Server {
+func startServer(t *testing.T) *redistest.Server {
 	t.Helper()
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}

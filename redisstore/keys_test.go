@@ -13,7 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // crc16 is the CRC-16/XMODEM that Redis Cluster hashes keys with (cluster spec, appendix A),
@@ -193,7 +193,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 // through a ClusterClient, with subjects full of braces: no CROSSSLOT, no MOVED loop, and the
 // decisions count as on a single node.
 func TestCluster(t *testing.T) {
-	srv, err := redisserver.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	srv, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	if err != nil {
 		t.Fatalf("start cluster node: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // testAddr is the shared redis-server that TestMain starts; tests that kill or pause a server
@@ -22,10 +22,10 @@ var testAddr string
 // valkey-server) on a free loopback port. It installs nothing: without the program on PATH it fails under CI=true and skips the package otherwise
 // (the repository's test script installs it).
 func TestMain(m *testing.M) {
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
-		if errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") != "true" {
-			fmt.Printf("redisstore: SKIP: %s is not installed (apt-get install redis-server); CI=true makes this a failure\n", redisserver.Program())
+		if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
+			fmt.Printf("redisstore: SKIP: %s is not installed (apt-get install redis-server); CI=true makes this a failure\n", redistest.Program())
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "redisstore:", err)
@@ -62,13 +62,13 @@ func TestServerProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantValkey := strings.Contains(redisserver.Program(), "valkey")
+	wantValkey := strings.Contains(redistest.Program(), "valkey")
 	if isValkey := strings.Contains(info, "valkey_version:") || strings.Contains(info, "server_name:valkey"); isValkey != wantValkey {
-		t.Fatalf("running %s, but the server says valkey = %v", redisserver.Program(), isValkey)
+		t.Fatalf("running %s, but the server says valkey = %v", redistest.Program(), isValkey)
 	}
 	for line := range strings.SplitSeq(info, "\r\n") {
 		if strings.HasPrefix(line, "redis_version:") || strings.HasPrefix(line, "valkey_version:") {
-			t.Logf("%s: %s", redisserver.Program(), line)
+			t.Logf("%s: %s", redistest.Program(), line)
 		}
 	}
 }

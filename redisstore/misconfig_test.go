@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // errLog collects what the WithOnError hook receives.
@@ -82,7 +82,7 @@ func misconfigured(t *testing.T, l *Limiter, log *errLog, want string) {
 }
 
 func TestWrongPasswordOpensBreaker(t *testing.T) {
-	srv, err := redisserver.Start("--requirepass", "s3cret-pw")
+	srv, err := redistest.Start("--requirepass", "s3cret-pw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestNoPermissionOpensBreaker(t *testing.T) {
 }
 
 func TestNoScriptingOpensBreaker(t *testing.T) {
-	srv, err := redisserver.Start("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", "")
+	srv, err := redistest.Start("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,13 +178,13 @@ func TestClusterNodeBehindPlainClient(t *testing.T) {
 
 // startCluster starts n cluster-enabled servers, splits the 16384 slots between them, joins
 // them and waits until every node reports cluster_state:ok.
-func startCluster(t *testing.T, n int) []*redisserver.Server {
+func startCluster(t *testing.T, n int) []*redistest.Server {
 	t.Helper()
 	ctx := context.Background()
-	var nodes []*redisserver.Server
+	var nodes []*redistest.Server
 	var admins []*redis.Client
 	for i := range n {
-		srv, err := redisserver.Start("--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
+		srv, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
 		if err != nil {
 			t.Fatalf("start cluster node: %v", err)
 		}

@@ -16,15 +16,15 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidelimit/slidelimit/bench/internal/redisserver"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 var addr string
 
 func TestMain(m *testing.M) {
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redispeers:", err)
 		if os.Getenv("CI") == "true" {

@@ -6,6 +6,6 @@
 //	cd bench && go test -run '^$' -bench . -benchtime 2s ./redispeers
 //	cd bench && go test -run TestServerCost -v ./redispeers
 //
-// The harness starts redis-server itself on a free loopback port (bench/internal/redisserver);
+// The harness starts redis-server itself on a free loopback port (redisstore/redistest);
 // without redis-server the package skips, and with CI=true it fails instead.
 package redispeers

@@ -19,7 +19,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // The limiter satisfies the root interface.
@@ -410,7 +410,7 @@ func TestStartsOffline(t *testing.T) {
 // returns the context's error and leaves the limiter online: the caller's deadline says nothing
 // about Redis. The server is paused so that the round trip cannot finish in time.
 func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // clientDialer is go-redis's redial loop: after a failed dial a client's pool retries once a
@@ -67,7 +67,7 @@ func TestOutage(t *testing.T) {
 
 func runOutage(t *testing.T, fault string) {
 	leaks := goleak.IgnoreCurrent()
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // testAddr is the shared redis-server that TestMain starts; tests that kill or pause a server
@@ -27,9 +27,9 @@ func TestMain(m *testing.M) {
 	}
 	// The outage tests make go-redis log every failed dial.
 	redis.SetLogger(nopLogger{})
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
-		if errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
 			fmt.Println("batched: SKIP: redis-server is not installed (apt-get install redis-server); CI=true makes this a failure")
 			os.Exit(0)
 		}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
-	"github.com/slidelimit/slidelimit/redisstore/internal/redisserver"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // procPolicy is the policy of TestOutageProcesses, parent and children alike.
@@ -167,7 +167,7 @@ func TestOutageProcesses(t *testing.T) {
 }
 
 func runOutageProcesses(t *testing.T, fault string) {
-	srv, err := redisserver.Start()
+	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

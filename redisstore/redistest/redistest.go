@@ -1,10 +1,12 @@
-// Package redisserver runs a real redis-server (or the program $SLIDELIMIT_REDIS_SERVER names,
-// such as valkey-server) on a free loopback port for tests and benchmarks,
-// and lets a test kill it (SIGKILL), pause it (SIGSTOP), resume it and start it again on the same
-// port. It installs nothing: if the program is not on PATH, Start returns ErrNotInstalled.
+// Package redistest runs a real redis-server (or the program $SLIDELIMIT_REDIS_SERVER names,
+// such as valkey-server) on a free loopback port, for the tests and benchmarks of programs that
+// use redisstore (this repository's own among them), and lets a test kill it (SIGKILL), pause it
+// (SIGSTOP), resume it and start it again on the same port, to see what a store outage does. It
+// installs nothing: if the program is not on PATH, Start returns ErrNotInstalled. It is a test
+// helper in the way net/http/httptest is: not for production code.
 //
 // A Server's methods may be called from any goroutine, but not concurrently with each other.
-package redisserver
+package redistest
 
 import (
 	"bufio"
@@ -21,7 +23,7 @@ import (
 )
 
 // ErrNotInstalled is returned by Start when the server program is not on PATH.
-var ErrNotInstalled = errors.New("redisserver: server program not found on PATH")
+var ErrNotInstalled = errors.New("redistest: server program not found on PATH")
 
 // EnvServer names the environment variable that chooses the server program: redis-server when
 // unset, or for example valkey-server, so that the same tests run against Valkey.
@@ -73,7 +75,7 @@ func startWith(sentinelConf string, extra []string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotInstalled, Program())
 	}
-	dir, err := os.MkdirTemp("", "redisserver-")
+	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +124,7 @@ func (s *Server) start() error {
 	cmd.Args = append(cmd.Args, s.extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redisserver: start: %w", err)
+		return fmt.Errorf("redistest: start: %w", err)
 	}
 	s.cmd, s.paused = cmd, false
 	s.waited = make(chan struct{})
@@ -131,7 +133,7 @@ func (s *Server) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.waited:
-			return fmt.Errorf("redisserver: redis-server on port %d exited at start", s.port)
+			return fmt.Errorf("redistest: redis-server on port %d exited at start", s.port)
 		default:
 		}
 		if ping(s.Addr) == nil {
@@ -140,7 +142,7 @@ func (s *Server) start() error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s.kill()
-	return fmt.Errorf("redisserver: redis-server on port %d did not answer PING within 5s", s.port)
+	return fmt.Errorf("redistest: redis-server on port %d did not answer PING within 5s", s.port)
 }
 
 // ping sends an inline PING and expects +PONG, without any client library (no pool goroutines).
@@ -160,7 +162,7 @@ func ping(addr string) error {
 	}
 	// A server with a password answers, and so is up, but refuses PING before AUTH.
 	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
-		return fmt.Errorf("redisserver: unexpected reply %q", line)
+		return fmt.Errorf("redistest: unexpected reply %q", line)
 	}
 	return nil
 }
@@ -185,7 +187,7 @@ func (s *Server) Kill() { s.kill() }
 // is answered until Resume.
 func (s *Server) Pause() error {
 	if s.cmd == nil || s.paused {
-		return errors.New("redisserver: Pause: not running")
+		return errors.New("redistest: Pause: not running")
 	}
 	s.paused = true
 	return s.cmd.Process.Signal(syscall.SIGSTOP)
@@ -194,7 +196,7 @@ func (s *Server) Pause() error {
 // Resume sends SIGCONT to a paused server.
 func (s *Server) Resume() error {
 	if s.cmd == nil || !s.paused {
-		return errors.New("redisserver: Resume: not paused")
+		return errors.New("redistest: Resume: not paused")
 	}
 	s.paused = false
 	return s.cmd.Process.Signal(syscall.SIGCONT)
@@ -203,7 +205,7 @@ func (s *Server) Resume() error {
 // Restart starts a killed server again on the same port, empty.
 func (s *Server) Restart() error {
 	if s.cmd != nil {
-		return errors.New("redisserver: Restart: still running")
+		return errors.New("redistest: Restart: still running")
 	}
 	var err error
 	// The old socket may linger briefly; a few tries cover it.
