@@ -3,7 +3,6 @@ package redisstore
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -76,23 +75,4 @@ func shortSubject(subject string) string {
 func policyTag(desc string) string {
 	sum := sha256.Sum256([]byte(desc))
 	return hex.EncodeToString(sum[:4])
-}
-
-// checkName validates a limiter name or key prefix: printable ASCII without spaces or braces
-// (a prefix may hold colons, a name may not), so that the key layout above stays unambiguous.
-func checkName(field, v string, isPrefix bool, maxLen int) error {
-	allowEmpty := isPrefix
-	if v == "" && !allowEmpty {
-		return fmt.Errorf("redisstore: %s is empty", field)
-	}
-	if len(v) > maxLen {
-		return fmt.Errorf("redisstore: %s = %q is longer than %d bytes", field, v, maxLen)
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c <= ' ' || c > '~' || c == '{' || c == '}' || (c == ':' && !isPrefix) {
-			return fmt.Errorf("redisstore: %s = %q contains %q (allowed: printable ASCII except space and braces; no ':' in a name)", field, v, c)
-		}
-	}
-	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 var (
@@ -79,7 +80,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if client == nil {
 		return nil, errors.New("redisstore: client is nil")
 	}
-	if err := checkName("name", name, false, 64); err != nil {
+	if err := check.Name("redisstore", "name", name, false, 64); err != nil {
 		return nil, err
 	}
 	cfg := defaultConfig()
@@ -96,7 +97,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	if err := checkClient(client, cfg.timeout); err != nil {
+	if err := check.Client("redisstore", client, cfg.timeout); err != nil {
 		return nil, err
 	}
 	l := &Limiter{
@@ -113,33 +114,6 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		l.clk, l.ownClk = clock.Acquire(), true
 	}
 	return l, nil
-}
-
-// checkClient refuses a go-redis client that would not honour the per-call deadline: go-redis
-// applies a context's deadline to socket reads and writes only with ContextTimeoutEnabled, and
-// otherwise waits ReadTimeout (3s by default), which is how goroutines pile up behind a paused
-// server. A client of another type (a wrapper) is not checked.
-func checkClient(c redis.UniversalClient, timeout time.Duration) error {
-	var ctxOK bool
-	var rt, wt time.Duration
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	case *redis.ClusterClient:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	case *redis.Ring:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	default:
-		return nil
-	}
-	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
-		return nil
-	}
-	return fmt.Errorf("redisstore: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
-		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", rt, wt, timeout)
 }
 
 // Take decides n units for key and returns the Decision, with the same fields and Reason values

@@ -7,6 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // Option configures a Limiter at construction. Options are applied in order, once, by New; a
@@ -278,7 +279,7 @@ func WithDenyCacheBytes(maxBytes int64) Option {
 // without spaces or braces, at most 64 bytes.
 func WithPrefix(p string) Option {
 	return func(cfg *config) error {
-		if err := checkName("prefix", p, true, 64); err != nil {
+		if err := check.Name("redisstore", "prefix", p, true, 64); err != nil {
 			return err
 		}
 		cfg.prefix = p

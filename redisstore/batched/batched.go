@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // The errors are sentinel values, compared with errors.Is; safe to share between goroutines.
@@ -122,7 +123,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if client == nil {
 		return nil, errors.New("batched: client is nil")
 	}
-	if err := checkName("name", name, false, 64); err != nil {
+	if err := check.Name("batched", "name", name, false, 64); err != nil {
 		return nil, err
 	}
 	sc, ok := p.(policy.SlidingCounter)
@@ -144,7 +145,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 			return nil, err
 		}
 	}
-	if err := checkClient(client, cfg.timeout); err != nil {
+	if err := check.Client("batched", client, cfg.timeout); err != nil {
 		return nil, err
 	}
 	l := &Limiter{
@@ -191,32 +192,6 @@ func (l *Limiter) release() {
 	if l.ownClk {
 		clock.Release(l.clk)
 	}
-}
-
-// checkClient refuses a go-redis client that would not honour the per-call deadline (go-redis
-// applies a context's deadline to socket reads and writes only with ContextTimeoutEnabled), as
-// redisstore.New does: a paused server would otherwise hold every exchange for ReadTimeout.
-func checkClient(c redis.UniversalClient, timeout time.Duration) error {
-	var ctxOK bool
-	var rt, wt time.Duration
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	case *redis.ClusterClient:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	case *redis.Ring:
-		o := c.Options()
-		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
-	default:
-		return nil
-	}
-	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
-		return nil
-	}
-	return fmt.Errorf("batched: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
-		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", rt, wt, timeout)
 }
 
 // Allow reports whether one unit for key is admitted now, counting it if so. With quota leased

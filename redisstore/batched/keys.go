@@ -3,7 +3,6 @@ package batched
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -56,21 +55,3 @@ func stateKey(prefix, name, subject string) string {
 // Both carry the same hash tag, so one script touches them on a cluster.
 func membersKey(prefix, name string) string { return prefix + "{" + name + "}:members" }
 func epochKey(prefix, name string) string   { return prefix + "{" + name + "}:epoch" }
-
-// checkName validates a limiter name or key prefix: printable ASCII without spaces or braces (a
-// prefix may hold colons, a name may not), so that the layout above stays unambiguous.
-func checkName(field, v string, isPrefix bool, maxLen int) error {
-	if v == "" && !isPrefix {
-		return fmt.Errorf("batched: %s is empty", field)
-	}
-	if len(v) > maxLen {
-		return fmt.Errorf("batched: %s = %q is longer than %d bytes", field, v, maxLen)
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c <= ' ' || c > '~' || c == '{' || c == '}' || (c == ':' && !isPrefix) {
-			return fmt.Errorf("batched: %s = %q contains %q (allowed: printable ASCII except space and braces; no ':' in a name)", field, v, c)
-		}
-	}
-	return nil
-}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // Option configures a Limiter at construction. Options are applied in order, once, by New; a
@@ -98,7 +99,7 @@ func WithMaxChunk(n int64) Option {
 // without spaces or braces, at most 64 bytes.
 func WithPrefix(p string) Option {
 	return func(cfg *config) error {
-		if err := checkName("prefix", p, true, 64); err != nil {
+		if err := check.Name("batched", "prefix", p, true, 64); err != nil {
 			return err
 		}
 		cfg.prefix = p
@@ -111,7 +112,7 @@ func WithPrefix(p string) Option {
 // Same character rules as a name, at most 64 bytes.
 func WithProcessID(id string) Option {
 	return func(cfg *config) error {
-		if err := checkName("process id", id, false, 64); err != nil {
+		if err := check.Name("batched", "process id", id, false, 64); err != nil {
 			return err
 		}
 		cfg.id = id

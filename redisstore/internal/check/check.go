@@ -1,0 +1,57 @@
+// Package check holds the validation that redisstore and its batched mode share: the names that
+// go into Redis keys, and whether a go-redis client honours a per-call deadline. Pure functions,
+// safe for concurrent use.
+package check
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Name validates a limiter name or key prefix for the key layout: printable ASCII without spaces
+// or braces (a prefix may hold colons, a name may not), at most maxLen bytes, empty only for a
+// prefix. pkg starts the error ("redisstore", "batched"), field names what was wrong.
+func Name(pkg, field, v string, isPrefix bool, maxLen int) error {
+	if v == "" && !isPrefix {
+		return fmt.Errorf("%s: %s is empty", pkg, field)
+	}
+	if len(v) > maxLen {
+		return fmt.Errorf("%s: %s = %q is longer than %d bytes", pkg, field, v, maxLen)
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c <= ' ' || c > '~' || c == '{' || c == '}' || (c == ':' && !isPrefix) {
+			return fmt.Errorf("%s: %s = %q contains %q (allowed: printable ASCII except space and braces; no ':' in a name)", pkg, field, v, c)
+		}
+	}
+	return nil
+}
+
+// Client refuses a go-redis client that would not honour the per-call deadline: go-redis applies
+// a context's deadline to socket reads and writes only with ContextTimeoutEnabled, and otherwise
+// waits ReadTimeout (3s by default), which is how goroutines pile up behind a paused server. A
+// client of another type (a wrapper) is not checked.
+func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
+	var ctxOK bool
+	var rt, wt time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.Ring:
+		o := c.Options()
+		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return nil
+	}
+	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
+		return nil
+	}
+	return fmt.Errorf("%s: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
+		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", pkg, rt, wt, timeout)
+}

@@ -1,0 +1,47 @@
+package check
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestName(t *testing.T) {
+	for _, c := range []struct {
+		v        string
+		isPrefix bool
+		want     string // "" for valid
+	}{
+		{"api", false, ""},
+		{"sl:", true, ""},
+		{"", true, ""},
+		{"", false, "name is empty"},
+		{"a:b", false, `contains ':'`},
+		{"a b", true, `contains ' '`},
+		{"a{b", false, `contains '{'`},
+		{strings.Repeat("x", 65), false, "longer than 64 bytes"},
+	} {
+		err := Name("pkg", "name", c.v, c.isPrefix, 64)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("Name(%q) = %v, want nil", c.v, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "pkg: ")):
+			t.Errorf("Name(%q) = %v, want an error with %q", c.v, err, c.want)
+		}
+	}
+}
+
+func TestClient(t *testing.T) {
+	ok := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer ok.Close()
+	if err := Client("pkg", ok, 50*time.Millisecond); err != nil {
+		t.Errorf("a client that honours deadlines was refused: %v", err)
+	}
+	slow := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer slow.Close()
+	if err := Client("pkg", slow, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Errorf("a client that ignores deadlines: %v, want an error naming ContextTimeoutEnabled", err)
+	}
+}
