@@ -1,12 +1,10 @@
 package rls_test
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,49 +15,22 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/require"
 )
 
-// startRedis runs a throwaway redis-server on a free loopback port. It skips when redis-server is
-// not installed, except under CI=true, where that fails.
+// startRedis runs a throwaway redis-server (redistest) on a free loopback port. It skips when the
+// server program is not installed, except under CI=true, where that fails.
 func startRedis(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; CI must run the Redis tests")
-		}
+	srv, err := redistest.Start()
+	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
 		t.Skip("redis-server is not installed")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(failsafe)
-	for !pong(addr) {
-		require.True(t, time.Now().Before(deadline), "redis-server did not answer PING")
-		time.Sleep(10 * time.Millisecond)
-	}
-	return addr
-}
-
-func pong(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.TrimSpace(line) == "+PONG"
+	require.NoError(t, err, "CI must run the Redis tests")
+	t.Cleanup(srv.Stop)
+	return srv.Addr
 }
 
 // patient lets a Redis call take as long as a loaded machine needs: the default 50ms deadline

@@ -1,70 +1,32 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"net"
+	"errors"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// startRedis runs a throwaway redis-server on a free loopback port and returns its address. It
-// skips the test when redis-server is not installed, except under CI=true, where that fails.
+// startRedis runs a throwaway redis-server (redistest) on a free loopback port and returns its
+// address and a stop function. It skips the test when the server program is not installed,
+// except under CI=true, where that fails.
 func startRedis(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; CI must run the Redis end-to-end test")
-		}
+	srv, err := redistest.Start()
+	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
 		t.Skip("redis-server is not installed")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	stop = func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	addr = "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(failsafe)
-	for !pong(addr) {
-		require.True(t, time.Now().Before(deadline), "redis-server did not answer PING")
-		time.Sleep(10 * time.Millisecond)
-	}
-	return addr, stop
-}
-
-func pong(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.TrimSpace(line) == "+PONG"
+	require.NoError(t, err, "CI must run the Redis end-to-end tests")
+	t.Cleanup(srv.Stop)
+	return srv.Addr, srv.Kill
 }
 
 // Two proxy processes on one Redis hold one limit between them; when Redis goes away each
