@@ -20,7 +20,7 @@ import (
 )
 
 // This file tests every policy other than the sliding counter through the engine, against the
-// pure functions of package policy (which have their own tests against docs/policies.md).
+// pure functions of internal/rules (which have their own tests against docs/policies.md).
 
 // pureModel is one policy's pure step over many keys, with docs/policies.md's rules for keys: a key
 // is created on its first take even if refused, except by GCRA, which refuses a cost above its

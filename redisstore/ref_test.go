@@ -14,7 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// The reference is the engine's own decision function: the policy package's pure step per key,
+// The reference is the engine's own decision function: internal/rules' pure step per key,
 // with the engine's mapping to a Decision (engine/core.go). Two checks that do not trust it run
 // alongside: every solved RetryAfter is compared with a search for the least wait on copies of
 // the state, and GCRA is also run through a literal math/big reading of docs/policies.md (TAT in

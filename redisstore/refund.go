@@ -7,7 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
-// The refund scripts mirror the policy package's Refund for each policy that gives units back
+// The refund scripts mirror internal/rules' Refund for each policy that gives units back
 // exactly: they bring the state to now as the take scripts do, take out what leaves it exactly as
 // if the request had cost that much less, and store it with its TTL unchanged. A missing key has
 // nothing to give back and is not created. Each returns {given}.
