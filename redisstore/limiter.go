@@ -420,6 +420,7 @@ func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 	switch {
 	case r.Allowed:
 		d.Reason = engine.ReasonOK
+		d.Counted = cost // as the engine's: what a refund of d may give back
 	case cost > limit:
 		d.Reason = engine.ReasonCostAboveLimit
 	default:

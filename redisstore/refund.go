@@ -132,19 +132,20 @@ func gcd(a, b int64) int64 {
 
 // Refund gives back up to n units that the admitted Decision d (from Take or TakeWithLimit on
 // this limiter, for key) counted, for a request that then failed upstream, and returns how many
-// it gave back: exactly what the engine's Refund would give for the same state and time (see
-// engine.Limiter.Refund for the rule per policy), so that the key is left as if the request had
-// cost that much less. It gives back 0 for a refused d, n <= 0, a key Redis no longer holds, and
-// the sliding log and dual bucket, which cannot give units back exactly. One round trip under the
-// breaker and the limiter's timeout, like Take; when Redis does not answer it gives back nothing
-// and returns an error wrapping ErrUnavailable (or the caller's context error). It forgets key in
-// the local deny cache. Safe for concurrent use; concurrent refunds of one request can together
-// give back no more than it counted.
+// it gave back, never more than min(n, d.Counted): exactly what the engine's Refund would give
+// for the same state and time (see engine.Limiter.Refund for the rule per policy), so that the
+// key is left as if the request had cost that much less. It gives back 0 for a refused d, n <= 0,
+// a key Redis no longer holds, and the sliding log and dual bucket, which cannot give units back
+// exactly. One round trip under the breaker and the limiter's timeout, like Take; when Redis does
+// not answer it gives back nothing and returns an error wrapping ErrUnavailable (or the caller's
+// context error). It forgets key in the local deny cache. Safe for concurrent use; concurrent
+// refunds of one request can together give back no more than it counted.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Decision) (int64, error) {
 	if l.closed.Load() {
 		return 0, ErrClosed
 	}
 	s, ok := refundScripts[l.algo.kind]
+	n = min(n, d.Counted) // as the engine's: never more than d counted
 	if !ok || !d.Allowed || n <= 0 {
 		return 0, nil
 	}
