@@ -5,11 +5,10 @@ import (
 	"math"
 	"testing"
 
-	"github.com/slidelimit/slidelimit/internal/rules"
-
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 

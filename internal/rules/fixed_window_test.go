@@ -1,12 +1,12 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 type countStep struct {

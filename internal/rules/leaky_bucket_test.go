@@ -1,11 +1,11 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 func runLeakySteps(t *testing.T, p LeakyBucket, t0 int64, steps []bucketStep) {

@@ -1,8 +1,6 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"math"
 	"math/bits"
 	"testing"
@@ -10,6 +8,8 @@ import (
 	"unsafe"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // This file holds what the six policies' tests share: a property harness that replays random

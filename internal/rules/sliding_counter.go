@@ -1,11 +1,10 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"time"
 
 	"github.com/slidelimit/slidelimit/internal/fastdiv"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // SlidingCounter is the sliding window counter: per key, the current window's count and the

@@ -1,13 +1,13 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // TestSlidingCounterSteps walks one key through the contract's rules with expectations worked out

@@ -1,10 +1,10 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"slices"
 	"time"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // SlidingLogHeaderBytes is the fixed part of a SlidingLogState (slice header, base, head, count)

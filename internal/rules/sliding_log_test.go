@@ -1,13 +1,13 @@
 package rules
 
 import (
-	"github.com/slidelimit/slidelimit/policy"
-
 	"slices"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 func runLogSteps(t *testing.T, p SlidingLog, s SlidingLogState, steps []countStep) {
