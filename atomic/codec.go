@@ -57,6 +57,9 @@ func judged(limit, policyLimit int64) int64 {
 // respect to updates, so the table calls Evict instead, which must judge and mark under whatever
 // excludes updates (a per-key lock); an update must re-check, under that same exclusion, that its
 // cell is still live before it writes.
+//
+// The table (package shard) checks a codec for it. Its methods are safe for concurrent use, as
+// every codec method is.
 type Evictor interface {
 	// Evict marks the cell Dead if its state is dead at now (see Codec.Dead), reports whether it
 	// did, and releases the state's storage when it did.
@@ -68,6 +71,9 @@ type Evictor interface {
 
 // CostChecker is implemented by codecs whose policy refuses the costs above a bound before any
 // lookup, without creating the key (GCRA refuses a cost above its burst that way).
+//
+// The engine checks a codec for it when a limiter is built. Its methods are safe for concurrent
+// use, as every codec method is.
 type CostChecker interface {
 	// MaxCost returns the largest cost that is looked up; a larger one is refused before any
 	// lookup. The engine keeps it as a number, so that the check on its hot path is one compare.
@@ -76,6 +82,9 @@ type CostChecker interface {
 
 // Refunder is implemented by codecs whose policy can give units back exactly (see
 // engine.Limiter.Refund).
+//
+// The engine checks a codec for it when a limiter is built. Its methods are safe for concurrent
+// use, as every codec method is.
 type Refunder interface {
 	// Refund gives back up to cost units counted by a request admitted with result ResetAtMs
 	// resetAt, and returns how many it gave back.
@@ -83,6 +92,9 @@ type Refunder interface {
 }
 
 // LimitTaker is implemented by codecs that can decide a key against its own limit.
+//
+// The engine checks a codec for it when a limiter is built. Its methods are safe for concurrent
+// use, as every codec method is.
 type LimitTaker interface {
 	// TakeLimit is Take with limit in place of the policy's (1 <= limit <= MaxLimit()).
 	TakeLimit(c *uint64, now, cost, limit int64) (policy.Result, Status)
@@ -94,6 +106,9 @@ type LimitTaker interface {
 // the first word, so that a sweep over millions of keys skips them without decoding each:
 // a state w0 with w0&mask == a or w0&mask == b (for the pattern at now) is certainly not dead.
 // Anything else goes to Dead as usual.
+//
+// The table (package shard) checks a codec for it. Its methods are safe for concurrent use, as
+// every codec method is.
 type LiveFilter interface {
 	LivePattern(now int64) (mask, a, b uint64)
 }

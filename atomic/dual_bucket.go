@@ -3,6 +3,7 @@ package atomic
 import (
 	"math/bits"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -26,8 +27,9 @@ import (
 //
 //	word 0: Dead, Moved, last mod 2^30 (bits 61…32), request credit (31…16), token credit (15…0)
 //	word 1: requests<<32 | tokens
-func NewDualBucket(p policy.DualBucket) Codec {
-	c := &dualBucket{p: p, rc: newCreditField(p.RequestsPerMin, policy.DualPeriodMs), tc: newCreditField(p.TokensPerMin, policy.DualPeriodMs)}
+func NewDualBucket(config policy.DualBucket) Codec {
+	p := rules.DualBucket(config)
+	c := &dualBucket{p: p, rc: newCreditField(p.RequestsPerMin, rules.DualPeriodMs), tc: newCreditField(p.TokensPerMin, rules.DualPeriodMs)}
 	bR, bT := uint(bits.Len64(uint64(p.RequestsPerMin))), uint(bits.Len64(uint64(p.TokensPerMin)))
 	if used := bR + bT + c.rc.bits + c.tc.bits; used+minWrapBits <= 62 {
 		m := 62 - used
@@ -46,7 +48,7 @@ func NewDualBucket(p policy.DualBucket) Codec {
 
 // dualBucket serves both layouts: the cell width is a field, so one code path decides for both.
 type dualBucket struct {
-	p      policy.DualBucket
+	p      rules.DualBucket
 	words  int
 	rc, tc creditField // one-word layout only: the two-word one stores credits as they are
 	t      wrapTime
@@ -60,7 +62,7 @@ func (c *dualBucket) Words() int     { return c.words }
 func (c *dualBucket) Horizon() int64 { return c.horizon }
 
 // fields splits a cell into its stored time (modulo 2^m) and its four other fields.
-func (c *dualBucket) fields(w0, w1 uint64) (t uint64, s policy.DualBucketState) {
+func (c *dualBucket) fields(w0, w1 uint64) (t uint64, s rules.DualBucketState) {
 	if c.words == 1 {
 		s.Requests = int64(w0 & c.rMask)
 		s.Tokens = int64(w0 >> c.tShift & c.tMask)
@@ -73,13 +75,13 @@ func (c *dualBucket) fields(w0, w1 uint64) (t uint64, s policy.DualBucketState) 
 	return w0 >> 32 & c.t.mask, s
 }
 
-func (c *dualBucket) decode(w0, w1 uint64, now int64) policy.DualBucketState {
+func (c *dualBucket) decode(w0, w1 uint64, now int64) rules.DualBucketState {
 	t, s := c.fields(w0, w1)
 	s.Last = c.t.near(t, now)
 	return s
 }
 
-func (c *dualBucket) encode(s *policy.DualBucketState) (uint64, uint64) {
+func (c *dualBucket) encode(s *rules.DualBucketState) (uint64, uint64) {
 	t := uint64(s.Last) & c.t.mask
 	if c.words == 1 {
 		return t<<c.timeShift | c.tc.pack(s.TokenCredit)<<c.tcShift | c.rc.pack(s.RequestCredit)<<c.rcShift |

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -17,7 +18,7 @@ func TestDualBucketMatchesPolicy(t *testing.T) {
 			TokensPerMin:   rapid.SampledFrom([]int64{1, 13, 1000, 30_000, 100_000, 1 << 20, math.MaxUint32}).Draw(rt, "tpm"),
 		}
 		now := rapid.Int64Range(0, 1<<42).Draw(rt, "start")
-		c := newPureCell(NewDualBucket(p), now, p.Fresh, p.Take, p.Peek, func(int64) bool { return true })
+		c := newPureCell(NewDualBucket(p), now, rules.DualBucket(p).Fresh, rules.DualBucket(p).Take, rules.DualBucket(p).Peek, func(int64) bool { return true })
 		drive(rt, c, now, 20_000, p.TokensPerMin)
 	})
 }

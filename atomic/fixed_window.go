@@ -6,6 +6,7 @@ import (
 	satomic "sync/atomic"
 
 	"github.com/slidelimit/slidelimit/internal/fastdiv"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -26,7 +27,8 @@ import (
 // decoded, so that a reader whose clock is older than a revival counts into the window the cell
 // was revived in, never into one whose counts were evicted. When 2^(k-1) windows exceed 2^62 ms
 // no index ever wraps and the horizon is unbounded.
-func NewFixedWindow(p policy.FixedWindow) Codec {
+func NewFixedWindow(config policy.FixedWindow) Codec {
+	p := rules.FixedWindow(config)
 	w := p.WindowMs()
 	b := uint(bits.Len64(uint64(p.Limit)))
 	k := 62 - b
@@ -39,7 +41,7 @@ func NewFixedWindow(p policy.FixedWindow) Codec {
 }
 
 type fixedWindowWord struct {
-	p       policy.FixedWindow
+	p       rules.FixedWindow
 	limit   int64
 	w       int64
 	div     fastdiv.Divisor
@@ -56,13 +58,13 @@ func (c *fixedWindowWord) index(t int64) int64 { return int64(c.div.Div62(uint64
 
 // decode unpacks word at now, rolled to now's window when it is from an earlier one, and returns
 // the index of the state's window, so that encode needs no division.
-func (c *fixedWindowWord) decode(word uint64, now int64) (s policy.FixedWindowState, at int64) {
+func (c *fixedWindowWord) decode(word uint64, now int64) (s rules.FixedWindowState, at int64) {
 	n, back := c.back(word, now)
 	if back > 0 {
-		return policy.FixedWindowState{Window: n * c.w}, n // an earlier window: start from zero
+		return rules.FixedWindowState{Window: n * c.w}, n // an earlier window: start from zero
 	}
 	at = n - back
-	return policy.FixedWindowState{Window: at * c.w, Count: int64(word & c.cmask)}, at
+	return rules.FixedWindowState{Window: at * c.w, Count: int64(word & c.cmask)}, at
 }
 
 // back returns now's window index and how many windows before it word's window is (negative
@@ -152,7 +154,7 @@ func (c *fixedWindowWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 }
 
 // Refund gives back units counted in the window ending at resetAt while it is the cell's current
-// window (see policy.FixedWindow.Refund). A cell whose window a racing writer moved ahead, or that
+// window (see rules.FixedWindow.Refund). A cell whose window a racing writer moved ahead, or that
 // rolled past resetAt's window, gives nothing back.
 func (c *fixedWindowWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
 	for {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -17,7 +18,7 @@ func TestFixedWindowMatchesPolicy(t *testing.T) {
 		w := rapid.SampledFrom([]int64{1, 2, 7, 1000, 60_000, 2_592_000_000, 1 << 31, 1 << 32}).Draw(rt, "windowMs")
 		p := policy.FixedWindow{Limit: limit, Window: time.Duration(w) * time.Millisecond}
 		now := rapid.Int64Range(0, 1<<42).Draw(rt, "start")
-		c := newPureCell(NewFixedWindow(p), now, p.Fresh, p.Take, p.Peek, writesIfCost)
+		c := newPureCell(NewFixedWindow(p), now, rules.FixedWindow(p).Fresh, rules.FixedWindow(p).Take, rules.FixedWindow(p).Peek, writesIfCost)
 		drive(rt, c, now, w/3+1, limit)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	satomic "sync/atomic"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -27,7 +28,8 @@ import (
 //
 // A state is created only on admission: MaxCost tells the engine to refuse a cost above
 // Burst before any lookup, and a new key's bucket is full, so it admits any other cost.
-func NewGCRA(p policy.GCRA) Codec {
+func NewGCRA(config policy.GCRA) Codec {
+	p := rules.GCRA(config)
 	h := int64(1<<59) / p.Rate
 	return &gcraWord{p: p, rate: uint64(p.Rate), horizon: h}
 }
@@ -35,7 +37,7 @@ func NewGCRA(p policy.GCRA) Codec {
 const gcraMask = 1<<62 - 1
 
 type gcraWord struct {
-	p       policy.GCRA
+	p       rules.GCRA
 	rate    uint64
 	horizon int64
 }
@@ -44,7 +46,7 @@ func (c *gcraWord) Words() int     { return 1 }
 func (c *gcraWord) Horizon() int64 { return c.horizon }
 
 // MaxCost returns Burst: GCRA refuses a larger cost before any lookup, creating no state
-// (policy.GCRA.CheckCost).
+// (rules.GCRA.CheckCost).
 func (c *gcraWord) MaxCost() int64 { return c.p.Burst }
 
 // decode returns the TAT modulo 2^64 that w holds, read at now, and now*Rate.
@@ -63,7 +65,7 @@ func (c *gcraWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
 			return policy.Result{}, statusOf(w)
 		}
 		tat, _ := c.decode(w, now)
-		s := policy.GCRAState{TAT: tat}
+		s := rules.GCRAState{TAT: tat}
 		r := c.p.Take(&s, now, cost)
 		// Cost 0 may only move a TAT in the past up to now: a full bucket either way.
 		if !r.Allowed || cost == 0 {
@@ -102,7 +104,7 @@ func (c *gcraWord) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, S
 		return policy.Result{}, policy.Probe{}, statusOf(w)
 	}
 	tat, _ := c.decode(w, now)
-	r, pr := c.p.Peek(policy.GCRAState{TAT: tat}, now)
+	r, pr := c.p.Peek(rules.GCRAState{TAT: tat}, now)
 	return r, pr, OK
 }
 
@@ -144,7 +146,7 @@ func (c *gcraWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	return (c.p.Burst*1000 - lag) / c.p.Rate, underHalf(lag, c.p.Burst*1000)
 }
 
-// Refund moves the TAT back for the permits that policy.GCRA.Refund finds exact. Their lag stays
+// Refund moves the TAT back for the permits that rules.GCRA.Refund finds exact. Their lag stays
 // non-negative and at most Burst*1000, well inside the 62-bit cell's exact range.
 func (c *gcraWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
 	for {
@@ -153,7 +155,7 @@ func (c *gcraWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status
 			return 0, statusOf(w)
 		}
 		tat, _ := c.decode(w, now)
-		s := policy.GCRAState{TAT: tat}
+		s := rules.GCRAState{TAT: tat}
 		g := c.p.Refund(&s, now, cost, resetAt)
 		if g == 0 || satomic.CompareAndSwapUint64(cell, w, s.TAT&gcraMask) {
 			return g, OK

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -18,8 +19,8 @@ func TestGCRAMatchesPolicy(t *testing.T) {
 		require.Equal(rt, 1, codec.Words(), "GCRA is one word for every configuration")
 		require.Equal(rt, int64(1<<59)/p.Rate, codec.Horizon())
 		now := rapid.Int64Range(0, 1<<42).Draw(rt, "start")
-		fill := p.FillMs()
-		c := newPureCell(codec, now, p.Fresh, p.Take, p.Peek, writesIfCost)
+		fill := rules.GCRA(p).FillMs()
+		c := newPureCell(codec, now, rules.GCRA(p).Fresh, rules.GCRA(p).Take, rules.GCRA(p).Peek, writesIfCost)
 		drive(rt, c, now, min(fill, 1<<40)/3+1, p.Burst)
 	})
 }
@@ -67,7 +68,7 @@ func TestGCRARefusesAboveBurstBeforeLookup(t *testing.T) {
 	require.Equal(t, int64(5), cc.MaxCost())
 	for _, cost := range []int64{0, 1, 4, 5, 6, 7, math.MaxInt64} {
 		p := policy.GCRA{Rate: 10, Burst: 5}
-		require.Equal(t, p.CheckCost(cost), cost <= cc.MaxCost(), "cost %d", cost)
+		require.Equal(t, rules.GCRA(p).CheckCost(cost), cost <= cc.MaxCost(), "cost %d", cost)
 	}
 	for _, other := range []Codec{
 		NewTokenBucket(policy.TokenBucket{Rate: 10, Burst: 5}),

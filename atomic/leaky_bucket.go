@@ -4,6 +4,7 @@ import (
 	"math"
 	satomic "sync/atomic"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -17,7 +18,8 @@ import (
 //
 // Otherwise two words: word 0 is the last drain in ms (below 2^62 for any epoch time), word 1 is
 // level<<32 | credit. Nothing wraps: the horizon is unbounded.
-func NewLeakyBucket(p policy.LeakyBucket) Codec {
+func NewLeakyBucket(config policy.LeakyBucket) Codec {
+	p := rules.LeakyBucket(config)
 	if l, ok := newBucketWord(p.Capacity, p.Rate, 1000, p.DrainMs()); ok {
 		return &leakyBucketWord{p: p, l: l}
 	}
@@ -25,19 +27,19 @@ func NewLeakyBucket(p policy.LeakyBucket) Codec {
 }
 
 type leakyBucketWord struct {
-	p policy.LeakyBucket
+	p rules.LeakyBucket
 	l bucketWord
 }
 
 func (c *leakyBucketWord) Words() int     { return 1 }
 func (c *leakyBucketWord) Horizon() int64 { return c.l.horizon }
 
-func (c *leakyBucketWord) decode(w uint64, now int64) policy.LeakyBucketState {
+func (c *leakyBucketWord) decode(w uint64, now int64) rules.LeakyBucketState {
 	t, cr, last := c.l.unpack(w, now)
-	return policy.LeakyBucketState{Level: t, Credit: cr, Last: last}
+	return rules.LeakyBucketState{Level: t, Credit: cr, Last: last}
 }
 
-func (c *leakyBucketWord) encode(s *policy.LeakyBucketState) uint64 {
+func (c *leakyBucketWord) encode(s *rules.LeakyBucketState) uint64 {
 	return c.l.pack(s.Level, s.Credit, s.Last)
 }
 
@@ -99,7 +101,7 @@ func (c *leakyBucketWord) PeekFresh(now int64) (policy.Result, policy.Probe) {
 
 func (c *leakyBucketWord) Dead(w0, _ uint64, ref, now int64) bool {
 	t, cr, last := c.l.unpackSince(w0, ref)
-	return c.p.Dead(policy.LeakyBucketState{Level: t, Credit: cr, Last: last}, now)
+	return c.p.Dead(rules.LeakyBucketState{Level: t, Credit: cr, Last: last}, now)
 }
 
 // Normalize re-stamps a dead bucket (empty, whatever its time) with now, so that its time stays
@@ -116,16 +118,16 @@ func (c *leakyBucketWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	return age, underHalf(s.Level, c.p.Capacity)
 }
 
-type leakyBucketPair struct{ p policy.LeakyBucket }
+type leakyBucketPair struct{ p rules.LeakyBucket }
 
 func (c *leakyBucketPair) Words() int     { return 2 }
 func (c *leakyBucketPair) Horizon() int64 { return math.MaxInt64 }
 
-func (c *leakyBucketPair) decode(w0, w1 uint64) policy.LeakyBucketState {
-	return policy.LeakyBucketState{Level: int64(w1 >> 32), Credit: int64(w1 & math.MaxUint32), Last: int64(w0)}
+func (c *leakyBucketPair) decode(w0, w1 uint64) rules.LeakyBucketState {
+	return rules.LeakyBucketState{Level: int64(w1 >> 32), Credit: int64(w1 & math.MaxUint32), Last: int64(w0)}
 }
 
-func (c *leakyBucketPair) encode(s *policy.LeakyBucketState) (uint64, uint64) {
+func (c *leakyBucketPair) encode(s *rules.LeakyBucketState) (uint64, uint64) {
 	return uint64(s.Last), uint64(s.Level)<<32 | uint64(s.Credit)
 }
 
@@ -204,7 +206,7 @@ func (c *leakyBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 	return age, underHalf(s.Level, c.p.Capacity)
 }
 
-// Refund takes out of the level the units that policy.LeakyBucket.Refund finds exact, drained
+// Refund takes out of the level the units that rules.LeakyBucket.Refund finds exact, drained
 // to now.
 func (c *leakyBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
 	for {

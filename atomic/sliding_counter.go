@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	satomic "sync/atomic"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -37,8 +38,8 @@ func NewSlidingCounter(p policy.SlidingCounter) Codec { return NewSlidingCounter
 // NewSlidingCounterUpTo is NewSlidingCounter with cells sized for per-key limits up to maxLimit
 // (at least p.Limit, at most policy.MaxLimit), for TakeLimit.
 func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
-	w := p.WindowMs()
-	rule := p.Compile()
+	w := rules.SlidingCounter(p).WindowMs()
+	rule := rules.SlidingCounter(p).Compile()
 	maxLimit = min(max(maxLimit, p.Limit), policy.MaxLimit)
 	b := uint(bits.Len64(uint64(maxLimit)))
 	if b <= 21 {
@@ -54,7 +55,7 @@ func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
 }
 
 type slidingCounterWord struct {
-	p       policy.SlidingCounterRule
+	p       rules.SlidingCounterRule
 	max     int64
 	w       int64
 	b, k    uint
@@ -77,7 +78,7 @@ func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
 
 // decode unpacks word at now. It also returns now's window index n and the state's own index,
 // so that encode needs no division.
-func (c *slidingCounterWord) decode(word uint64, now int64) (s policy.SlidingCounterState, n, at int64) {
+func (c *slidingCounterWord) decode(word uint64, now int64) (s rules.SlidingCounterState, n, at int64) {
 	n = c.p.Index(now)
 	counts := word & (1<<(2*c.b) - 1)
 	d := (uint64(n) - word>>(2*c.b)) & c.kmask
@@ -86,17 +87,17 @@ func (c *slidingCounterWord) decode(word uint64, now int64) (s policy.SlidingCou
 		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
 	}
 	at = n - back
-	return policy.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, n, at
+	return rules.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, n, at
 }
 
 // encode packs s, whose window index is idx.
-func (c *slidingCounterWord) encode(s policy.SlidingCounterState, idx int64) uint64 {
+func (c *slidingCounterWord) encode(s rules.SlidingCounterState, idx int64) uint64 {
 	return (uint64(idx)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
 }
 
 func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
 	n := c.p.Index(now)
-	return c.encode(policy.SlidingCounterState{Window: n * c.w}, n), 0
+	return c.encode(rules.SlidingCounterState{Window: n * c.w}, n), 0
 }
 
 func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
@@ -124,7 +125,7 @@ func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int
 	}
 }
 
-func (c *slidingCounterWord) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
+func (c *slidingCounterWord) take(cell *uint64, now, cost int64, rule *rules.SlidingCounterRule) (policy.Result, Status) {
 	word := satomic.LoadUint64(cell)
 	fast := true
 	for {
@@ -244,7 +245,7 @@ func (c *slidingCounterWord) admit(cell *uint64, now, cost int64) (bool, Status)
 
 // store writes s over word, unless the cell changed since word was read. A state rolled to now's
 // window (index n) is stored there; one a racing writer had moved ahead stays at its index at.
-func (c *slidingCounterWord) store(cell *uint64, word uint64, s policy.SlidingCounterState, n, at int64) bool {
+func (c *slidingCounterWord) store(cell *uint64, word uint64, s rules.SlidingCounterState, n, at int64) bool {
 	if s.Window == n*c.w {
 		at = n
 	}
@@ -275,7 +276,7 @@ func (c *slidingCounterWord) Dead(w0, _ uint64, ref, now int64) bool {
 	// 2^(k-1) - 4 windows on, which no decision passes without sweeping first.
 	base := c.p.Index(ref) - int64(1)<<(c.k-2)
 	at := base + int64((w0>>(2*c.b)-uint64(base))&c.kmask)
-	return c.p.Dead(policy.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, now)
+	return c.p.Dead(rules.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, now)
 }
 
 func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
@@ -290,7 +291,7 @@ func (c *slidingCounterWord) Stale(w0, _ uint64, now, limit int64) (int64, bool)
 }
 
 type slidingCounterPair struct {
-	p   policy.SlidingCounterRule
+	p   rules.SlidingCounterRule
 	max int64
 	w   int64
 }
@@ -298,11 +299,11 @@ type slidingCounterPair struct {
 func (c *slidingCounterPair) Words() int     { return 2 }
 func (c *slidingCounterPair) Horizon() int64 { return math.MaxInt64 }
 
-func (c *slidingCounterPair) decode(w0, w1 uint64) policy.SlidingCounterState {
-	return policy.SlidingCounterState{Window: int64(w0) * c.w, Previous: int64(w1 >> 32), Current: int64(w1 & math.MaxUint32)}
+func (c *slidingCounterPair) decode(w0, w1 uint64) rules.SlidingCounterState {
+	return rules.SlidingCounterState{Window: int64(w0) * c.w, Previous: int64(w1 >> 32), Current: int64(w1 & math.MaxUint32)}
 }
 
-func (c *slidingCounterPair) encode(s policy.SlidingCounterState) (uint64, uint64) {
+func (c *slidingCounterPair) encode(s rules.SlidingCounterState) (uint64, uint64) {
 	return uint64(c.p.Index(s.Window)), uint64(s.Previous)<<32 | uint64(s.Current)
 }
 
@@ -335,7 +336,7 @@ func (c *slidingCounterPair) Refund(cell *uint64, now, cost, resetAt int64) (int
 	}
 }
 
-func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *policy.SlidingCounterRule) (policy.Result, Status) {
+func (c *slidingCounterPair) take(cell *uint64, now, cost int64, rule *rules.SlidingCounterRule) (policy.Result, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := loadRising(p) // the window index only rises

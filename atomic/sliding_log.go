@@ -6,6 +6,7 @@ import (
 	satomic "sync/atomic"
 	"unsafe"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -28,7 +29,7 @@ import (
 // key is inserted or revived) and when an entry is freed.
 //
 // Memory per key: the 8-byte cell in a 16-byte slot, a 64-byte entry (mutex,
-// policy.SlidingLogState and the log's creation time, padded to a cache line so that hot keys do
+// rules.SlidingLogState and the log's creation time, padded to a cache line so that hot keys do
 // not share one) and the ring, 4*Limit bytes. A freed entry drops its ring; the slab itself does not shrink, and its
 // free entries are reused first.
 //
@@ -37,7 +38,8 @@ import (
 // chosen by EvictStalest (Stale reports it not evictable), because that path marks a cell Dead
 // without the entry's lock and without freeing the entry: with WithAtCap(EvictStalest), a full
 // sliding-log limiter reclaims dead keys and otherwise refuses new ones.
-func NewSlidingLog(p policy.SlidingLog) Codec {
+func NewSlidingLog(config policy.SlidingLog) Codec {
+	p := rules.SlidingLog(config)
 	c := &slidingLog{p: p}
 	empty := []*logChunk{}
 	c.chunks.Store(&empty)
@@ -51,12 +53,12 @@ func NewSlidingLog(p policy.SlidingLog) Codec {
 // read the clock, stalled, and found the key evicted and revived meanwhile) would otherwise record
 // its entries at that older time, in a stretch of the window that the evicted log may still
 // have covered, and so count there twice. This is the log's counterpart of the window the sliding
-// counter keeps in a zero-count cell, since an empty policy.SlidingLogState keeps no time.
+// counter keeps in a zero-count cell, since an empty rules.SlidingLogState keeps no time.
 type logEntry struct {
 	mu    sync.Mutex
-	s     policy.SlidingLogState
+	s     rules.SlidingLogState
 	floor int64
-	_     [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(policy.SlidingLogState{}) - 8]byte
+	_     [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(rules.SlidingLogState{}) - 8]byte
 }
 
 const logChunkLen = 256
@@ -64,7 +66,7 @@ const logChunkLen = 256
 type logChunk [logChunkLen]logEntry
 
 type slidingLog struct {
-	p policy.SlidingLog
+	p rules.SlidingLog
 	// chunks is replaced (copied and extended) under mu when the slab grows, and read without a
 	// lock: a handle read from a cell was allocated before the cell was written, so the slice
 	// loaded after it holds the handle's chunk.
@@ -109,7 +111,7 @@ func (c *slidingLog) Fresh(now int64) (uint64, uint64) {
 // release empties entry h's log (dropping its ring) and returns h to the free list. Nothing can
 // reach the entry any more: its cell is Dead, or Moved and dropped by a rebuild.
 func (c *slidingLog) release(e *logEntry, h uint64) {
-	e.s = policy.SlidingLogState{}
+	e.s = rules.SlidingLogState{}
 	e.mu.Unlock()
 	c.mu.Lock()
 	c.free = append(c.free, h)
@@ -173,7 +175,7 @@ func (c *slidingLog) Peek(cell *uint64, now int64) (policy.Result, policy.Probe,
 
 // PeekFresh reads an empty log without allocating one (the zero state is an empty log).
 func (c *slidingLog) PeekFresh(now int64) (policy.Result, policy.Probe) {
-	return c.p.Peek(policy.SlidingLogState{}, now)
+	return c.p.Peek(rules.SlidingLogState{}, now)
 }
 
 // Dead judges the log that handle w0 names, under its lock. The table calls it only for a cell it

@@ -6,6 +6,7 @@ import (
 	satomic "sync/atomic"
 
 	"github.com/slidelimit/slidelimit/internal/fastdiv"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -138,7 +139,8 @@ func (l *bucketWord) unpackSince(w uint64, ref int64) (amount, credit, last int6
 //
 // Otherwise two words: word 0 is the last refill in ms (below 2^62 for any epoch time), word 1
 // is tokens<<32 | credit. Nothing wraps: the horizon is unbounded.
-func NewTokenBucket(p policy.TokenBucket) Codec {
+func NewTokenBucket(config policy.TokenBucket) Codec {
+	p := rules.TokenBucket(config)
 	if l, ok := newBucketWord(p.Burst, p.Rate, 1000, p.FillMs()); ok {
 		return &tokenBucketWord{p: p, l: l}
 	}
@@ -146,19 +148,19 @@ func NewTokenBucket(p policy.TokenBucket) Codec {
 }
 
 type tokenBucketWord struct {
-	p policy.TokenBucket
+	p rules.TokenBucket
 	l bucketWord
 }
 
 func (c *tokenBucketWord) Words() int     { return 1 }
 func (c *tokenBucketWord) Horizon() int64 { return c.l.horizon }
 
-func (c *tokenBucketWord) decode(w uint64, now int64) policy.TokenBucketState {
+func (c *tokenBucketWord) decode(w uint64, now int64) rules.TokenBucketState {
 	t, cr, last := c.l.unpack(w, now)
-	return policy.TokenBucketState{Tokens: t, Credit: cr, Last: last}
+	return rules.TokenBucketState{Tokens: t, Credit: cr, Last: last}
 }
 
-func (c *tokenBucketWord) encode(s *policy.TokenBucketState) uint64 {
+func (c *tokenBucketWord) encode(s *rules.TokenBucketState) uint64 {
 	return c.l.pack(s.Tokens, s.Credit, s.Last)
 }
 
@@ -220,7 +222,7 @@ func (c *tokenBucketWord) PeekFresh(now int64) (policy.Result, policy.Probe) {
 
 func (c *tokenBucketWord) Dead(w0, _ uint64, ref, now int64) bool {
 	t, cr, last := c.l.unpackSince(w0, ref)
-	return c.p.Dead(policy.TokenBucketState{Tokens: t, Credit: cr, Last: last}, now)
+	return c.p.Dead(rules.TokenBucketState{Tokens: t, Credit: cr, Last: last}, now)
 }
 
 // Normalize re-stamps a dead bucket (full, whatever its time) with now, so that its time stays
@@ -237,16 +239,16 @@ func (c *tokenBucketWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	return age, underHalf(c.p.Burst-s.Tokens, c.p.Burst)
 }
 
-type tokenBucketPair struct{ p policy.TokenBucket }
+type tokenBucketPair struct{ p rules.TokenBucket }
 
 func (c *tokenBucketPair) Words() int     { return 2 }
 func (c *tokenBucketPair) Horizon() int64 { return math.MaxInt64 }
 
-func (c *tokenBucketPair) decode(w0, w1 uint64) policy.TokenBucketState {
-	return policy.TokenBucketState{Tokens: int64(w1 >> 32), Credit: int64(w1 & math.MaxUint32), Last: int64(w0)}
+func (c *tokenBucketPair) decode(w0, w1 uint64) rules.TokenBucketState {
+	return rules.TokenBucketState{Tokens: int64(w1 >> 32), Credit: int64(w1 & math.MaxUint32), Last: int64(w0)}
 }
 
-func (c *tokenBucketPair) encode(s *policy.TokenBucketState) (uint64, uint64) {
+func (c *tokenBucketPair) encode(s *rules.TokenBucketState) (uint64, uint64) {
 	return uint64(s.Last), uint64(s.Tokens)<<32 | uint64(s.Credit)
 }
 
@@ -325,7 +327,7 @@ func (c *tokenBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 	return age, underHalf(c.p.Burst-s.Tokens, c.p.Burst)
 }
 
-// Refund gives back the tokens that policy.TokenBucket.Refund finds exact, refilled to now.
+// Refund gives back the tokens that rules.TokenBucket.Refund finds exact, refilled to now.
 func (c *tokenBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
 	for {
 		w := satomic.LoadUint64(cell)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -123,8 +124,8 @@ func TestTokenBucketMatchesPolicy(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		p := policy.TokenBucket{Rate: rapid.SampledFrom(bucketRates).Draw(rt, "rate"), Burst: rapid.SampledFrom(bucketBursts).Draw(rt, "burst")}
 		now := rapid.Int64Range(0, 1<<42).Draw(rt, "start")
-		c := newPureCell(NewTokenBucket(p), now, p.Fresh, p.Take, p.Peek, writesIfCost)
-		drive(rt, c, now, min(p.FillMs(), 1<<40)/3+1, p.Burst)
+		c := newPureCell(NewTokenBucket(p), now, rules.TokenBucket(p).Fresh, rules.TokenBucket(p).Take, rules.TokenBucket(p).Peek, writesIfCost)
+		drive(rt, c, now, min(rules.TokenBucket(p).FillMs(), 1<<40)/3+1, p.Burst)
 	})
 }
 
@@ -132,8 +133,8 @@ func TestLeakyBucketMatchesPolicy(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		p := policy.LeakyBucket{Rate: rapid.SampledFrom(bucketRates).Draw(rt, "rate"), Capacity: rapid.SampledFrom(bucketBursts).Draw(rt, "capacity")}
 		now := rapid.Int64Range(0, 1<<42).Draw(rt, "start")
-		c := newPureCell(NewLeakyBucket(p), now, p.Fresh, p.Take, p.Peek, writesIfCost)
-		drive(rt, c, now, min(p.DrainMs(), 1<<40)/3+1, p.Capacity)
+		c := newPureCell(NewLeakyBucket(p), now, rules.LeakyBucket(p).Fresh, rules.LeakyBucket(p).Take, rules.LeakyBucket(p).Peek, writesIfCost)
+		drive(rt, c, now, min(rules.LeakyBucket(p).DrainMs(), 1<<40)/3+1, p.Capacity)
 	})
 }
 

@@ -14,12 +14,14 @@ import (
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/cpu"
+
 	"github.com/slidelimit/slidelimit/atomic"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/evict"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/shard"
-	"golang.org/x/sys/cpu"
 )
 
 // Limiter is a rate limiter over many keys for one policy. All methods are safe for concurrent use
@@ -146,13 +148,13 @@ func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
 	case policy.FixedWindow:
 		return atomic.NewFixedWindow(p), p.Limit, sweepPeriod(p.Window), nil
 	case policy.TokenBucket:
-		return atomic.NewTokenBucket(p), p.Burst, sweepPeriod(ms(p.FillMs())), nil
+		return atomic.NewTokenBucket(p), p.Burst, sweepPeriod(ms(rules.TokenBucket(p).FillMs())), nil
 	case policy.GCRA:
-		return atomic.NewGCRA(p), p.Burst, sweepPeriod(ms(p.FillMs())), nil
+		return atomic.NewGCRA(p), p.Burst, sweepPeriod(ms(rules.GCRA(p).FillMs())), nil
 	case policy.LeakyBucket:
-		return atomic.NewLeakyBucket(p), p.Capacity, sweepPeriod(ms(p.DrainMs())), nil
+		return atomic.NewLeakyBucket(p), p.Capacity, sweepPeriod(ms(rules.LeakyBucket(p).DrainMs())), nil
 	case policy.DualBucket:
-		return atomic.NewDualBucket(p), p.TokensPerMin, sweepPeriod(policy.DualPeriodMs * time.Millisecond), nil
+		return atomic.NewDualBucket(p), p.TokensPerMin, sweepPeriod(rules.DualPeriodMs * time.Millisecond), nil
 	}
 	return nil, 0, 0, fmt.Errorf("engine: New: policy %q is not supported", p.ID())
 }

@@ -15,11 +15,12 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
 // This file tests every policy other than the sliding counter through the engine, against the
-// pure functions of package policy (which have their own tests against docs/policies.md).
+// pure functions of internal/rules (which have their own tests against docs/policies.md).
 
 // pureModel is one policy's pure step over many keys, with docs/policies.md's rules for keys: a key
 // is created on its first take even if refused, except by GCRA, which refuses a cost above its
@@ -69,7 +70,7 @@ func (m *pure[S]) peek(key uint64, now int64) (policy.Result, policy.Probe, bool
 func (m *pure[S]) size() int { return len(m.keys) }
 
 type gcraModel struct {
-	s    policy.GCRAState
+	s    rules.GCRAState
 	last int64 // the last admission
 }
 
@@ -82,25 +83,25 @@ func newPure[S any](limit int64, fresh func(int64) S, step func(*S, int64, int64
 func modelOf(p policy.Policy) (pureModel, int64, int64) {
 	switch p := p.(type) {
 	case policy.SlidingLog:
-		return newPure(p.Limit, p.Fresh, p.Take, p.Peek), p.Limit, p.WindowMs()
+		return newPure(p.Limit, rules.SlidingLog(p).Fresh, rules.SlidingLog(p).Take, rules.SlidingLog(p).Peek), p.Limit, rules.SlidingLog(p).WindowMs()
 	case policy.FixedWindow:
-		return newPure(p.Limit, p.Fresh, p.Take, p.Peek), p.Limit, p.WindowMs()
+		return newPure(p.Limit, rules.FixedWindow(p).Fresh, rules.FixedWindow(p).Take, rules.FixedWindow(p).Peek), p.Limit, rules.FixedWindow(p).WindowMs()
 	case policy.TokenBucket:
-		return newPure(p.Burst, p.Fresh, p.Take, p.Peek), p.Burst, p.FillMs()
+		return newPure(p.Burst, rules.TokenBucket(p).Fresh, rules.TokenBucket(p).Take, rules.TokenBucket(p).Peek), p.Burst, rules.TokenBucket(p).FillMs()
 	case policy.GCRA:
-		// policy.GCRA reads a TAT exactly only up to MaxIdleMs after it was written (24.8 days at
+		// rules.GCRA reads a TAT exactly only up to MaxIdleMs after it was written (24.8 days at
 		// the largest rate), and the model never forgets; so it renews a state FillMs after its
 		// last admission, when the bucket is full for certain, as the engine's sweeps do.
-		fill := p.FillMs()
+		fill := rules.GCRA(p).FillMs()
 		renew := func(s *gcraModel, now int64) {
 			if now-s.last >= fill {
-				*s = gcraModel{p.Fresh(now), now}
+				*s = gcraModel{rules.GCRA(p).Fresh(now), now}
 			}
 		}
-		m := newPure(p.Burst, func(now int64) gcraModel { return gcraModel{p.Fresh(now), now} },
+		m := newPure(p.Burst, func(now int64) gcraModel { return gcraModel{rules.GCRA(p).Fresh(now), now} },
 			func(s *gcraModel, now, cost int64) policy.Result {
 				renew(s, now)
-				r := p.Take(&s.s, now, cost)
+				r := rules.GCRA(p).Take(&s.s, now, cost)
 				if r.Allowed && cost > 0 {
 					s.last = now
 				}
@@ -108,14 +109,14 @@ func modelOf(p policy.Policy) (pureModel, int64, int64) {
 			},
 			func(s gcraModel, now int64) (policy.Result, policy.Probe) {
 				renew(&s, now)
-				return p.Peek(s.s, now)
+				return rules.GCRA(p).Peek(s.s, now)
 			})
-		m.gcra, m.refuses = true, func(c int64) bool { return !p.CheckCost(c) }
+		m.gcra, m.refuses = true, func(c int64) bool { return !rules.GCRA(p).CheckCost(c) }
 		return m, p.Burst, fill
 	case policy.LeakyBucket:
-		return newPure(p.Capacity, p.Fresh, p.Take, p.Peek), p.Capacity, p.DrainMs()
+		return newPure(p.Capacity, rules.LeakyBucket(p).Fresh, rules.LeakyBucket(p).Take, rules.LeakyBucket(p).Peek), p.Capacity, rules.LeakyBucket(p).DrainMs()
 	case policy.DualBucket:
-		return newPure(p.TokensPerMin, p.Fresh, p.Take, p.Peek), p.TokensPerMin, policy.DualPeriodMs
+		return newPure(p.TokensPerMin, rules.DualBucket(p).Fresh, rules.DualBucket(p).Take, rules.DualBucket(p).Peek), p.TokensPerMin, rules.DualPeriodMs
 	}
 	panic(fmt.Sprintf("no model for %T", p))
 }
@@ -353,7 +354,7 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 		tb, err := New(policy.TokenBucket{Rate: rate, Burst: burst}, WithClock(clk), evict)
 		require.NoError(rt, err)
 		defer tb.Close()
-		fill := policy.TokenBucket{Rate: rate, Burst: burst}.FillMs()
+		fill := rules.TokenBucket{Rate: rate, Burst: burst}.FillMs()
 		for i := range rapid.IntRange(1, 150).Draw(rt, "ops") {
 			if rapid.Bool().Draw(rt, "advance") {
 				advance(clk, rapid.Int64Range(0, min(fill, 1<<40)/2+1).Draw(rt, "dt"))

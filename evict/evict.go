@@ -45,8 +45,8 @@ type Sweeper struct {
 	passStart int64
 }
 
-// MinBudget is the fewest slots a tick visits, so small tables are swept in one tick.
-const MinBudget = 4096
+// minBudget is the fewest slots a tick visits, so small tables are swept in one tick.
+const minBudget = 4096
 
 // Start begins sweeping: every interval it visits about a (interval/period) share of all slots, so
 // every key is visited about once per period. Stop ends it.
@@ -88,12 +88,13 @@ func (s *Sweeper) budget() uint64 {
 	}
 	ticks := uint64(s.period / s.interval)
 	limit := uint64(MaxSlotsPerSecond * s.interval / time.Second)
-	return max(min((slots+ticks-1)/ticks, limit), MinBudget)
+	return max(min((slots+ticks-1)/ticks, limit), minBudget)
 }
 
 // MaxSlotsPerSecond bounds the sweeper's pace. A visit costs a few nanoseconds, most of it the
 // memory the table streams through, so this keeps the sweeper near 1% of a core however large the
-// tables grow; a table of more slots than this takes more than one sweep period to visit.
+// tables grow; a table of more slots than this takes more than one sweep period to visit. It is
+// exported as the figure engine.WithSweepInterval documents; programs need not use it.
 const MaxSlotsPerSecond = 1_500_000
 
 // Step visits up to budget slots, continuing where the last step stopped. The sweeper's goroutine

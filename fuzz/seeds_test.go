@@ -257,7 +257,7 @@ func regressionSeeds() map[string]map[string][]byte {
 			// Rate 2^32-1, burst 1: one admitted request, then 2^32-1 ms (49.7 days) with no
 			// decision in the shard. The model admits the next unit request; the engine refused it
 			// with retry-after 3 ms: the stale TAT was judged, then read, more than
-			// policy.GCRA.MaxIdleMs (2^31 ms here) after its last admission, so its lag wrapped.
+			// rules.GCRA.MaxIdleMs (2^31 ms here) after its last admission, so its lag wrapped.
 			"regress-gcra-idle-past-maxidle": cat([]byte{flags(false, 0), 0}, pHi(), pTiny(1), tEpoch(0),
 				allow(0, sZero(), kOne()), allow(0, sU32(1<<32-1), kOne())),
 			"regress-gcra-idle-past-maxidle-evict": cat([]byte{flags(true, 0), 0}, pHi(), pTiny(1), tZero(),

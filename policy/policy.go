@@ -1,8 +1,8 @@
-// Package policy holds the decision rules of every rate-limiting policy slidelimit offers, each as
-// a pure step: given one key's state, the time and a cost, it returns the new state and a Result
-// (admitted or not, what remains, when to retry).
+// Package policy names the rate-limiting policies slidelimit offers, as plain configuration
+// values that package engine (in process) and redisstore (on Redis) run.
 //
-// The primary policy, SlidingCounter, admits at most Limit units per key in any window of length
+// A policy decides, per key, whether a request of n units is admitted at a given time. The
+// primary policy, SlidingCounter, admits at most Limit units per key in any window of length
 // Window: it keeps the units admitted in the current epoch-aligned window and in the one before,
 // and admits n more when floor(previous × overlap) + current + n is at most Limit, where overlap
 // is the share of the previous window the trailing window still covers. SlidingLog keeps every
@@ -10,13 +10,11 @@
 // GCRA and LeakyBucket meter a rate with a burst (or a capacity); DualBucket limits requests and
 // tokens per minute together. docs/policies.md gives every rule exactly.
 //
-// Everything here is integer arithmetic on int64 milliseconds: no floats, no clocks, no allocation,
-// no concurrency. Times are in [0, 2^62), the engine's range (some 146 million years of Unix
-// milliseconds); the arithmetic relies on it. Most callers use these types only to configure
-// package engine or redisstore, which pack these states into atomic cells (or Redis keys) and run
-// the steps themselves; a function here may run several times for one decision and must not have
-// side effects beyond the state it is given. All types are plain values and safe to copy and to
-// share between goroutines; the state structs are owned by whoever holds them.
+// A program picks one, fills in its fields and hands it to engine.New or redisstore.New, which
+// call Validate and refuse a value out of range with an error naming the field. Every decision
+// is integer arithmetic on milliseconds, so the engine and Redis decide alike to the unit.
+//
+// All types here are plain values, safe to copy and to share between goroutines.
 package policy
 
 import (
@@ -32,8 +30,10 @@ const MaxLimit = 1<<32 - 1
 // Limit <= MaxLimit it keeps every product of a count and a span of milliseconds below 2^64.
 const MaxWindow = (1 << 32) * time.Millisecond
 
-// Policy is the configuration of one rate-limiting policy. The engine accepts the types of this
-// package only; the interface is sealed so that each one can be given an exact packed cell.
+// Policy is the configuration of one rate-limiting policy: SlidingCounter, SlidingLog,
+// FixedWindow, TokenBucket, GCRA, LeakyBucket or DualBucket. The interface is sealed, because the
+// engine gives each of these an exact packed cell of its own; its methods only read the value and
+// are safe to call from any goroutine.
 type Policy interface {
 	// ID returns the policy's registry id, such as "sliding-counter".
 	ID() string
@@ -43,7 +43,9 @@ type Policy interface {
 	sealed()
 }
 
-// Result is the outcome of one decision, in integer milliseconds.
+// Result is the outcome of one decision, in integer milliseconds, as the policies' rules report
+// it. Programs that limit rates read engine.Decision instead; Result is what package atomic's
+// cells return to the engine. It is a plain value.
 type Result struct {
 	// Allowed reports whether the request was admitted (and, for a take, counted).
 	Allowed bool
@@ -59,8 +61,8 @@ type Result struct {
 	ResetAtMs int64
 }
 
-// Probe is what the registry's probe calls report about one key; each policy fills the fields
-// that its calls name (estimateOf, countOf, tokensOf, levelOf, requestsOf) and leaves the rest 0.
+// Probe is what engine.Inspect reports about one key at the current time, changing nothing: each
+// policy fills the fields that apply to it and leaves the rest 0. It is a plain value.
 type Probe struct {
 	Estimate int64 // sliding counter: carried + current
 	Count    int64 // sliding log, fixed window

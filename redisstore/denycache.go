@@ -5,7 +5,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v3"
 
-	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/internal/rules"
 )
 
 // denyEntry is what Redis said about a key when it refused it: the key's state then, until when
@@ -15,7 +15,7 @@ type denyEntry struct {
 	until int64
 	off   int64
 	st    [5]int64
-	log   *policy.SlidingLogState // the sliding log's entries instead of st; never written
+	log   *rules.SlidingLogState // the sliding log's entries instead of st; never written
 }
 
 // denyCache remembers refused keys so that a blocked client costs no round trip. It is bounded:

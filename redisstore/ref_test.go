@@ -10,10 +10,11 @@ import (
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// The reference is the engine's own decision function: the policy package's pure step per key,
+// The reference is the engine's own decision function: internal/rules' pure step per key,
 // with the engine's mapping to a Decision (engine/core.go). Two checks that do not trust it run
 // alongside: every solved RetryAfter is compared with a search for the least wait on copies of
 // the state, and GCRA is also run through a literal math/big reading of docs/policies.md (TAT in
@@ -162,31 +163,31 @@ func (m *refGCRA) take(key int, now, cost int64) engine.Decision {
 func newRef(t *testing.T, p policy.Policy) refModel {
 	switch p := p.(type) {
 	case policy.SlidingCounter:
-		w := p.WindowMs()
-		return &stepModel[policy.SlidingCounterState]{t: t, limit: p.Limit, horizon: 2*w + 1,
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.SlidingCounterState{},
-			solvable: func(s policy.SlidingCounterState, now int64) bool { return s.Window <= now-now%w }}
+		w := rules.SlidingCounter(p).WindowMs()
+		return &stepModel[rules.SlidingCounterState]{t: t, limit: p.Limit, horizon: 2*w + 1,
+			fresh: rules.SlidingCounter(p).Fresh, step: rules.SlidingCounter(p).Take, st: map[int]*rules.SlidingCounterState{},
+			solvable: func(s rules.SlidingCounterState, now int64) bool { return s.Window <= now-now%w }}
 	case policy.FixedWindow:
-		return &stepModel[policy.FixedWindowState]{t: t, limit: p.Limit, horizon: 2 * p.WindowMs(),
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.FixedWindowState{}}
+		return &stepModel[rules.FixedWindowState]{t: t, limit: p.Limit, horizon: 2 * rules.FixedWindow(p).WindowMs(),
+			fresh: rules.FixedWindow(p).Fresh, step: rules.FixedWindow(p).Take, st: map[int]*rules.FixedWindowState{}}
 	case policy.TokenBucket:
-		return &stepModel[policy.TokenBucketState]{t: t, limit: p.Burst, horizon: 2*p.FillMs() + 8,
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.TokenBucketState{}}
+		return &stepModel[rules.TokenBucketState]{t: t, limit: p.Burst, horizon: 2*rules.TokenBucket(p).FillMs() + 8,
+			fresh: rules.TokenBucket(p).Fresh, step: rules.TokenBucket(p).Take, st: map[int]*rules.TokenBucketState{}}
 	case policy.SlidingLog:
-		return &stepModel[policy.SlidingLogState]{t: t, limit: p.Limit, horizon: 2*p.WindowMs() + 16,
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.SlidingLogState{},
-			clone: func(s policy.SlidingLogState) policy.SlidingLogState { return s.Clone() }}
+		return &stepModel[rules.SlidingLogState]{t: t, limit: p.Limit, horizon: 2*rules.SlidingLog(p).WindowMs() + 16,
+			fresh: rules.SlidingLog(p).Fresh, step: rules.SlidingLog(p).Take, st: map[int]*rules.SlidingLogState{},
+			clone: func(s rules.SlidingLogState) rules.SlidingLogState { return s.Clone() }}
 	case policy.LeakyBucket:
-		return &stepModel[policy.LeakyBucketState]{t: t, limit: p.Capacity, horizon: 2*p.DrainMs() + 8,
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.LeakyBucketState{}}
+		return &stepModel[rules.LeakyBucketState]{t: t, limit: p.Capacity, horizon: 2*rules.LeakyBucket(p).DrainMs() + 8,
+			fresh: rules.LeakyBucket(p).Fresh, step: rules.LeakyBucket(p).Take, st: map[int]*rules.LeakyBucketState{}}
 	case policy.DualBucket:
-		return &stepModel[policy.DualBucketState]{t: t, limit: p.TokensPerMin, horizon: 2*policy.DualPeriodMs + 8, spendsZero: true,
-			fresh: p.Fresh, step: p.Take, st: map[int]*policy.DualBucketState{}}
+		return &stepModel[rules.DualBucketState]{t: t, limit: p.TokensPerMin, horizon: 2*rules.DualPeriodMs + 8, spendsZero: true,
+			fresh: rules.DualBucket(p).Fresh, step: rules.DualBucket(p).Take, st: map[int]*rules.DualBucketState{}}
 	case policy.GCRA:
-		return &stepModel[policy.GCRAState]{t: t, limit: p.Burst, horizon: 2*ceilDiv(p.Burst*1000, p.Rate) + 8,
-			fresh: p.Fresh, st: map[int]*policy.GCRAState{}, beforeLook: p.CheckCost,
-			step: func(s *policy.GCRAState, now, cost int64) policy.Result {
-				return p.Take(s, now, cost)
+		return &stepModel[rules.GCRAState]{t: t, limit: p.Burst, horizon: 2*ceilDiv(p.Burst*1000, p.Rate) + 8,
+			fresh: rules.GCRA(p).Fresh, st: map[int]*rules.GCRAState{}, beforeLook: rules.GCRA(p).CheckCost,
+			step: func(s *rules.GCRAState, now, cost int64) policy.Result {
+				return rules.GCRA(p).Take(s, now, cost)
 			},
 			big: &refGCRA{rate: p.Rate, burst: p.Burst, tat: map[int]*big.Int{}}}
 	}
@@ -198,7 +199,7 @@ func newRef(t *testing.T, p policy.Policy) refModel {
 func span(p policy.Policy) int64 {
 	switch p := p.(type) {
 	case policy.SlidingCounter:
-		return p.WindowMs()
+		return rules.SlidingCounter(p).WindowMs()
 	case policy.FixedWindow:
 		return p.Window.Milliseconds()
 	case policy.TokenBucket:
@@ -206,11 +207,11 @@ func span(p policy.Policy) int64 {
 	case policy.GCRA:
 		return ceilDiv(p.Burst*1000, p.Rate)
 	case policy.SlidingLog:
-		return p.WindowMs()
+		return rules.SlidingLog(p).WindowMs()
 	case policy.LeakyBucket:
-		return p.DrainMs()
+		return rules.LeakyBucket(p).DrainMs()
 	case policy.DualBucket:
-		return policy.DualPeriodMs
+		return rules.DualPeriodMs
 	}
 	return 1000
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
-// The refund scripts mirror the policy package's Refund for each policy that gives units back
+// The refund scripts mirror internal/rules' Refund for each policy that gives units back
 // exactly: they bring the state to now as the take scripts do, take out what leaves it exactly as
 // if the request had cost that much less, and store it with its TTL unchanged. A missing key has
 // nothing to give back and is not created. Each returns {given}.
@@ -130,16 +130,16 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// Refund gives back up to min(n, d.Counted) units that the admitted Decision d (from Take or
-// TakeWithLimit on this limiter, for key) counted, for a request that then failed upstream, and returns how many
-// it gave back: exactly what the engine's Refund would give for the same state and time (see
-// engine.Limiter.Refund for the rule per policy), so that the key is left as if the request had
-// cost that much less. It gives back 0 for a refused d, n <= 0, a key Redis no longer holds, and
-// the sliding log and dual bucket, which cannot give units back exactly. One round trip under the
-// breaker and the limiter's timeout, like Take; when Redis does not answer it gives back nothing
-// and returns an error wrapping ErrUnavailable (or the caller's context error). It forgets key in
-// the local deny cache. Safe for concurrent use; concurrent refunds of one request can together
-// give back no more than it counted.
+// Refund gives back up to n units that the admitted Decision d (from Take or TakeWithLimit on
+// this limiter, for key) counted, for a request that then failed upstream, and returns how many
+// it gave back, never more than min(n, d.Counted): exactly what the engine's Refund would give
+// for the same state and time (see engine.Limiter.Refund for the rule per policy), so that the
+// key is left as if the request had cost that much less. It gives back 0 for a refused d, n <= 0,
+// a key Redis no longer holds, and the sliding log and dual bucket, which cannot give units back
+// exactly. One round trip under the breaker and the limiter's timeout, like Take; when Redis does
+// not answer it gives back nothing and returns an error wrapping ErrUnavailable (or the caller's
+// context error). It forgets key in the local deny cache. Safe for concurrent use; concurrent
+// refunds of one request can together give back no more than it counted.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Decision) (int64, error) {
 	if l.closed.Load() {
 		return 0, ErrClosed

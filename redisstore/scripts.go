@@ -74,7 +74,7 @@ end
 
 const luaPrelude = luaHeader + luaGetState
 
-// slidingCounterLua mirrors policy.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
+// slidingCounterLua mirrors rules.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
 // ARGV: now, limit, windowMs, cost, ttlMs.
 const slidingCounterBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
@@ -136,7 +136,7 @@ return {0, remaining, retry, win + w, now, start, 0, 0, -2}
 
 const slidingCounterLua = luaPrelude + slidingCounterBody
 
-// fixedWindowLua mirrors policy.FixedWindow.Take: a state from a later window than now's is kept,
+// fixedWindowLua mirrors rules.FixedWindow.Take: a state from a later window than now's is kept,
 // with now counted as that window's first millisecond. ARGV: now, limit, windowMs, cost, skewMs.
 const fixedWindowBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
@@ -159,7 +159,7 @@ return {0, remaining, retry, win + w, now, win, 0, 0, -2}
 
 const fixedWindowLua = luaPrelude + fixedWindowBody
 
-// tokenBucketLua mirrors policy.TokenBucket.Take; waits count from the later of now and the
+// tokenBucketLua mirrors rules.TokenBucket.Take; waits count from the later of now and the
 // state's last refill. ARGV: now, ratePerSec, burst, cost, ttlMs, fillMs.
 const tokenBucketBody = `
 local rate, burst = tonumber(A[2]), tonumber(A[3])
@@ -194,7 +194,7 @@ return {0, tokens, retry, reset, now, burst, 0, now, -2}
 
 const tokenBucketLua = luaPrelude + tokenBucketBody
 
-// gcraLua mirrors policy.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
+// gcraLua mirrors rules.GCRA.Take, with the arrival time kept as (ms, remainder) since TAT =
 // now*rate would not be exact in a double. ARGV: now, ratePerSec, burst, cost (at most burst: a
 // larger one is refused in Go before any lookup), ttlMs.
 const gcraBody = `
@@ -238,7 +238,7 @@ return {0, remaining, retry, reset, now, tm, tr, 0, call('PTTL', key)}
 
 const gcraLua = luaPrelude + gcraBody
 
-// slidingLogLua mirrors policy.SlidingLog.Take on a sorted set (see MaxCachedLogLimit for what
+// slidingLogLua mirrors rules.SlidingLog.Take on a sorted set (see MaxCachedLogLimit for what
 // a refusal returns): one member per admitted unit,
 // scored by its time, named "<time>:<i>" with i counting the units at that time (they all leave
 // the window together, so the names never repeat while live). Live entries are those after
@@ -313,7 +313,7 @@ return out
 
 const slidingLogLua = luaHeader + slidingLogBody
 
-// leakyBucketLua mirrors policy.LeakyBucket.Take; waits count from the later of now and the
+// leakyBucketLua mirrors rules.LeakyBucket.Take; waits count from the later of now and the
 // state's last drain. A gap longer than drainMs is clamped to it, which empties any bucket just
 // as the full gap would, and keeps rate*dt <= capacity*1000 + rate < 2^43.
 // ARGV: now, ratePerSec, capacity, cost, ttlMs, drainMs.
@@ -352,7 +352,7 @@ return {0, cap - level, retry, reset, now, 0, 0, now, -2}
 
 const leakyBucketLua = luaPrelude + leakyBucketBody
 
-// dualBucketLua mirrors policy.DualBucket.Take: two buckets per minute sharing one clock, in
+// dualBucketLua mirrors rules.DualBucket.Take: two buckets per minute sharing one clock, in
 // sixty-thousandths; a gap is clamped to the period, which fills both, and keeps perMin*dt below
 // 2^48. An admitted call spends a request even at cost 0, so it is always stored.
 // ARGV: now, requestsPerMin, tokensPerMin, cost, ttlMs.

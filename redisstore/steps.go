@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -39,7 +40,7 @@ var (
 type algo struct {
 	kind   kind
 	pol    policy.Policy
-	sc     policy.SlidingCounter
+	sc     rules.SlidingCounterRule
 	limit  int64 // limit, or burst
 	w      int64 // window ms (window policies)
 	rate   int64 // per second (buckets)
@@ -71,7 +72,7 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	var a algo
 	switch p := p.(type) {
 	case policy.SlidingCounter:
-		a = algo{kind: kindSlidingCounter, sc: p, limit: p.Limit, w: p.WindowMs(), script: slidingCounterScript, body: slidingCounterBody}
+		a = algo{kind: kindSlidingCounter, sc: rules.SlidingCounter(p).Compile(), limit: p.Limit, w: p.Window.Milliseconds(), script: slidingCounterScript, body: slidingCounterBody}
 		// Two whole windows untouched make a state identical to a new key's (docs/design.md ("Eviction")).
 		a.argTTL = strconv.FormatInt(2*a.w+skewMs, 10)
 	case policy.FixedWindow:
@@ -82,7 +83,7 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	case policy.GCRA:
 		a = algo{kind: kindGCRA, limit: p.Burst, rate: p.Rate, script: gcraScript, body: gcraBody}
 	case policy.SlidingLog:
-		a = algo{kind: kindSlidingLog, limit: p.Limit, w: p.WindowMs(), script: slidingLogScript, body: slidingLogBody}
+		a = algo{kind: kindSlidingLog, limit: p.Limit, w: p.Window.Milliseconds(), script: slidingLogScript, body: slidingLogBody}
 		// One window without an admission leaves every entry expired: the log is a new key's.
 		a.argTTL = strconv.FormatInt(a.w+skewMs, 10)
 	case policy.LeakyBucket:
@@ -108,7 +109,7 @@ func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
 	if a.kind == kindDualBucket {
 		a.argP1, a.argP2 = strconv.FormatInt(a.w, 10), strconv.FormatInt(a.limit, 10)
 		// After a whole period both buckets are full: the state is a new key's.
-		a.argTTL = strconv.FormatInt(policy.DualPeriodMs+skewMs, 10)
+		a.argTTL = strconv.FormatInt(rules.DualPeriodMs+skewMs, 10)
 	} else if a.rate > 0 {
 		// After fillMs without a request a bucket is full again: its state is a new key's.
 		a.fillMs = ceilDiv(a.limit*1000, a.rate)
@@ -152,7 +153,7 @@ func (a *algo) newDenyEntry(res []int64, until, off int64) denyEntry {
 	}
 	// Rebuilt by pushing each time's units at that time, oldest first: every entry is live at the
 	// refusal, so none is dropped on the way, and the ring comes out as the engine's would.
-	p := a.pol.(policy.SlidingLog)
+	p := rules.SlidingLog(a.pol.(policy.SlidingLog))
 	log := p.Fresh(0)
 	for i := 5; i+1 < len(res)-1; i += 2 {
 		p.Take(&log, res[i], res[i+1])
@@ -170,26 +171,26 @@ func (a *algo) replay(e denyEntry, now, cost int64) policy.Result {
 	case kindSlidingLog:
 		// The cached log is shared by concurrent replays: decide on a copy.
 		s := e.log.Clone()
-		return a.pol.(policy.SlidingLog).Take(&s, now, cost)
+		return rules.SlidingLog(a.pol.(policy.SlidingLog)).Take(&s, now, cost)
 	case kindLeakyBucket:
-		s := policy.LeakyBucketState{Level: st[0], Credit: st[1], Last: st[2]}
-		return a.pol.(policy.LeakyBucket).Take(&s, now, cost)
+		s := rules.LeakyBucketState{Level: st[0], Credit: st[1], Last: st[2]}
+		return rules.LeakyBucket(a.pol.(policy.LeakyBucket)).Take(&s, now, cost)
 	case kindDualBucket:
-		s := policy.DualBucketState{Requests: st[0], Tokens: st[1], RequestCredit: st[2], TokenCredit: st[3], Last: st[4]}
-		return a.pol.(policy.DualBucket).Take(&s, now, cost)
+		s := rules.DualBucketState{Requests: st[0], Tokens: st[1], RequestCredit: st[2], TokenCredit: st[3], Last: st[4]}
+		return rules.DualBucket(a.pol.(policy.DualBucket)).Take(&s, now, cost)
 	case kindSlidingCounter:
-		s := policy.SlidingCounterState{Window: st[0], Current: st[1], Previous: st[2]}
+		s := rules.SlidingCounterState{Window: st[0], Current: st[1], Previous: st[2]}
 		return a.sc.Take(&s, now, cost)
 	case kindFixedWindow:
-		s := policy.FixedWindowState{Window: st[0], Count: st[1]}
-		return policy.FixedWindow{Limit: a.limit, Window: time.Duration(a.w) * time.Millisecond}.Take(&s, now, cost)
+		s := rules.FixedWindowState{Window: st[0], Count: st[1]}
+		return rules.FixedWindow{Limit: a.limit, Window: time.Duration(a.w) * time.Millisecond}.Take(&s, now, cost)
 	case kindTokenBucket:
-		s := policy.TokenBucketState{Tokens: st[0], Credit: st[1], Last: st[2]}
-		return policy.TokenBucket{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
+		s := rules.TokenBucketState{Tokens: st[0], Credit: st[1], Last: st[2]}
+		return rules.TokenBucket{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
 	default:
 		// The engine keeps TAT = ms*rate + remainder modulo 2^64 and reads it only through the lag
 		// TAT - now*rate, which for a refused key (0 < lag <= burst*1000 + rate) is exact.
-		s := policy.GCRAState{TAT: uint64(st[0])*uint64(a.rate) + uint64(st[1])}
-		return policy.GCRA{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
+		s := rules.GCRAState{TAT: uint64(st[0])*uint64(a.rate) + uint64(st[1])}
+		return rules.GCRA{Rate: a.rate, Burst: a.limit}.Take(&s, now, cost)
 	}
 }

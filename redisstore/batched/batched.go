@@ -16,6 +16,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/internal/check"
@@ -43,7 +44,7 @@ type Limiter struct {
 	cfg    config
 	id     string
 	pol    policy.SlidingCounter
-	rule   policy.SlidingCounterRule
+	rule   rules.SlidingCounterRule
 	limit  int64
 	w      int64
 	clk    *clock.Clock
@@ -149,7 +150,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		return nil, err
 	}
 	l := &Limiter{
-		client: client, name: name, cfg: cfg, pol: sc, rule: sc.Compile(), limit: sc.Limit, w: sc.WindowMs(),
+		client: client, name: name, cfg: cfg, pol: sc, rule: rules.SlidingCounter(sc).Compile(), limit: sc.Limit, w: rules.SlidingCounter(sc).WindowMs(),
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
@@ -434,7 +435,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	}
 	// Refused: Redis's counts say need more units do not fit before RetryAfter, which the
 	// policy's own step solves from those counts.
-	st := policy.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
+	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
 	res := l.rule.Take(&st, r.now, need)
 	retry := max(res.RetryAfterMs, 1)
 	// Other processes give back unused leases when the window ends, so the refusal is remembered
@@ -625,7 +626,7 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
 		e.rec[0].granted += r.grant
 		l.holding.Store(e, struct{}{})
 	}
-	st := policy.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
+	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
 	res, _ := l.rule.Peek(st, r.now)
 	e.head.Store(res.Remaining)
 	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx), max(now, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
@@ -201,7 +202,7 @@ type outcome struct {
 func TestFleetNeverOverAdmits(t *testing.T) {
 	const procs, goroutines, limit, chunk = 3, 4, 60, 5
 	p := policy.SlidingCounter{Limit: limit, Window: 200 * time.Millisecond}
-	w := p.WindowMs()
+	w := rules.SlidingCounter(p).WindowMs()
 	admin := newClient(t, testAddr)
 	flushAll(t, admin)
 	clk := clock.NewManual(t0)
@@ -255,13 +256,13 @@ func TestFleetNeverOverAdmits(t *testing.T) {
 	for key, os := range byKey {
 		sort.SliceStable(os, func(i, j int) bool { return os[i].at < os[j].at })
 		// Over-admission: the policy's own step admits every admitted request, in time order.
-		var st policy.SlidingCounterState
+		var st rules.SlidingCounterState
 		var log []admit
 		for _, o := range os {
 			if !o.allowed {
 				continue
 			}
-			if res := p.Take(&st, o.at, o.n); !res.Allowed {
+			if res := rules.SlidingCounter(p).Take(&st, o.at, o.n); !res.Allowed {
 				t.Fatalf("key %s: %d units admitted at %d that the exact fleet-wide count refuses (estimate %d, limit %d)",
 					key, o.n, o.at, estimate(log, w, o.at), limit)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
@@ -76,7 +77,7 @@ func runOutage(t *testing.T, fault string) {
 	// boundary between them falls in the middle of the outage: the test starts 700ms before it.
 	// 8s: a loaded machine under -race has been seen to take almost 10s over this test.
 	p := policy.SlidingCounter{Limit: 3000, Window: 8 * time.Second}
-	w := p.WindowMs()
+	w := rules.SlidingCounter(p).WindowMs()
 	time.Sleep(time.Duration((2*w-boundaryAt-time.Now().UnixMilli()%w)%w) * time.Millisecond)
 	share := p.Limit / faultProcs
 	ls := make([]*Limiter, faultProcs)
@@ -105,7 +106,7 @@ func runOutage(t *testing.T, fault string) {
 					ph := phase.Load()
 					start := time.Now()
 					d, err := l.Take(ctx, key, 1)
-					local = append(local, faultCall{proc: pi, key: key, phase: ph, win: d.ResetAt.UnixMilli() - p.WindowMs(),
+					local = append(local, faultCall{proc: pi, key: key, phase: ph, win: d.ResetAt.UnixMilli() - rules.SlidingCounter(p).WindowMs(),
 						latency: time.Since(start), allowed: d.Allowed, limit: d.Limit, err: err})
 					time.Sleep(50 * time.Microsecond)
 				}
@@ -263,7 +264,7 @@ func runOutage(t *testing.T, fault string) {
 				switch wstart {
 				case win:
 					counted = cur
-				case win - p.WindowMs():
+				case win - rules.SlidingCounter(p).WindowMs():
 					counted = prev
 				default:
 					t.Fatalf("key %s: admissions in window %d, Redis holds %q", key, wstart, v)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
@@ -56,7 +57,7 @@ func runChild() int {
 	var mu sync.Mutex
 	tally := procTally{Proc: idx, Groups: map[string]int64{}}
 	var wg sync.WaitGroup
-	w := procPolicy.WindowMs()
+	w := rules.SlidingCounter(procPolicy).WindowMs()
 	for g := range faultWorkers {
 		wg.Go(func() {
 			local := map[string]int64{}
@@ -173,7 +174,7 @@ func runOutageProcesses(t *testing.T, fault string) {
 	}
 	defer srv.Stop()
 	p := procPolicy
-	w := p.WindowMs()
+	w := rules.SlidingCounter(p).WindowMs()
 	share := p.Limit / faultProcs
 	// The boundary between two windows falls in the middle of the outage (see TestOutage).
 	time.Sleep(time.Duration((2*w-boundaryAt-500-time.Now().UnixMilli()%w)%w) * time.Millisecond)

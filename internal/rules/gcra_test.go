@@ -1,9 +1,11 @@
-package policy
+package rules
 
 import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 func runGCRASteps(t *testing.T, p GCRA, t0 int64, steps []bucketStep) {
@@ -30,25 +32,25 @@ func TestGCRASteps(t *testing.T) {
 		// rate and burst, step for step (TestTokenBucketSteps/rate10-burst3).
 		steps := []bucketStep{
 			// target 10000-2000 <= 10000: TAT 11000; tokens (10000-(11000-3000))/1000 = 2; reset ceil(11000/10).
-			{now: 1000, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 1100}},
+			{now: 1000, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 1100}},
 			// target 11000-1000 = 10000 <= 10000: TAT 13000, 0 left, reset 1300.
-			{now: 1000, cost: 2, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1300}},
+			{now: 1000, cost: 2, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1300}},
 			// target 13000-2000 = 11000 > 10000: wait ceil(11000/10) - 1000 = 100.
-			{now: 1000, cost: 1, want: Result{Limit: 3, RetryAfterMs: 100, ResetAtMs: 1300}},
+			{now: 1000, cost: 1, want: policy.Result{Limit: 3, RetryAfterMs: 100, ResetAtMs: 1300}},
 			// s 10500: wait 1100-1050 = 50; tokens (10500-10000)/1000 = 0.
-			{now: 1050, peek: true, want: Result{Limit: 3, RetryAfterMs: 50, ResetAtMs: 1300}},
+			{now: 1050, peek: true, want: policy.Result{Limit: 3, RetryAfterMs: 50, ResetAtMs: 1300}},
 			// s 10990 < 11000: 1 ms.
-			{now: 1099, cost: 1, want: Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 1300}},
+			{now: 1099, cost: 1, want: policy.Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 1300}},
 			// s 11000 = target: TAT max(11000, 13000)+1000 = 14000; tokens (11000-11000)/1000 = 0.
-			{now: 1100, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1400}},
+			{now: 1100, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1400}},
 			// 4 > burst: refused before anything, wait 0.
-			{now: 1100, cost: 4, want: Result{Limit: 3, ResetAtMs: 1400}},
+			{now: 1100, cost: 4, want: policy.Result{Limit: 3, ResetAtMs: 1400}},
 			// cost 0: target 14000-3000 = 11000 <= 11000, TAT unchanged.
-			{now: 1100, cost: 0, want: Result{Allowed: true, Limit: 3, ResetAtMs: 1400}},
+			{now: 1100, cost: 0, want: policy.Result{Allowed: true, Limit: 3, ResetAtMs: 1400}},
 			// s 11500, target 14000-1000 = 13000: wait 1300-1150 = 150.
-			{now: 1150, cost: 2, want: Result{Limit: 3, RetryAfterMs: 150, ResetAtMs: 1400}},
+			{now: 1150, cost: 2, want: policy.Result{Limit: 3, RetryAfterMs: 150, ResetAtMs: 1400}},
 			// s 50000 far past TAT: tokens min(3, (50000-11000)/1000) = 3; reset is now.
-			{now: 5000, peek: true, want: Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 5000}, probe: 3},
+			{now: 5000, peek: true, want: policy.Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 5000}, probe: 3},
 		}
 		runGCRASteps(t, GCRA{Rate: 10, Burst: 3}, 1000, steps)
 		runTokenSteps(t, TokenBucket{Rate: 10, Burst: 3}, 1000, steps)
@@ -59,29 +61,29 @@ func TestGCRASteps(t *testing.T) {
 		const t0 = 1 << 40
 		steps := []bucketStep{
 			// lag 0 <= (2-2)*1000: admitted, lag 2000; tokens (2000-2000)/1000 = 0; full after ceil(2000/L) = 1 ms.
-			{now: t0, cost: 2, want: Result{Allowed: true, Limit: 2, ResetAtMs: t0 + 1}},
+			{now: t0, cost: 2, want: policy.Result{Allowed: true, Limit: 2, ResetAtMs: t0 + 1}},
 			// lag 2000 > (2-1)*1000: wait ceil((2000-1000)/L) = 1.
-			{now: t0, cost: 1, want: Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: t0 + 1}},
-			{now: t0, peek: true, want: Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: t0 + 1}, probe: 0},
+			{now: t0, cost: 1, want: policy.Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: t0 + 1}},
+			{now: t0, peek: true, want: policy.Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: t0 + 1}, probe: 0},
 			// 1 ms: lag 2000 - L < 0, full: admitted, lag 1000; tokens (2000-1000)/1000 = 1.
-			{now: t0 + 1, cost: 1, want: Result{Allowed: true, Limit: 2, Remaining: 1, ResetAtMs: t0 + 2}},
+			{now: t0 + 1, cost: 1, want: policy.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAtMs: t0 + 2}},
 		}
-		runGCRASteps(t, GCRA{Rate: MaxLimit, Burst: 2}, t0, steps)
-		runTokenSteps(t, TokenBucket{Rate: MaxLimit, Burst: 2}, t0, steps)
+		runGCRASteps(t, GCRA{Rate: policy.MaxLimit, Burst: 2}, t0, steps)
+		runTokenSteps(t, TokenBucket{Rate: policy.MaxLimit, Burst: 2}, t0, steps)
 	})
 	t.Run("rate-max-burst-max-at-2^62", func(t *testing.T) {
 		// L = 2^32-1 for both, at 2^62 ms: s is about 2^94.
 		const t0 = 1 << 62
 		steps := []bucketStep{
 			// lag 0 <= 0: admitted, lag 1000L; full after ceil(1000L/L) = 1000 ms.
-			{now: t0, cost: MaxLimit, want: Result{Allowed: true, Limit: MaxLimit, ResetAtMs: t0 + 1000}},
+			{now: t0, cost: policy.MaxLimit, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, ResetAtMs: t0 + 1000}},
 			// lag 1000L > (L-1)*1000: wait ceil(1000/L) = 1.
-			{now: t0, cost: 1, want: Result{Limit: MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + 1000}},
+			{now: t0, cost: 1, want: policy.Result{Limit: policy.MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + 1000}},
 			// 1 ms: lag 999L; tokens (1000L - 999L)/1000 = L/1000 = 4294967; full after ceil(999L/L).
-			{now: t0 + 1, peek: true, want: Result{Allowed: true, Limit: MaxLimit, Remaining: 4294967, ResetAtMs: t0 + 1000}, probe: 4294967},
+			{now: t0 + 1, peek: true, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, Remaining: 4294967, ResetAtMs: t0 + 1000}, probe: 4294967},
 		}
-		runGCRASteps(t, GCRA{Rate: MaxLimit, Burst: MaxLimit}, t0, steps)
-		runTokenSteps(t, TokenBucket{Rate: MaxLimit, Burst: MaxLimit}, t0, steps)
+		runGCRASteps(t, GCRA{Rate: policy.MaxLimit, Burst: policy.MaxLimit}, t0, steps)
+		runTokenSteps(t, TokenBucket{Rate: policy.MaxLimit, Burst: policy.MaxLimit}, t0, steps)
 	})
 	t.Run("rate-2^20-burst-max", func(t *testing.T) {
 		// Rate R = 2^20, burst MaxLimit. Burst*1000 = 4294967295000 = 4096000*R - 1000, so a full
@@ -89,17 +91,17 @@ func TestGCRASteps(t *testing.T) {
 		const t0 = 1<<42 - 2000
 		const fill = 4096000
 		steps := []bucketStep{
-			{now: t0, cost: MaxLimit, want: Result{Allowed: true, Limit: MaxLimit, ResetAtMs: t0 + fill}},
+			{now: t0, cost: policy.MaxLimit, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, ResetAtMs: t0 + fill}},
 			// lag Burst*1000, room (Burst-1)*1000: wait ceil(1000/R) = 1.
-			{now: t0, cost: 1, want: Result{Limit: MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + fill}},
+			{now: t0, cost: 1, want: policy.Result{Limit: policy.MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + fill}},
 			// 1 ms: R = 1048576 thousandths = 1048 permits.
-			{now: t0 + 1, peek: true, want: Result{Allowed: true, Limit: MaxLimit, Remaining: 1048, ResetAtMs: t0 + fill}, probe: 1048},
+			{now: t0 + 1, peek: true, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, Remaining: 1048, ResetAtMs: t0 + fill}, probe: 1048},
 			// 1999 ms: 1999*R = 2096103424 thousandths = 2096103 permits; a whole burst needs
 			// ceil((Burst*1000 - 2096103424)/R) = fill - 1999 ms more.
-			{now: t0 + 1999, cost: MaxLimit, want: Result{Limit: MaxLimit, Remaining: 2096103, RetryAfterMs: fill - 1999, ResetAtMs: t0 + fill}},
+			{now: t0 + 1999, cost: policy.MaxLimit, want: policy.Result{Limit: policy.MaxLimit, Remaining: 2096103, RetryAfterMs: fill - 1999, ResetAtMs: t0 + fill}},
 		}
-		runGCRASteps(t, GCRA{Rate: 1 << 20, Burst: MaxLimit}, t0, steps)
-		runTokenSteps(t, TokenBucket{Rate: 1 << 20, Burst: MaxLimit}, t0, steps)
+		runGCRASteps(t, GCRA{Rate: 1 << 20, Burst: policy.MaxLimit}, t0, steps)
+		runTokenSteps(t, TokenBucket{Rate: 1 << 20, Burst: policy.MaxLimit}, t0, steps)
 	})
 }
 
@@ -145,21 +147,11 @@ func TestGCRADead(t *testing.T) {
 	}
 }
 
-func TestGCRAValidate(t *testing.T) {
-	if err := (GCRA{Rate: MaxLimit, Burst: MaxLimit}).Validate(); err != nil {
-		t.Fatal(err)
-	}
-	checkErrNames(t, GCRA{Rate: MaxLimit + 1, Burst: 1}.Validate(), "GCRA.Rate", "4294967296")
-	checkErrNames(t, GCRA{Rate: 0, Burst: 1}.Validate(), "GCRA.Rate", "= 0")
-	checkErrNames(t, GCRA{Rate: 1, Burst: 0}.Validate(), "GCRA.Burst", "= 0")
-	checkErrNames(t, GCRA{Rate: 1, Burst: MaxLimit + 1}.Validate(), "GCRA.Burst", "4294967296")
-}
-
 // gcraRange draws a GCRA configuration over the whole range, a start time (up to 2^62 ms, where
 // scaled time is near 2^94) and the latest clock reading the tests use. Idle gaps stay far below
 // MaxIdleMs: the drawn gaps are at most a few fill times, and fill*Rate < Burst*1000 + Rate.
 func gcraRange(t *rapid.T) (GCRA, int64, int64) {
-	p := GCRA{Rate: drawRate(t, "rate", MaxLimit), Burst: drawRate(t, "burst", MaxLimit)}
+	p := GCRA{Rate: drawRate(t, "rate", policy.MaxLimit), Burst: drawRate(t, "burst", policy.MaxLimit)}
 	t0 := drawStart(t)
 	if rapid.Bool().Draw(t, "near 2^62") {
 		t0 = rapid.Int64Range(1<<62-1<<20, 1<<62).Draw(t, "t0")
@@ -203,7 +195,7 @@ func TestGCRAProperties(t *testing.T) {
 		st := stepper[GCRAState]{
 			fresh: p.Fresh, take: p.Take, peek: p.Peek, dead: p.Dead,
 			maxCost: p.Burst, tightReset: true,
-			atRest: func(pr Probe) bool { return pr.Tokens == p.Burst },
+			atRest: func(pr policy.Probe) bool { return pr.Tokens == p.Burst },
 		}
 		st.run(t, newRefTokens(p.Rate, p.Burst, t0), t0, maxNow, drawOps(t, fill, p.Burst, 40))
 	})

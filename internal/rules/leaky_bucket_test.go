@@ -1,9 +1,11 @@
-package policy
+package rules
 
 import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 func runLeakySteps(t *testing.T, p LeakyBucket, t0 int64, steps []bucketStep) {
@@ -28,55 +30,55 @@ func TestLeakyBucketSteps(t *testing.T) {
 		// drainMs = ceil(3*1000/10) = 300. Fresh at 1000 = {level 0, credit 0, last 1000}.
 		runLeakySteps(t, LeakyBucket{Rate: 10, Capacity: 3}, 1000, []bucketStep{
 			// level 1, room 2; empty again after 1000/10 = 100 ms.
-			{now: 1000, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 1100}},
+			{now: 1000, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 1100}},
 			// level 3; empty after 3000/10 = 300 ms.
-			{now: 1000, cost: 2, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1300}},
+			{now: 1000, cost: 2, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1300}},
 			// full: one unit drains in ceil((1000-0)/10) = 100 ms.
-			{now: 1000, cost: 1, want: Result{Limit: 3, RetryAfterMs: 100, ResetAtMs: 1300}},
+			{now: 1000, cost: 1, want: policy.Result{Limit: 3, RetryAfterMs: 100, ResetAtMs: 1300}},
 			// 50 ms: credit 500, drained 0, level 3: ceil(500/10) = 50; empty at 1050 + ceil(2500/10).
-			{now: 1050, peek: true, want: Result{Limit: 3, RetryAfterMs: 50, ResetAtMs: 1300}, probe: 3},
+			{now: 1050, peek: true, want: policy.Result{Limit: 3, RetryAfterMs: 50, ResetAtMs: 1300}, probe: 3},
 			// 99 ms: credit 990: 1 ms; empty at 1099 + ceil(2010/10) = 1099 + 201.
-			{now: 1099, cost: 1, want: Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 1300}},
+			{now: 1099, cost: 1, want: policy.Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 1300}},
 			// credit 1000 -> drained 1, level 2, credit 0; admitted -> 3; empty at 1100 + 300.
-			{now: 1100, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1400}},
+			{now: 1100, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 1400}},
 			// 4 > capacity: never admissible.
-			{now: 1100, cost: 4, want: Result{Limit: 3, ResetAtMs: 1400}},
-			{now: 1100, cost: 0, want: Result{Allowed: true, Limit: 3, ResetAtMs: 1400}},
+			{now: 1100, cost: 4, want: policy.Result{Limit: 3, ResetAtMs: 1400}},
+			{now: 1100, cost: 0, want: policy.Result{Allowed: true, Limit: 3, ResetAtMs: 1400}},
 			// 50 ms: credit 500; cost 2 needs (3+2-3)*1000-500 = 1500 thousandths drained: 150 ms.
-			{now: 1150, cost: 2, want: Result{Limit: 3, RetryAfterMs: 150, ResetAtMs: 1400}},
+			{now: 1150, cost: 2, want: policy.Result{Limit: 3, RetryAfterMs: 150, ResetAtMs: 1400}},
 			// idle: dt clamped to 300, credit 3500, drained 3 >= 3 -> empty, credit 0.
-			{now: 5000, peek: true, want: Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 5000}, probe: 0},
+			{now: 5000, peek: true, want: policy.Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 5000}, probe: 0},
 		})
 	})
 	t.Run("rate3-capacity2", func(t *testing.T) {
 		// drainMs = ceil(2000/3) = 667.
 		runLeakySteps(t, LeakyBucket{Rate: 3, Capacity: 2}, 0, []bucketStep{
-			{now: 0, cost: 2, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 667}},
+			{now: 0, cost: 2, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 667}},
 			// credit 999, nothing drained yet: ceil(1/3) = 1 ms; empty at 333 + ceil(1001/3) = 333 + 334.
-			{now: 333, cost: 1, want: Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: 667}},
+			{now: 333, cost: 1, want: policy.Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: 667}},
 			// credit 1002 -> drained 1, credit 2, level 1; admitted -> 2; water 1998: 666 ms.
-			{now: 334, cost: 1, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 1000}},
+			{now: 334, cost: 1, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 1000}},
 			// 666 ms: credit 2 + 1998 = 2000 -> drained 2 = level: empty exactly.
-			{now: 1000, peek: true, want: Result{Allowed: true, Limit: 2, Remaining: 2, ResetAtMs: 1000}, probe: 0},
+			{now: 1000, peek: true, want: policy.Result{Allowed: true, Limit: 2, Remaining: 2, ResetAtMs: 1000}, probe: 0},
 			// (the peek changed nothing) 665 ms: credit 1997 -> drained 1, level 1, credit 997;
 			// admitted -> 2; water 2000-997 = 1003: ceil(1003/3) = 335 ms.
-			{now: 999, cost: 1, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 1334}},
+			{now: 999, cost: 1, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 1334}},
 		})
 	})
 	t.Run("extremes", func(t *testing.T) {
 		// Rate = Capacity = MaxLimit at 2^41: drainMs = 1000.
 		const t0 = 1 << 41
-		runLeakySteps(t, LeakyBucket{Rate: MaxLimit, Capacity: MaxLimit}, t0, []bucketStep{
-			{now: t0, cost: MaxLimit, want: Result{Allowed: true, Limit: MaxLimit, ResetAtMs: t0 + 1000}},
-			{now: t0, cost: 1, want: Result{Limit: MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + 1000}},
+		runLeakySteps(t, LeakyBucket{Rate: policy.MaxLimit, Capacity: policy.MaxLimit}, t0, []bucketStep{
+			{now: t0, cost: policy.MaxLimit, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, ResetAtMs: t0 + 1000}},
+			{now: t0, cost: 1, want: policy.Result{Limit: policy.MaxLimit, RetryAfterMs: 1, ResetAtMs: t0 + 1000}},
 			// 1 ms: credit MaxLimit -> drained 4294967, credit 295, level 4290672328; water
 			// 4290672328*1000-295 = 999*MaxLimit: empty at t0+1+999.
-			{now: t0 + 1, peek: true, want: Result{Allowed: true, Limit: MaxLimit, Remaining: 4294967, ResetAtMs: t0 + 1000}, probe: 4290672328},
+			{now: t0 + 1, peek: true, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, Remaining: 4294967, ResetAtMs: t0 + 1000}, probe: 4290672328},
 			// 500 ms: credit 500*MaxLimit -> drained 2147483647, credit 500, level 2147483648;
 			// room for MaxLimit needs 2147483648*1000-500 = 500*MaxLimit drained: 500 ms.
-			{now: t0 + 500, cost: MaxLimit, want: Result{Limit: MaxLimit, Remaining: 2147483647, RetryAfterMs: 500, ResetAtMs: t0 + 1000}},
+			{now: t0 + 500, cost: policy.MaxLimit, want: policy.Result{Limit: policy.MaxLimit, Remaining: 2147483647, RetryAfterMs: 500, ResetAtMs: t0 + 1000}},
 			// 500 ms more: credit 500 + 500*MaxLimit = 2147483648000 -> drained = level: empty.
-			{now: t0 + 1000, cost: MaxLimit, want: Result{Allowed: true, Limit: MaxLimit, ResetAtMs: t0 + 2000}},
+			{now: t0 + 1000, cost: policy.MaxLimit, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, ResetAtMs: t0 + 2000}},
 		})
 	})
 }
@@ -97,14 +99,6 @@ func TestLeakyBucketDead(t *testing.T) {
 	if !p.Dead(s, 1100) {
 		t.Fatal("drained empty at 1100: dead")
 	}
-}
-
-func TestLeakyBucketValidate(t *testing.T) {
-	if err := (LeakyBucket{Rate: MaxLimit, Capacity: MaxLimit}).Validate(); err != nil {
-		t.Fatal(err)
-	}
-	checkErrNames(t, LeakyBucket{Rate: -1, Capacity: 1}.Validate(), "LeakyBucket.Rate", "-1")
-	checkErrNames(t, LeakyBucket{Rate: 1, Capacity: MaxLimit + 1}.Validate(), "LeakyBucket.Capacity", "4294967296")
 }
 
 // refLeaky is the leaky bucket as its water in thousandths of a unit, falling by rate per ms
@@ -132,19 +126,19 @@ func (r *refLeaky) take(now, cost int64) (bool, int64) {
 	return ok, r.capacity - r.level()
 }
 
-func (r *refLeaky) probe(now int64) Probe {
+func (r *refLeaky) probe(now int64) policy.Probe {
 	r.advance(now)
-	return Probe{Level: r.level()}
+	return policy.Probe{Level: r.level()}
 }
 
 func TestLeakyBucketProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p := LeakyBucket{Rate: drawRate(t, "rate", MaxLimit), Capacity: drawRate(t, "capacity", MaxLimit)}
+		p := LeakyBucket{Rate: drawRate(t, "rate", policy.MaxLimit), Capacity: drawRate(t, "capacity", policy.MaxLimit)}
 		t0 := drawStart(t)
 		st := stepper[LeakyBucketState]{
 			fresh: p.Fresh, take: p.Take, peek: p.Peek, dead: p.Dead,
 			maxCost: p.Capacity, tightReset: true,
-			atRest: func(pr Probe) bool { return pr.Level == 0 },
+			atRest: func(pr policy.Probe) bool { return pr.Level == 0 },
 		}
 		st.run(t, &refLeaky{rate: p.Rate, capacity: p.Capacity, last: t0}, t0, 1<<62, drawOps(t, p.DrainMs(), p.Capacity, 40))
 	})

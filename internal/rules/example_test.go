@@ -1,21 +1,18 @@
-package policy_test
+package rules_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/internal/rules"
 )
 
 // Unix milliseconds; every example passes time in explicitly, as the engine does.
 const exampleNow = int64(1_700_000_000_000)
 
 func ExampleTokenBucket() {
-	p := policy.TokenBucket{Rate: 2, Burst: 3} // 2 tokens a second, bursts of up to 3
-	if err := p.Validate(); err != nil {
-		panic(err)
-	}
-	s := p.Fresh(exampleNow) // a new key starts full
+	p := rules.TokenBucket{Rate: 2, Burst: 3} // 2 tokens a second, bursts of up to 3
+	s := p.Fresh(exampleNow)                  // a new key starts full
 	for range 4 {
 		r := p.Take(&s, exampleNow, 1)
 		fmt.Println(r.Allowed, r.Remaining, r.RetryAfterMs)
@@ -31,8 +28,8 @@ func ExampleTokenBucket() {
 }
 
 func ExampleGCRA() {
-	p := policy.GCRA{Rate: 2, Burst: 3} // the token bucket above, in one int64 per key
-	fmt.Println(p.CheckCost(4))         // the engine refuses this before looking the key up
+	p := rules.GCRA{Rate: 2, Burst: 3} // the token bucket above, in one int64 per key
+	fmt.Println(p.CheckCost(4))        // the engine refuses this before looking the key up
 	s := p.Fresh(exampleNow)
 	for range 4 {
 		r := p.Take(&s, exampleNow, 1)
@@ -49,7 +46,7 @@ func ExampleGCRA() {
 }
 
 func ExampleSlidingLog() {
-	p := policy.SlidingLog{Limit: 3, Window: 15 * time.Minute} // 3 login attempts in any 15 minutes
+	p := rules.SlidingLog{Limit: 3, Window: 15 * time.Minute} // 3 login attempts in any 15 minutes
 	s := p.Fresh(exampleNow)
 	for _, minute := range []int64{0, 1, 2, 3} {
 		r := p.Take(&s, exampleNow+minute*60_000, 1)
@@ -66,7 +63,7 @@ func ExampleSlidingLog() {
 }
 
 func ExampleFixedWindow() {
-	p := policy.FixedWindow{Limit: 2, Window: time.Second}
+	p := rules.FixedWindow{Limit: 2, Window: time.Second}
 	edge := exampleNow - exampleNow%1000 + 1000
 	s := p.Fresh(edge - 1)
 	for _, now := range []int64{edge - 1, edge - 1, edge - 1, edge, edge} {
@@ -82,7 +79,7 @@ func ExampleFixedWindow() {
 }
 
 func ExampleLeakyBucket() {
-	p := policy.LeakyBucket{Rate: 1, Capacity: 2} // drains one unit a second, holds two
+	p := rules.LeakyBucket{Rate: 1, Capacity: 2} // drains one unit a second, holds two
 	s := p.Fresh(exampleNow)
 	fmt.Println(p.Take(&s, exampleNow, 2).Allowed)
 	r := p.Take(&s, exampleNow, 1)
@@ -96,7 +93,7 @@ func ExampleLeakyBucket() {
 }
 
 func ExampleDualBucket() {
-	p := policy.DualBucket{RequestsPerMin: 3, TokensPerMin: 1000} // 3 calls and 1000 model tokens a minute
+	p := rules.DualBucket{RequestsPerMin: 3, TokensPerMin: 1000} // 3 calls and 1000 model tokens a minute
 	s := p.Fresh(exampleNow)
 	fmt.Println(p.Take(&s, exampleNow, 600).Allowed)
 	r := p.Take(&s, exampleNow, 600) // 400 tokens left: 200 more take 200*60000/1000 ms

@@ -1,14 +1,15 @@
-package policy
+package rules
 
 import (
 	"math"
 	"math/bits"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // This file holds what the six policies' tests share: a property harness that replays random
@@ -20,12 +21,12 @@ import (
 // stepper adapts one policy to the harness.
 type stepper[S any] struct {
 	fresh   func(now int64) S
-	take    func(s *S, now, cost int64) Result
-	peek    func(s S, now int64) (Result, Probe)
+	take    func(s *S, now, cost int64) policy.Result
+	peek    func(s S, now int64) (policy.Result, policy.Probe)
 	dead    func(s S, now int64) bool
-	clone   func(s S) S      // nil: a plain copy is a snapshot
-	maxCost int64            // the largest cost that can ever be admitted
-	atRest  func(Probe) bool // what Peek shows at ResetAtMs: full bucket, empty bucket or log
+	clone   func(s S) S             // nil: a plain copy is a snapshot
+	maxCost int64                   // the largest cost that can ever be admitted
+	atRest  func(policy.Probe) bool // what Peek shows at ResetAtMs: full bucket, empty bucket or log
 	// tightReset: at ResetAtMs - 1 the state is not yet at rest (false for the fixed window,
 	// whose reset is the window end whatever the count).
 	tightReset bool
@@ -42,7 +43,7 @@ func (m stepper[S]) cp(s S) S {
 // the expected probe.
 type refModel interface {
 	take(now, cost int64) (bool, int64)
-	probe(now int64) Probe
+	probe(now int64) policy.Probe
 }
 
 type stepOp struct {
@@ -154,7 +155,7 @@ func (m stepper[S]) run(t *rapid.T, ref refModel, t0, maxNow int64, ops []stepOp
 
 // checkResult checks r, the result of a request of cost at now on state s (as it was before);
 // after is the state r describes (s after the take; s itself for a peek).
-func (m stepper[S]) checkResult(t *rapid.T, i int, s, after S, now, cost int64, r Result) {
+func (m stepper[S]) checkResult(t *rapid.T, i int, s, after S, now, cost int64, r policy.Result) {
 	if r.Remaining < 0 || r.Remaining > r.Limit {
 		t.Fatalf("op %d cost %d at %d: Remaining %d outside [0, %d]", i, cost, now, r.Remaining, r.Limit)
 	}
@@ -231,23 +232,13 @@ func (r *refBucket) take(now, cost int64) (bool, int64) {
 	return ok, r.have / r.unit
 }
 
-func (r *refBucket) probe(now int64) Probe {
+func (r *refBucket) probe(now int64) policy.Probe {
 	r.advance(now)
-	return Probe{Tokens: r.have / r.unit}
+	return policy.Probe{Tokens: r.have / r.unit}
 }
 
 func newRefTokens(rate, burst, t0 int64) *refBucket {
 	return &refBucket{unit: 1000, rate: rate, size: burst, have: burst * 1000, last: t0}
-}
-
-func checkErrNames(t *testing.T, err error, field string, value string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("want an error naming %s = %s, got nil", field, value)
-	}
-	if !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), value) {
-		t.Fatalf("error %q does not name %s and %s", err, field, value)
-	}
 }
 
 // TestStateSizes pins the per-key state sizes the doc comments promise (the engine sizes its
@@ -276,8 +267,8 @@ func TestStateSizes(t *testing.T) {
 
 // Sinks keep the calls under measurement from being optimized away.
 var (
-	sinkResult Result
-	sinkProbe  Probe
+	sinkResult policy.Result
+	sinkProbe  policy.Probe
 	sinkDead   bool
 	sinkSum    int64
 )
@@ -341,31 +332,31 @@ func TestNoAllocs(t *testing.T) {
 // nothing, and has RetryAfterMs 0 (it can never be admitted).
 func TestHugeCost(t *testing.T) {
 	const now = 1<<41 + 5
-	check := func(name string, r Result) {
+	check := func(name string, r policy.Result) {
 		t.Helper()
 		if r.Allowed || r.RetryAfterMs != 0 || r.Remaining != r.Limit {
 			t.Errorf("%s: take(MaxInt64) = %+v, want refused, RetryAfterMs 0, Remaining = Limit", name, r)
 		}
 	}
-	fw := FixedWindow{Limit: MaxLimit, Window: MaxWindow}
+	fw := FixedWindow{Limit: policy.MaxLimit, Window: policy.MaxWindow}
 	fws := fw.Fresh(now)
 	check("FixedWindow", fw.Take(&fws, now, math.MaxInt64))
-	tb := TokenBucket{Rate: MaxLimit, Burst: MaxLimit}
+	tb := TokenBucket{Rate: policy.MaxLimit, Burst: policy.MaxLimit}
 	tbs := tb.Fresh(now)
 	check("TokenBucket", tb.Take(&tbs, now, math.MaxInt64))
-	g := GCRA{Rate: MaxLimit, Burst: MaxLimit}
+	g := GCRA{Rate: policy.MaxLimit, Burst: policy.MaxLimit}
 	gs := g.Fresh(now)
 	check("GCRA", g.Take(&gs, now, math.MaxInt64))
-	if g.CheckCost(math.MaxInt64) || g.CheckCost(MaxLimit+1) || !g.CheckCost(MaxLimit) || !g.CheckCost(0) {
+	if g.CheckCost(math.MaxInt64) || g.CheckCost(policy.MaxLimit+1) || !g.CheckCost(policy.MaxLimit) || !g.CheckCost(0) {
 		t.Error("GCRA.CheckCost: want false above Burst, true at Burst and 0")
 	}
-	lb := LeakyBucket{Rate: MaxLimit, Capacity: MaxLimit}
+	lb := LeakyBucket{Rate: policy.MaxLimit, Capacity: policy.MaxLimit}
 	lbs := lb.Fresh(now)
 	check("LeakyBucket", lb.Take(&lbs, now, math.MaxInt64))
-	db := DualBucket{RequestsPerMin: MaxLimit, TokensPerMin: MaxLimit}
+	db := DualBucket{RequestsPerMin: policy.MaxLimit, TokensPerMin: policy.MaxLimit}
 	dbs := db.Fresh(now)
 	check("DualBucket", db.Take(&dbs, now, math.MaxInt64))
-	sl := SlidingLog{Limit: MaxLogLimit, Window: MaxWindow}
+	sl := SlidingLog{Limit: policy.MaxLogLimit, Window: policy.MaxWindow}
 	sls := sl.Fresh(now)
 	check("SlidingLog", sl.Take(&sls, now, math.MaxInt64))
 }

@@ -1,16 +1,18 @@
-package policy
+package rules
 
 import (
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 type countStep struct {
 	now, cost int64
 	peek      bool
-	want      Result
+	want      policy.Result
 	count     int64 // Peek only
 }
 
@@ -35,18 +37,18 @@ func TestFixedWindowSteps(t *testing.T) {
 	t.Run("limit3-1s", func(t *testing.T) {
 		// Windows [10000, 11000), [11000, 12000), …
 		runFixedSteps(t, FixedWindow{Limit: 3, Window: time.Second}, 10250, []countStep{
-			{now: 10250, cost: 2, want: Result{Allowed: true, Limit: 3, Remaining: 1, ResetAtMs: 11000}},
+			{now: 10250, cost: 2, want: policy.Result{Allowed: true, Limit: 3, Remaining: 1, ResetAtMs: 11000}},
 			// 2+2 > 3: wait for the edge, 11000 - 10250 = 750 ms (no extra millisecond).
-			{now: 10250, cost: 2, want: Result{Limit: 3, Remaining: 1, RetryAfterMs: 750, ResetAtMs: 11000}},
-			{now: 10999, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 11000}},
-			{now: 10999, peek: true, want: Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 11000}, count: 3},
-			{now: 10999, cost: 4, want: Result{Limit: 3, ResetAtMs: 11000}},
-			{now: 10999, cost: 0, want: Result{Allowed: true, Limit: 3, ResetAtMs: 11000}},
+			{now: 10250, cost: 2, want: policy.Result{Limit: 3, Remaining: 1, RetryAfterMs: 750, ResetAtMs: 11000}},
+			{now: 10999, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 11000}},
+			{now: 10999, peek: true, want: policy.Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 11000}, count: 3},
+			{now: 10999, cost: 4, want: policy.Result{Limit: 3, ResetAtMs: 11000}},
+			{now: 10999, cost: 0, want: policy.Result{Allowed: true, Limit: 3, ResetAtMs: 11000}},
 			// The edge: a new window counts from 0, so 3 more pass 1 ms after the last 3.
-			{now: 11000, cost: 3, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 12000}},
+			{now: 11000, cost: 3, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 12000}},
 			// Two windows later: reads as empty without being rolled.
-			{now: 13500, peek: true, want: Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 14000}, count: 0},
-			{now: 13500, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 14000}},
+			{now: 13500, peek: true, want: policy.Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 14000}, count: 0},
+			{now: 13500, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 14000}},
 		})
 	})
 	t.Run("extremes", func(t *testing.T) {
@@ -54,17 +56,17 @@ func TestFixedWindowSteps(t *testing.T) {
 		// window is [2^41, 2^41 + 2^32).
 		const t0 = 1<<41 + 123
 		const end = 1<<41 + 1<<32
-		runFixedSteps(t, FixedWindow{Limit: MaxLimit, Window: MaxWindow}, t0, []countStep{
-			{now: t0, cost: MaxLimit, want: Result{Allowed: true, Limit: MaxLimit, ResetAtMs: end}},
-			{now: t0, cost: 1, want: Result{Limit: MaxLimit, RetryAfterMs: 1<<32 - 123, ResetAtMs: end}},
-			{now: end, cost: 1, want: Result{Allowed: true, Limit: MaxLimit, Remaining: MaxLimit - 1, ResetAtMs: end + 1<<32}},
+		runFixedSteps(t, FixedWindow{Limit: policy.MaxLimit, Window: policy.MaxWindow}, t0, []countStep{
+			{now: t0, cost: policy.MaxLimit, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, ResetAtMs: end}},
+			{now: t0, cost: 1, want: policy.Result{Limit: policy.MaxLimit, RetryAfterMs: 1<<32 - 123, ResetAtMs: end}},
+			{now: end, cost: 1, want: policy.Result{Allowed: true, Limit: policy.MaxLimit, Remaining: policy.MaxLimit - 1, ResetAtMs: end + 1<<32}},
 		})
 	})
 	t.Run("above-2^31", func(t *testing.T) {
 		// now = 2^31 + 7 with a 1000 ms window: 2147483655 - 2147483655 mod 1000 = 2147483000.
 		runFixedSteps(t, FixedWindow{Limit: 1, Window: time.Second}, 1<<31+7, []countStep{
-			{now: 1<<31 + 7, cost: 1, want: Result{Allowed: true, Limit: 1, ResetAtMs: 2147484000}},
-			{now: 1<<31 + 7, cost: 1, want: Result{Limit: 1, RetryAfterMs: 2147484000 - (1<<31 + 7), ResetAtMs: 2147484000}},
+			{now: 1<<31 + 7, cost: 1, want: policy.Result{Allowed: true, Limit: 1, ResetAtMs: 2147484000}},
+			{now: 1<<31 + 7, cost: 1, want: policy.Result{Limit: 1, RetryAfterMs: 2147484000 - (1<<31 + 7), ResetAtMs: 2147484000}},
 		})
 	})
 }
@@ -95,7 +97,7 @@ func TestFixedWindowLaterWindow(t *testing.T) {
 	s := p.Fresh(11000)
 	p.Take(&s, 11000, 3)
 	// 10999 is in the previous window; the state stays in [11000, 12000), full: wait to 12000.
-	want := Result{Limit: 3, RetryAfterMs: 1001, ResetAtMs: 12000}
+	want := policy.Result{Limit: 3, RetryAfterMs: 1001, ResetAtMs: 12000}
 	if r := p.Take(&s, 10999, 1); r != want {
 		t.Fatalf("take at 10999: %+v, want %+v", r, want)
 	}
@@ -122,15 +124,6 @@ func TestFixedWindowDead(t *testing.T) {
 	}
 }
 
-func TestFixedWindowValidate(t *testing.T) {
-	if err := (FixedWindow{Limit: MaxLimit, Window: MaxWindow}).Validate(); err != nil {
-		t.Fatal(err)
-	}
-	checkErrNames(t, FixedWindow{Limit: 0, Window: time.Second}.Validate(), "FixedWindow.Limit", "= 0")
-	checkErrNames(t, FixedWindow{Limit: 1, Window: MaxWindow + time.Millisecond}.Validate(), "FixedWindow.Window", "1193h2m47.297s")
-	checkErrNames(t, FixedWindow{Limit: 1, Window: 1500 * time.Microsecond}.Validate(), "FixedWindow.Window", "1.5ms")
-}
-
 // refFixed counts per window index now / windowMs (times are never negative).
 type refFixed struct {
 	limit, w     int64
@@ -152,29 +145,29 @@ func (r *refFixed) take(now, cost int64) (bool, int64) {
 	return ok, r.limit - r.count
 }
 
-func (r *refFixed) probe(now int64) Probe {
+func (r *refFixed) probe(now int64) policy.Probe {
 	r.roll(now)
-	return Probe{Count: r.count}
+	return policy.Probe{Count: r.count}
 }
 
 func drawWindowMs(t *rapid.T) int64 {
 	return rapid.OneOf(
 		rapid.Just(int64(1)),
 		rapid.Int64Range(1, 2000),
-		rapid.Just(int64(MaxWindow/time.Millisecond)),
-		rapid.Int64Range(1, int64(MaxWindow/time.Millisecond)),
+		rapid.Just(int64(policy.MaxWindow/time.Millisecond)),
+		rapid.Int64Range(1, int64(policy.MaxWindow/time.Millisecond)),
 	).Draw(t, "windowMs")
 }
 
 func TestFixedWindowProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := drawWindowMs(t)
-		p := FixedWindow{Limit: drawRate(t, "limit", MaxLimit), Window: time.Duration(w) * time.Millisecond}
+		p := FixedWindow{Limit: drawRate(t, "limit", policy.MaxLimit), Window: time.Duration(w) * time.Millisecond}
 		t0 := drawStart(t)
 		st := stepper[FixedWindowState]{
 			fresh: p.Fresh, take: p.Take, peek: p.Peek, dead: p.Dead,
 			maxCost: p.Limit,
-			atRest:  func(pr Probe) bool { return pr.Count == 0 },
+			atRest:  func(pr policy.Probe) bool { return pr.Count == 0 },
 		}
 		st.run(t, &refFixed{limit: p.Limit, w: w, index: t0 / w}, t0, 1<<62, drawOps(t, w, p.Limit, 40))
 	})

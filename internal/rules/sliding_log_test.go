@@ -1,4 +1,4 @@
-package policy
+package rules
 
 import (
 	"slices"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 func runLogSteps(t *testing.T, p SlidingLog, s SlidingLogState, steps []countStep) {
@@ -29,26 +31,26 @@ func TestSlidingLogSteps(t *testing.T) {
 		// The window at now is (now-1000, now]. ResetAtMs = newest + 1000 (now when empty).
 		p := SlidingLog{Limit: 3, Window: time.Second}
 		runLogSteps(t, p, p.Fresh(10000), []countStep{
-			{now: 10000, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 11000}},
-			{now: 10400, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 1, ResetAtMs: 11400}},
+			{now: 10000, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAtMs: 11000}},
+			{now: 10400, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 1, ResetAtMs: 11400}},
 			// log [10000 10400]: 2+2 > 3 needs 1 entry gone: 10000 + 1000 - 10500 = 500.
-			{now: 10500, cost: 2, want: Result{Limit: 3, Remaining: 1, RetryAfterMs: 500, ResetAtMs: 11400}},
-			{now: 10500, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 11500}},
+			{now: 10500, cost: 2, want: policy.Result{Limit: 3, Remaining: 1, RetryAfterMs: 500, ResetAtMs: 11400}},
+			{now: 10500, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 11500}},
 			// full: the oldest leaves at 10000 + 1000 = 11000, no extra millisecond: 1 ms.
-			{now: 10999, peek: true, want: Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 11500}, count: 3},
+			{now: 10999, peek: true, want: policy.Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 11500}, count: 3},
 			// 10000 <= 11000 - 1000 leaves: [10400 10500 11000].
-			{now: 11000, cost: 1, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 12000}},
+			{now: 11000, cost: 1, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 12000}},
 			// cost 3 needs all 3 gone: the 3rd oldest, 11000 + 1000 - 11000 = 1000.
-			{now: 11000, cost: 3, want: Result{Limit: 3, RetryAfterMs: 1000, ResetAtMs: 12000}},
-			{now: 11000, cost: 4, want: Result{Limit: 3, ResetAtMs: 12000}},
-			{now: 11000, cost: 0, want: Result{Allowed: true, Limit: 3, ResetAtMs: 12000}},
+			{now: 11000, cost: 3, want: policy.Result{Limit: 3, RetryAfterMs: 1000, ResetAtMs: 12000}},
+			{now: 11000, cost: 4, want: policy.Result{Limit: 3, ResetAtMs: 12000}},
+			{now: 11000, cost: 0, want: policy.Result{Allowed: true, Limit: 3, ResetAtMs: 12000}},
 			// 10400 leaves: [10500 11000]; cost 2 needs 1 gone: 10500 + 1000 - 11400 = 100.
-			{now: 11400, cost: 2, want: Result{Limit: 3, Remaining: 1, RetryAfterMs: 100, ResetAtMs: 12000}},
-			{now: 20000, peek: true, want: Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 20000}, count: 0},
+			{now: 11400, cost: 2, want: policy.Result{Limit: 3, Remaining: 1, RetryAfterMs: 100, ResetAtMs: 12000}},
+			{now: 20000, peek: true, want: policy.Result{Allowed: true, Limit: 3, Remaining: 3, ResetAtMs: 20000}, count: 0},
 			// 3 copies of 20000; all leave together at 21000.
-			{now: 20000, cost: 3, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 21000}},
-			{now: 20999, cost: 1, want: Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 21000}},
-			{now: 21000, cost: 3, want: Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 22000}},
+			{now: 20000, cost: 3, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 21000}},
+			{now: 20999, cost: 1, want: policy.Result{Limit: 3, RetryAfterMs: 1, ResetAtMs: 21000}},
+			{now: 21000, cost: 3, want: policy.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAtMs: 22000}},
 		})
 	})
 	t.Run("extremes", func(t *testing.T) {
@@ -56,38 +58,38 @@ func TestSlidingLogSteps(t *testing.T) {
 		// 32-bit entries hold; their low bits wrap (uint32(t0 + 2^32 - 1) = uint32(t0) - 1).
 		const t0 = 1<<41 + 5
 		const w = 1 << 32
-		p := SlidingLog{Limit: MaxLogLimit, Window: MaxWindow}
+		p := SlidingLog{Limit: policy.MaxLogLimit, Window: policy.MaxWindow}
 		runLogSteps(t, p, p.Fresh(t0), []countStep{
-			{now: t0, cost: 1, want: Result{Allowed: true, Limit: MaxLogLimit, Remaining: 9999, ResetAtMs: t0 + w}},
+			{now: t0, cost: 1, want: policy.Result{Allowed: true, Limit: policy.MaxLogLimit, Remaining: 9999, ResetAtMs: t0 + w}},
 			// t0 > (t0 + w - 1) - w: still in the window. 1 + 9998 = 9999.
-			{now: t0 + w - 1, cost: 9998, want: Result{Allowed: true, Limit: MaxLogLimit, Remaining: 1, ResetAtMs: t0 + 2*w - 1}},
+			{now: t0 + w - 1, cost: 9998, want: policy.Result{Allowed: true, Limit: policy.MaxLogLimit, Remaining: 1, ResetAtMs: t0 + 2*w - 1}},
 			// 9999 + 2 > 10000: t0 must leave, at t0 + w: 1 ms.
-			{now: t0 + w - 1, cost: 2, want: Result{Limit: MaxLogLimit, Remaining: 1, RetryAfterMs: 1, ResetAtMs: t0 + 2*w - 1}},
-			{now: t0 + w, cost: 2, want: Result{Allowed: true, Limit: MaxLogLimit, Remaining: 0, ResetAtMs: t0 + 2*w}},
+			{now: t0 + w - 1, cost: 2, want: policy.Result{Limit: policy.MaxLogLimit, Remaining: 1, RetryAfterMs: 1, ResetAtMs: t0 + 2*w - 1}},
+			{now: t0 + w, cost: 2, want: policy.Result{Allowed: true, Limit: policy.MaxLogLimit, Remaining: 0, ResetAtMs: t0 + 2*w}},
 			// the 9998 at t0 + w - 1 leave at t0 + 2w - 1.
-			{now: t0 + 2*w - 2, peek: true, want: Result{Limit: MaxLogLimit, RetryAfterMs: 1, ResetAtMs: t0 + 2*w}, count: MaxLogLimit},
-			{now: t0 + 2*w - 1, peek: true, want: Result{Allowed: true, Limit: MaxLogLimit, Remaining: 9998, ResetAtMs: t0 + 2*w}, count: 2},
+			{now: t0 + 2*w - 2, peek: true, want: policy.Result{Limit: policy.MaxLogLimit, RetryAfterMs: 1, ResetAtMs: t0 + 2*w}, count: policy.MaxLogLimit},
+			{now: t0 + 2*w - 1, peek: true, want: policy.Result{Allowed: true, Limit: policy.MaxLogLimit, Remaining: 9998, ResetAtMs: t0 + 2*w}, count: 2},
 		})
 	})
 	t.Run("zero-state", func(t *testing.T) {
 		// The zero state is an empty log; its ring is allocated on the first admission.
 		p := SlidingLog{Limit: 2, Window: time.Second}
 		runLogSteps(t, p, SlidingLogState{}, []countStep{
-			{now: 5000, peek: true, want: Result{Allowed: true, Limit: 2, Remaining: 2, ResetAtMs: 5000}},
-			{now: 5000, cost: 3, want: Result{Limit: 2, Remaining: 2, ResetAtMs: 5000}},
-			{now: 5000, cost: 2, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 6000}},
-			{now: 5001, cost: 1, want: Result{Limit: 2, RetryAfterMs: 999, ResetAtMs: 6000}},
+			{now: 5000, peek: true, want: policy.Result{Allowed: true, Limit: 2, Remaining: 2, ResetAtMs: 5000}},
+			{now: 5000, cost: 3, want: policy.Result{Limit: 2, Remaining: 2, ResetAtMs: 5000}},
+			{now: 5000, cost: 2, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 6000}},
+			{now: 5001, cost: 1, want: policy.Result{Limit: 2, RetryAfterMs: 999, ResetAtMs: 6000}},
 		})
 	})
 	t.Run("time-runs-back", func(t *testing.T) {
 		// A take at an earlier now than the newest entry records the newest entry's time.
 		p := SlidingLog{Limit: 2, Window: time.Second}
 		runLogSteps(t, p, p.Fresh(5000), []countStep{
-			{now: 5000, cost: 1, want: Result{Allowed: true, Limit: 2, Remaining: 1, ResetAtMs: 6000}},
-			{now: 4990, cost: 1, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 6000}},
+			{now: 5000, cost: 1, want: policy.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAtMs: 6000}},
+			{now: 4990, cost: 1, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 6000}},
 			// both entries are at 5000 and leave together at 6000.
-			{now: 5999, cost: 2, want: Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: 6000}},
-			{now: 6000, cost: 2, want: Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 7000}},
+			{now: 5999, cost: 2, want: policy.Result{Limit: 2, RetryAfterMs: 1, ResetAtMs: 6000}},
+			{now: 6000, cost: 2, want: policy.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAtMs: 7000}},
 		})
 	})
 }
@@ -121,17 +123,6 @@ func TestSlidingLogDead(t *testing.T) {
 	}
 }
 
-func TestSlidingLogValidate(t *testing.T) {
-	if err := (SlidingLog{Limit: MaxLogLimit, Window: MaxWindow}).Validate(); err != nil {
-		t.Fatal(err)
-	}
-	checkErrNames(t, SlidingLog{Limit: MaxLogLimit + 1, Window: time.Second}.Validate(), "SlidingLog.Limit", "10001")
-	checkErrNames(t, SlidingLog{Limit: 1, Window: 0}.Validate(), "SlidingLog.Window", "0s")
-	if got, want := (SlidingLog{Limit: 5}).StateBytes(), int64(40+4*5); got != want {
-		t.Fatalf("StateBytes = %d, want %d", got, want)
-	}
-}
-
 // refLog is the literal log of docs/policies.md, with full int64 timestamps.
 type refLog struct {
 	limit, w int64
@@ -154,9 +145,9 @@ func (r *refLog) take(now, cost int64) (bool, int64) {
 	return ok, r.limit - int64(len(r.times))
 }
 
-func (r *refLog) probe(now int64) Probe {
+func (r *refLog) probe(now int64) policy.Probe {
 	r.expire(now)
-	return Probe{Count: int64(len(r.times))}
+	return policy.Probe{Count: int64(len(r.times))}
 }
 
 func drawLogParams(t *rapid.T) (SlidingLog, int64) {
@@ -164,7 +155,7 @@ func drawLogParams(t *rapid.T) (SlidingLog, int64) {
 	limit := rapid.OneOf(
 		rapid.Int64Range(1, 5),
 		rapid.Int64Range(1, 50),
-		rapid.Just(int64(MaxLogLimit)),
+		rapid.Just(int64(policy.MaxLogLimit)),
 	).Draw(t, "limit")
 	return SlidingLog{Limit: limit, Window: time.Duration(w) * time.Millisecond}, w
 }
@@ -177,7 +168,7 @@ func TestSlidingLogProperties(t *testing.T) {
 			fresh: p.Fresh, take: p.Take, peek: p.Peek, dead: p.Dead,
 			clone:   SlidingLogState.Clone,
 			maxCost: p.Limit, tightReset: true,
-			atRest: func(pr Probe) bool { return pr.Count == 0 },
+			atRest: func(pr policy.Probe) bool { return pr.Count == 0 },
 		}
 		st.run(t, &refLog{limit: p.Limit, w: w}, t0, 1<<62, drawOps(t, w, p.Limit, 30))
 	})
@@ -219,4 +210,10 @@ func TestSlidingLogAnyWindow(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestSlidingLogStateBytes(t *testing.T) {
+	if got, want := (SlidingLog{Limit: 5}).StateBytes(), int64(40+4*5); got != want {
+		t.Fatalf("StateBytes = %d, want %d", got, want)
+	}
 }

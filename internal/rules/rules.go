@@ -1,4 +1,20 @@
-package policy
+// Package rules holds the decision rules of every policy in package policy, each as a pure step:
+// given one key's state, the time and a cost, it returns the new state and a policy.Result
+// (admitted or not, what remains, when to retry). Package atomic packs these states into cells,
+// redisstore mirrors them in Lua and replays them, and the tests check every one against
+// independent models. Programs that limit rates use package engine; nothing here is for them.
+//
+// Each policy.X has a twin type X here with the same fields, so rules.X(p) converts a
+// configuration at no cost and gives it its steps. SlidingCounter is compiled first
+// (SlidingCounter.Compile), since its divisions by the window are precomputed.
+//
+// Everything here is integer arithmetic on int64 milliseconds: no floats, no clocks, no allocation,
+// no concurrency. Times are in [0, 2^62), the engine's range (some 146 million years of Unix
+// milliseconds); the arithmetic relies on it. A function here may run several times for one
+// decision (a CAS loop retries) and must not have side effects beyond the state it is given. All
+// rule types are plain values and safe to copy and to share between goroutines; a state is owned
+// by whoever holds it, and concurrent steps on one state must be serialized by its owner.
+package rules
 
 // This file holds what the six policies other than the sliding counter share. Each policy lives
 // in its own file (sliding_log.go, fixed_window.go, token_bucket.go, gcra.go, leaky_bucket.go,

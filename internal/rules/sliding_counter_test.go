@@ -1,4 +1,4 @@
-package policy
+package rules
 
 import (
 	"math"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // TestSlidingCounterSteps walks one key through the contract's rules with expectations worked out
@@ -56,23 +58,15 @@ func TestSlidingCounterRetryAfterAcrossTheEdge(t *testing.T) {
 }
 
 func TestSlidingCounterOverflowExtremes(t *testing.T) {
-	p := SlidingCounter{Limit: MaxLimit, Window: MaxWindow}
-	require.NoError(t, p.Validate())
+	p := SlidingCounter{Limit: policy.MaxLimit, Window: policy.MaxWindow}
+	require.NoError(t, policy.SlidingCounter(p).Validate())
 	w := int64(1 << 32)
 	base := int64(1<<42) / w * w
 	s := p.Fresh(base)
-	require.True(t, p.Take(&s, base+w-1, MaxLimit).Allowed)
+	require.True(t, p.Take(&s, base+w-1, policy.MaxLimit).Allowed)
 	// (2^32-1) * (2^32-1) is within uint64; floor((2^32-1)*(2^32-1)/2^32) = 2^32-2.
 	_, pr := p.Peek(s, base+w+1)
 	require.Equal(t, int64(math.MaxUint32-1), pr.Estimate)
-}
-
-func TestValidateNamesFieldAndValue(t *testing.T) {
-	require.ErrorContains(t, SlidingCounter{Limit: 0, Window: time.Second}.Validate(), "SlidingCounter.Limit = 0")
-	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: time.Microsecond}.Validate(), "SlidingCounter.Window = 1µs is below 1ms")
-	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: 1001 * time.Microsecond}.Validate(), "not a whole number of milliseconds")
-	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: MaxWindow + time.Millisecond}.Validate(), "above the maximum")
-	require.NoError(t, SlidingCounter{Limit: MaxLimit, Window: time.Millisecond}.Validate())
 }
 
 func TestDead(t *testing.T) {
