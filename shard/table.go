@@ -125,3 +125,17 @@ func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
 }
+
+// Touch loads h's home slot and the slot a cache line further, so that a caller about to decide
+// many keys can start all their cache misses before it waits on the first: the loads of different
+// keys are independent, so the processor overlaps them. Two lines, because at the table's load a
+// key sits past its home slot's line about half the time, and a second miss found only when
+// deciding would follow the first instead of overlapping it. It takes no lock and writes nothing;
+// an atomic load is never dropped as dead code, so nothing needs its value.
+func (t *Table) Touch(h uint64) {
+	i := t.home(h)
+	satomic.LoadUint64(t.keyAt(i))
+	if j := i + uint64(lineSize)>>(t.slotShift&63); j < t.n {
+		satomic.LoadUint64(t.keyAt(j))
+	}
+}

@@ -172,3 +172,106 @@ func benchWorkload(b *testing.B, l peers.Limiter, w *peers.Workload) {
 		b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
 	})
 }
+
+// batchSize is the batch BenchmarkBatch decides at a time: a typical UDP read or message poll.
+const batchSize = 64
+
+// BenchmarkBatch sets slidelimit's AllowBatch beside the single-key calls of the floor and of
+// slidelimit, in one run, on the many-key workloads, under BenchmarkLimiters' naming scheme:
+//
+//	BenchmarkBatch/limiter=floor|slidelimit|slidelimit-batch/keys=WORKLOAD/run=serial|parallel
+//
+// ns/op is per key for all three (the batch run counts each key of a batch as one op), so
+// `benchstat -col /limiter` lines them up. The keys of a batch are read from the workload as
+// the single-key runs read them, one after the other.
+func BenchmarkBatch(b *testing.B) {
+	ws := loadWorkloads()[1:] // the many-key workloads
+	for _, name := range []string{peers.Floor, peers.Slidelimit, peers.Slidelimit + "-batch"} {
+		b.Run("limiter="+name, func(b *testing.B) {
+			built := map[peers.Config]peers.Limiter{}
+			defer func() {
+				for _, l := range built {
+					if err := l.Close(); err != nil {
+						b.Error(err)
+					}
+				}
+				clear(built)
+				runtime.GC()
+			}()
+			for _, w := range ws {
+				b.Run("keys="+w.Name, func(b *testing.B) {
+					l, ok := built[w.cfg]
+					if !ok {
+						var err error
+						if l, err = peers.New(strings.TrimSuffix(name, "-batch"), w.cfg); err != nil {
+							b.Fatal(err)
+						}
+						built[w.cfg] = l
+						warm(l, w.Keys)
+					}
+					if !strings.HasSuffix(name, "-batch") {
+						benchWorkload(b, l, w.Workload)
+						return
+					}
+					bl, ok := l.(peers.Batcher)
+					if !ok {
+						b.Fatalf("%s has no AllowBatch", name)
+					}
+					benchBatch(b, bl, w.Workload)
+				})
+			}
+		})
+	}
+}
+
+func benchBatch(b *testing.B, l peers.Batcher, w *peers.Workload) {
+	b.Run("run=serial", func(b *testing.B) {
+		b.ReportAllocs()
+		var keys [batchSize]string
+		var out [batchSize]bool
+		var admitted int
+		for i := 0; i < b.N; i += batchSize {
+			m := min(batchSize, b.N-i)
+			for j := range m {
+				keys[j] = w.Key(uint64(i + j))
+			}
+			l.AllowBatch(keys[:m], 1, out[:m])
+			for _, ok := range out[:m] {
+				if ok {
+					admitted++
+				}
+			}
+		}
+		b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+	})
+	b.Run("run=parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var admitted atomic.Int64
+		var goroutine atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			i := goroutine.Add(1) * uint64(w.Len()) / 17
+			var keys [batchSize]string
+			var out [batchSize]bool
+			n := int64(0)
+			for more := true; more; {
+				m := 0
+				for m < batchSize {
+					if more = pb.Next(); !more {
+						break
+					}
+					keys[m] = w.Key(i)
+					m++
+					i++
+				}
+				l.AllowBatch(keys[:m], 1, out[:m])
+				for _, ok := range out[:m] {
+					if ok {
+						n++
+					}
+				}
+			}
+			admitted.Add(n)
+		})
+		b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+	})
+}

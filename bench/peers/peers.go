@@ -49,6 +49,13 @@ type Limiter interface {
 	Close() error
 }
 
+// Batcher is implemented by the limiters that can decide a batch of keys in one call, as
+// slidelimit's AllowBatch does: out[i] receives the decision for n units of keys[i], each key
+// decided as one call per key in order would decide it. Safe for concurrent use.
+type Batcher interface {
+	AllowBatch(keys []string, n int64, out []bool)
+}
+
 type constructor func(Config) (Limiter, error)
 
 // registry maps each name to its constructor; the names are the ones benchmark results and
