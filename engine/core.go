@@ -353,7 +353,8 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		now = l.clk.Refresh()
 	}
 	sh := l.shardOf(h, now)
-	c := sh.Table().Find(h)
+	t := sh.Table()
+	c, free := t.Lookup(h)
 	for {
 		if c != nil {
 			var r policy.Result
@@ -371,14 +372,16 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 				return r, ReasonOK
 			case atomic.IsMoved:
 				sh.Wait()
-				c = sh.Table().Find(h)
+				t = sh.Table()
+				c, free = t.Lookup(h)
 				continue
 			}
+			t = nil // the cell was found dead: no probe to resume
 		}
 		// Not tracked, or evicted since: insert or revive under the shard lock, which may move
 		// now forward (see shard.Acquire).
 		var reason Reason
-		if c, now, reason = l.acquire(sh, h, now); c == nil {
+		if c, now, reason = l.acquire(sh, h, now, t, free); c == nil {
 			return policy.Result{}, reason
 		}
 	}
@@ -397,14 +400,17 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // decide at. The cap is exact: shard.Acquire reserves the key's place in the count under the
 // shard lock, and refuses when there is none; making room first, when the count is at the cap,
 // only spares that lock.
-func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
+//
+// t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
+// it found h's cell, dead.
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64) (*uint64, int64, Reason) {
 	madeRoom := false
 	if l.keys.Load() >= l.maxKeys {
 		l.makeRoom(sh, now)
 		madeRoom = true
 	}
 	for {
-		c, _, at := sh.Acquire(&l.cfg, h, now)
+		c, _, at := sh.AcquireFrom(&l.cfg, h, now, t, free)
 		if c != nil {
 			return c, at, ReasonOK
 		}

@@ -99,3 +99,52 @@ func TestTouchStaysInTheTable(t *testing.T) {
 		require.GreaterOrEqual(t, tb.home(^uint64(0))+uint64(lineSize)>>tb.slotShift, tb.n)
 	}
 }
+
+// TestAcquireFromResumesOnlyWhereSafe: AcquireFrom's hint is the empty slot a lock-free Lookup
+// stopped at. If a racing insert has since filled that slot with another key, or with the same
+// key, or the table has been rebuilt, the result is still exactly Acquire's.
+func TestAcquireFromResumesOnlyWhereSafe(t *testing.T) {
+	const h = uint64(0x9e3779b97f4a7c15)
+	t.Run("slot taken by another key", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		c, free := tb.Lookup(h)
+		require.Nil(t, c)
+		c2, created, _ := s.Acquire(cfg, h+1, now) // the same home: it takes the free slot
+		require.True(t, created)
+		c3, _ := tb.Lookup(h + 1)
+		require.Same(t, c2, c3)
+		_, free2 := tb.Lookup(h)
+		require.NotEqual(t, free, free2, "h+1 filled the slot the first lookup stopped at")
+		c1, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.True(t, created)
+		require.NotSame(t, c2, c1)
+		require.Same(t, c1, s.Table().Find(h))
+		require.Same(t, c2, s.Table().Find(h+1))
+		require.Equal(t, int64(2), s.Live())
+	})
+	t.Run("slot taken by the same key", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		_, free := tb.Lookup(h)
+		c1, created, _ := s.Acquire(cfg, h, now)
+		require.True(t, created)
+		c2, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.False(t, created, "a racing insert got there first")
+		require.Same(t, c1, c2)
+		require.Equal(t, int64(1), s.Live())
+	})
+	t.Run("table rebuilt", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		_, free := tb.Lookup(h)
+		for k := uint64(1); k <= 100; k++ {
+			_, _, _ = s.Acquire(cfg, k*0x2545f4914f6cdd1d|1, now)
+		}
+		require.NotSame(t, tb, s.Table(), "the inserts grew the table")
+		c, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.True(t, created)
+		require.Same(t, c, s.Table().Find(h))
+		require.Equal(t, int64(101), s.Live())
+	})
+}

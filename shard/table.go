@@ -97,9 +97,30 @@ func (t *Table) Find(h uint64) *uint64 {
 	}
 }
 
-// slot returns h's slot, or the empty slot where it would go.
-func (t *Table) slot(h uint64) (uint64, bool) {
+// Lookup is Find that also returns, when h is absent, the empty slot its probe stopped at, for
+// Shard.AcquireFrom: while t stays the shard's table that slot is where h would go, or the slot
+// a racing insert filled (slots never empty again in a table's life).
+func (t *Table) Lookup(h uint64) (cell *uint64, free uint64) {
 	i := t.home(h)
+	for {
+		p := t.keyAt(i)
+		if k := satomic.LoadUint64(p); k == h {
+			return (*uint64)(unsafe.Add(unsafe.Pointer(p), t.cellOff)), 0
+		} else if k == 0 {
+			return nil, i
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// slot returns h's slot, or the empty slot where it would go.
+func (t *Table) slot(h uint64) (uint64, bool) { return t.slotFrom(h, t.home(h)) }
+
+// slotFrom is slot with its probe started at i, which must be h's home or a slot on h's probe
+// sequence every slot before which (from the home) holds a key other than h.
+func (t *Table) slotFrom(h, i uint64) (uint64, bool) {
 	for {
 		k := satomic.LoadUint64(t.keyAt(i))
 		if k == h {
@@ -119,6 +140,26 @@ func (t *Table) slot(h uint64) (uint64, bool) {
 func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
 	atomic.Store(t.cellOf(i), words, w0, w1)
 	satomic.StoreUint64(t.keyAt(i), h)
+}
+
+// fill stores key h and its cell in the slot where h goes, in a table no other goroutine can
+// reach yet (a rebuild's, before the shard publishes it), with plain loads and stores: the
+// publication's atomic store orders them before any reader's first load of the table. An atomic
+// store is a full barrier on most processors (XCHG on amd64; a two-word cell, a CMPXCHG16B loop),
+// which a rebuild would otherwise pay for every key it copies.
+func (t *Table) fill(h uint64, words int, w0, w1 uint64) {
+	i := t.home(h)
+	for *t.keyAt(i) != 0 {
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+	c := t.cellOf(i)
+	*c = w0
+	if words == 2 {
+		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
+	}
+	*t.keyAt(i) = h
 }
 
 // Cell returns slot i's key (0 if empty) and cell, for iteration.

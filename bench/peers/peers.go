@@ -26,6 +26,10 @@ type Config struct {
 	Limit  int64
 	Window time.Duration
 	Keys   int
+	// MaxKeys, when above 0, is slidelimit's key cap (engine.WithMaxKeys), reached by evicting the
+	// stalest key (engine.WithAtCap(engine.EvictStalest)); the other limiters have no key cap and
+	// ignore it.
+	MaxKeys int
 }
 
 func (c Config) validate() error {
@@ -37,6 +41,9 @@ func (c Config) validate() error {
 	}
 	if c.Keys < 0 {
 		return fmt.Errorf("peers: Config.Keys = %d, must not be negative", c.Keys)
+	}
+	if c.MaxKeys < 0 {
+		return fmt.Errorf("peers: Config.MaxKeys = %d, must not be negative", c.MaxKeys)
 	}
 	return nil
 }
