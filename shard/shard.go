@@ -182,6 +182,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	nt := newTable(sizeFor(uint64(s.live.Load())+extra), words, cfg.Shift)
 	var used uint64
 	var dropped int64
+	fill := nt.filler(words)
 	for i := range old.n {
 		k, c := old.Cell(i)
 		if k == 0 {
@@ -201,7 +202,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 			}
 			w0, w1, _ = cfg.Codec.Normalize(w0, w1, now)
 		}
-		nt.fill(k, words, w0, w1) // no key is in nt twice: each was in old once
+		fill.fill(k, w0, w1) // no key is in nt twice: each was in old once
 		used++
 	}
 	s.table.Store(nt)

@@ -1,6 +1,9 @@
 package shard
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	satomic "sync/atomic"
 	"testing"
@@ -147,4 +150,56 @@ func TestAcquireFromResumesOnlyWhereSafe(t *testing.T) {
 		require.Same(t, c, s.Table().Find(h))
 		require.Equal(t, int64(101), s.Live())
 	})
+}
+
+// TestFillerPlacesEveryKey: the filler's slot-without-probing shortcut never overwrites a key or
+// puts one where Find cannot reach it, whatever the order the keys come in: sorted by home (the
+// shortcut's case), shuffled (the probe's), sorted with runs out of order, and sorted from the
+// middle so that the keys past the wrap come first, in tables from nearly empty to nearly full.
+func TestFillerPlacesEveryKey(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, words := range []int{1, 2} {
+		for _, n := range []uint64{8, 9, 100, 1000} {
+			for _, load := range []float64{0.3, 0.8, 0.9, 1.0} {
+				for _, order := range []string{"sorted", "shuffled", "nearly", "wrapped"} {
+					tb := newTable(n, words, 0)
+					keys := make([]uint64, int(float64(n)*load))
+					for i := range keys {
+						keys[i] = r.Uint64() | 1
+					}
+					slices.SortFunc(keys, func(a, b uint64) int { return cmp.Compare(tb.home(a), tb.home(b)) })
+					switch order {
+					case "shuffled":
+						r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+					case "nearly":
+						for i := 0; i+3 < len(keys); i += 7 {
+							keys[i], keys[i+3] = keys[i+3], keys[i]
+						}
+					case "wrapped":
+						keys = append(keys[len(keys)/2:], keys[:len(keys)/2]...)
+					}
+					f := tb.filler(words)
+					for i, k := range keys {
+						f.fill(k, uint64(i), uint64(i)+1)
+					}
+					used := 0
+					for i := range tb.n {
+						if k, _ := tb.Cell(i); k != 0 {
+							used++
+						}
+					}
+					require.Equal(t, len(keys), used, "%s n=%d load=%v: a key was overwritten", order, n, load)
+					for i, k := range keys {
+						c := tb.Find(k)
+						require.NotNil(t, c, "%s n=%d load=%v: key %d lost", order, n, load, i)
+						w0, w1 := atomic.Load(c, words)
+						require.Equal(t, uint64(i), w0)
+						if words == 2 {
+							require.Equal(t, uint64(i)+1, w1)
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -142,21 +142,53 @@ func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
 	satomic.StoreUint64(t.keyAt(i), h)
 }
 
-// fill stores key h and its cell in the slot where h goes, in a table no other goroutine can
-// reach yet (a rebuild's, before the shard publishes it), with plain loads and stores: the
-// publication's atomic store orders them before any reader's first load of the table. An atomic
-// store is a full barrier on most processors (XCHG on amd64; a two-word cell, a CMPXCHG16B loop),
-// which a rebuild would otherwise pay for every key it copies.
-func (t *Table) fill(h uint64, words int, w0, w1 uint64) {
-	i := t.home(h)
-	for *t.keyAt(i) != 0 {
-		if i++; i == t.n {
-			i = 0
+// filler fills a table no other goroutine can reach yet (a rebuild's, before the shard publishes
+// it) with plain loads and stores: the publication's atomic store orders them before any reader's
+// first load of the table. An atomic store is a full barrier on most processors (XCHG on amd64;
+// for a two-word cell, a CMPXCHG16B loop), which a rebuild would otherwise pay per key it copies.
+//
+// A rebuild copies keys mostly in the order of their home slots, and for a key that comes in that
+// order the filler knows its slot without probing: it keeps top, the highest home filled in order
+// so far, and end, one past the highest slot written, with every slot in [top, end) full. A key
+// whose home is at least top goes to its home if that is at or past end (nothing is written there
+// yet), else to end; any other key (or one that would go past the last slot) probes as usual.
+type filler struct {
+	t        *Table
+	words    int
+	top, end uint64
+}
+
+func (t *Table) filler(words int) filler { return filler{t: t, words: words} }
+
+// fill stores key h, absent from the table, and its cell.
+func (f *filler) fill(h, w0, w1 uint64) {
+	t := f.t
+	hm := t.home(h)
+	var i uint64
+	switch {
+	case hm >= f.top && hm >= f.end:
+		i = hm
+	case hm >= f.top && f.end < t.n:
+		i = f.end
+	default:
+		for i = hm; *t.keyAt(i) != 0; {
+			if i++; i == t.n {
+				i = 0
+			}
 		}
+	}
+	if hm >= f.top {
+		f.top = hm
+	}
+	// A probe wraps only once every slot from its home to the last is full, so end is then n
+	// already: a wrapped write (i < hm) leaves every written slot below end, as a key past end
+	// going to its home needs.
+	if i >= hm && i >= f.end {
+		f.end = i + 1
 	}
 	c := t.cellOf(i)
 	*c = w0
-	if words == 2 {
+	if f.words == 2 {
 		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
 	}
 	*t.keyAt(i) = h
