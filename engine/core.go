@@ -462,8 +462,13 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
 		sampled++
 	}
 	n := uint64(len(l.shards))
-	from := l.evictCursor.Add(evictScan) - evictScan
-	for i := uint64(0); i < min(n, evictScan) && sampled < evictShards; i++ {
+	// The next scan starts where this one stopped. (Advancing by a fixed step would not rotate
+	// wherever the step is a multiple of the shard count: by evictScan, every limiter of up to
+	// 1024 shards would sample shards 0 to 2 for every new key.) Concurrent scans may start at
+	// the same shard; the cursor only spreads the samples.
+	from := l.evictCursor.Load()
+	i := uint64(0)
+	for ; i < min(n, evictScan) && sampled < evictShards; i++ {
 		s := &l.shards[(from+i)%n]
 		if s == sh || s.Live() == 0 {
 			continue
@@ -471,6 +476,7 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
 		s.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
 		sampled++
 	}
+	l.evictCursor.Add(max(i, 1))
 	return shard.EvictCandidate(&l.cfg, &best)
 }
 
