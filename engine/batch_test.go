@@ -34,15 +34,15 @@ func batchTwins(t testing.TB, limit int64, maxKeys int) (a, b *Limiter, ca, cb *
 	return a, b, ca, cb
 }
 
-// helperT is what the checks need of a *testing.T and a *rapid.T alike.
-type helperT interface {
+// checkT is what the checks need of a *testing.T and a *rapid.T alike.
+type checkT interface {
 	require.TestingT
 	Helper()
 }
 
 // checkBatch decides keys on a by AllowBatch and on b by AllowN in order, and requires the same
 // answers, the same count of keys, and out untouched past the keys.
-func checkBatch(t helperT, a, b *Limiter, keys []string, n int64, outLen int) {
+func checkBatch(t checkT, a, b *Limiter, keys []string, n int64, outLen int) {
 	t.Helper()
 	out := make([]bool, outLen)
 	for i := range out {
@@ -60,7 +60,7 @@ func checkBatch(t helperT, a, b *Limiter, keys []string, n int64, outLen int) {
 }
 
 // checkKeyBatch is checkBatch for AllowKeyBatch against AllowKey.
-func checkKeyBatch(t helperT, a, b *Limiter, keys []uint64, n int64) {
+func checkKeyBatch(t checkT, a, b *Limiter, keys []uint64, n int64) {
 	t.Helper()
 	out := make([]bool, len(keys))
 	a.AllowKeyBatch(keys, n, out)

@@ -305,7 +305,7 @@ func (c *freshCursor) take(b *testing.B, n uint64) uint64 {
 	return from
 }
 
-// insertKeys is BenchmarkInsert's table size, the 10M.
+// insertKeys is the number of keys BenchmarkInsert's limiters hold before they are timed.
 const insertKeys = 10_000_000
 
 // BenchmarkInsert measures the cost of a key a limiter has not seen, once it tracks 10M keys:
