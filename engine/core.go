@@ -355,7 +355,8 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		now = l.clk.Refresh()
 	}
 	sh := l.shardOf(h, now)
-	c := sh.Table().Find(h)
+	t := sh.Table()
+	c, free := t.Lookup(h)
 	for {
 		if c != nil {
 			var r policy.Result
@@ -373,14 +374,16 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 				return r, ReasonOK
 			case atomic.IsMoved:
 				sh.Wait()
-				c = sh.Table().Find(h)
+				t = sh.Table()
+				c, free = t.Lookup(h)
 				continue
 			}
+			t = nil // the cell was found dead: no probe to resume
 		}
 		// Not tracked, or evicted since: insert or revive under the shard lock, which may move
 		// now forward (see shard.Acquire).
 		var reason Reason
-		if c, now, reason = l.acquire(sh, h, now); c == nil {
+		if c, now, reason = l.acquire(sh, h, now, t, free); c == nil {
 			return policy.Result{}, reason
 		}
 	}
@@ -399,14 +402,17 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // decide at. The cap is exact: shard.Acquire reserves the key's place in the count under the
 // shard lock, and refuses when there is none; making room first, when the count is at the cap,
 // only spares that lock.
-func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64) (*uint64, int64, Reason) {
+//
+// t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
+// it found h's cell, dead.
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64) (*uint64, int64, Reason) {
 	madeRoom := false
 	if l.keys.Load() >= l.maxKeys {
 		l.makeRoom(sh, now)
 		madeRoom = true
 	}
 	for {
-		c, _, at := sh.Acquire(&l.cfg, h, now)
+		c, _, at := sh.AcquireFrom(&l.cfg, h, now, t, free)
 		if c != nil {
 			return c, at, ReasonOK
 		}
@@ -458,8 +464,13 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
 		sampled++
 	}
 	n := uint64(len(l.shards))
-	from := l.evictCursor.Add(evictScan) - evictScan
-	for i := uint64(0); i < min(n, evictScan) && sampled < evictShards; i++ {
+	// The next scan starts where this one stopped. (Advancing by a fixed step would not rotate
+	// wherever the step is a multiple of the shard count: by evictScan, every limiter of up to
+	// 1024 shards would sample shards 0 to 2 for every new key.) Concurrent scans may start at
+	// the same shard; the cursor only spreads the samples.
+	from := l.evictCursor.Load()
+	i := uint64(0)
+	for ; i < min(n, evictScan) && sampled < evictShards; i++ {
 		s := &l.shards[(from+i)%n]
 		if s == sh || s.Live() == 0 {
 			continue
@@ -467,6 +478,7 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
 		s.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
 		sampled++
 	}
+	l.evictCursor.Add(max(i, 1))
 	return shard.EvictCandidate(&l.cfg, &best)
 }
 

@@ -293,3 +293,27 @@ func TestDecisionsRefreshTheClock(t *testing.T) {
 	}
 	require.True(t, admitted, "the window never rolled: the clock read %d, the wall clock %d", clk.Now(), time.Now().UnixMilli())
 }
+
+// TestEvictStalestRotatesOverShards: successive new keys at the cap sample different shards. With
+// the cursor advanced by a fixed 1024, every limiter of up to 1024 shards (the default has 256)
+// started each sample at shard 0, so the stalest keys of every shard but the first few and the
+// new key's own were never candidates.
+func TestEvictStalestRotatesOverShards(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk),
+		WithMaxKeys(4096), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(4096) {
+		require.True(t, l.AllowKey(i, 1))
+	}
+	n := uint64(len(l.shards))
+	starts := map[uint64]bool{}
+	for i := range uint64(64) {
+		clk.Advance(time.Millisecond)
+		starts[l.evictCursor.Load()%n] = true
+		require.True(t, l.AllowKey(1_000_000+i, 1))
+	}
+	require.Equal(t, 4096, l.Len())
+	require.Greater(t, len(starts), 32, "the samples began at %d distinct shards of %d", len(starts), n)
+}

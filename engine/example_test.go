@@ -118,3 +118,16 @@ func ExampleAll() {
 	fmt.Println(admitted, pr.Estimate) // the 5 refused requests left nothing charged per hour
 	// Output: 10 10
 }
+
+func ExampleLimiter_AllowBatch() {
+	l, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Second})
+	defer l.Close()
+
+	// The source addresses of one read batch, in arrival order; a repeated key is counted once
+	// per occurrence, as one Allow call each would count it.
+	keys := []string{"198.51.100.1", "198.51.100.2", "198.51.100.1", "198.51.100.1"}
+	out := make([]bool, len(keys))
+	l.AllowBatch(keys, 1, out)
+	fmt.Println(out)
+	// Output: [true true true false]
+}

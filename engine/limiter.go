@@ -9,7 +9,9 @@
 // package policy (sliding log, fixed window, token bucket, GCRA, leaky bucket, dual bucket) are
 // served by the same methods; docs/policies.md gives every rule.
 //
-// Allow and AllowN answer yes or no; Take returns a Decision (what remains, when to retry, why);
+// Allow and AllowN answer yes or no; AllowBatch and AllowKeyBatch answer for a batch of keys in
+// one call, as the same calls in order would, with the batch's memory loads overlapped; Take
+// returns a Decision (what remains, when to retry, why);
 // Wait blocks until admitted; AllowKey and the other ...Key methods take integer keys. A key whose
 // state has become identical to a new key's is forgotten in the background, which changes no
 // decision, so memory follows the keys in use; WithMaxKeys bounds it.

@@ -95,6 +95,13 @@ func (s *Shard) Wait() {
 // counted a second time there. Reading the clock under the lock, after every eviction and rebuild
 // that led here, gives a time at which the old state was dead for certain.
 func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool, at int64) {
+	return s.AcquireFrom(cfg, h, now, nil, 0)
+}
+
+// AcquireFrom is Acquire for a caller whose lock-free Table.Lookup of h, in table from, found h
+// absent and stopped at slot free: if from is still the shard's table, the probe under the lock
+// resumes there instead of walking h's probe sequence a second time. A nil from is Acquire.
+func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
 	words := cfg.Codec.Words()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,7 +109,14 @@ func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created
 		now = max(now, cfg.Clock.Now())
 	}
 	t := s.table.Load()
-	i, found := t.slot(h)
+	var i uint64
+	var found bool
+	if t == from && free < t.n {
+		// Every slot from h's home to free held another key when Lookup passed it, and still does.
+		i, found = t.slotFrom(h, free)
+	} else {
+		i, found = t.slot(h)
+	}
 	if found {
 		c := t.cellOf(i)
 		if w0, _ := atomic.Load(c, words); w0&atomic.Dead == 0 {
@@ -168,6 +182,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	nt := newTable(sizeFor(uint64(s.live.Load())+extra), words, cfg.Shift)
 	var used uint64
 	var dropped int64
+	fill := nt.filler(words)
 	for i := range old.n {
 		k, c := old.Cell(i)
 		if k == 0 {
@@ -187,8 +202,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 			}
 			w0, w1, _ = cfg.Codec.Normalize(w0, w1, now)
 		}
-		j, _ := nt.slot(k)
-		nt.put(j, k, words, w0, w1)
+		fill.fill(k, w0, w1) // no key is in nt twice: each was in old once
 		used++
 	}
 	s.table.Store(nt)

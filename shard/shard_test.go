@@ -1,6 +1,9 @@
 package shard
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	satomic "sync/atomic"
 	"testing"
@@ -83,4 +86,120 @@ func TestRebuildKeepsConcurrentUpdates(t *testing.T) {
 	require.Equal(t, atomic.OK, st)
 	require.Equal(t, admitted.Load(), pr.Estimate)
 	require.Equal(t, int64(80_000), admitted.Load())
+}
+
+// TestTouchStaysInTheTable: Touch near the end of a table reads no word past it, in both slot
+// sizes (under -race, checkptr faults a pointer moved outside its allocation). The home of
+// ^uint64(0) is the last slot.
+func TestTouchStaysInTheTable(t *testing.T) {
+	for _, words := range []int{1, 2} {
+		tb := newTable(minSlots, words, 0)
+		for _, h := range []uint64{1, 1 << 63, ^uint64(0), ^uint64(0) - 1<<60} {
+			tb.Touch(h)
+		}
+		require.Equal(t, tb.n-1, tb.home(^uint64(0)))
+		// The slot a line past the last slot's would be past the table's words.
+		require.GreaterOrEqual(t, tb.home(^uint64(0))+uint64(lineSize)>>tb.slotShift, tb.n)
+	}
+}
+
+// TestAcquireFromResumesOnlyWhereSafe: AcquireFrom's hint is the empty slot a lock-free Lookup
+// stopped at. If a racing insert has since filled that slot with another key, or with the same
+// key, or the table has been rebuilt, the result is still exactly Acquire's.
+func TestAcquireFromResumesOnlyWhereSafe(t *testing.T) {
+	const h = uint64(0x9e3779b97f4a7c15)
+	t.Run("slot taken by another key", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		c, free := tb.Lookup(h)
+		require.Nil(t, c)
+		c2, created, _ := s.Acquire(cfg, h+1, now) // the same home: it takes the free slot
+		require.True(t, created)
+		c3, _ := tb.Lookup(h + 1)
+		require.Same(t, c2, c3)
+		_, free2 := tb.Lookup(h)
+		require.NotEqual(t, free, free2, "h+1 filled the slot the first lookup stopped at")
+		c1, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.True(t, created)
+		require.NotSame(t, c2, c1)
+		require.Same(t, c1, s.Table().Find(h))
+		require.Same(t, c2, s.Table().Find(h+1))
+		require.Equal(t, int64(2), s.Live())
+	})
+	t.Run("slot taken by the same key", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		_, free := tb.Lookup(h)
+		c1, created, _ := s.Acquire(cfg, h, now)
+		require.True(t, created)
+		c2, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.False(t, created, "a racing insert got there first")
+		require.Same(t, c1, c2)
+		require.Equal(t, int64(1), s.Live())
+	})
+	t.Run("table rebuilt", func(t *testing.T) {
+		s, cfg := newShard(t, 10, false)
+		tb := s.Table()
+		_, free := tb.Lookup(h)
+		for k := uint64(1); k <= 100; k++ {
+			_, _, _ = s.Acquire(cfg, k*0x2545f4914f6cdd1d|1, now)
+		}
+		require.NotSame(t, tb, s.Table(), "the inserts grew the table")
+		c, created, _ := s.AcquireFrom(cfg, h, now, tb, free)
+		require.True(t, created)
+		require.Same(t, c, s.Table().Find(h))
+		require.Equal(t, int64(101), s.Live())
+	})
+}
+
+// TestFillerPlacesEveryKey: the filler's slot-without-probing shortcut never overwrites a key or
+// puts one where Find cannot reach it, whatever the order the keys come in: sorted by home (the
+// shortcut's case), shuffled (the probe's), sorted with runs out of order, and sorted from the
+// middle so that the keys past the wrap come first, in tables from nearly empty to nearly full.
+func TestFillerPlacesEveryKey(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, words := range []int{1, 2} {
+		for _, n := range []uint64{8, 9, 100, 1000} {
+			for _, load := range []float64{0.3, 0.8, 0.9, 1.0} {
+				for _, order := range []string{"sorted", "shuffled", "nearly", "wrapped"} {
+					tb := newTable(n, words, 0)
+					keys := make([]uint64, int(float64(n)*load))
+					for i := range keys {
+						keys[i] = r.Uint64() | 1
+					}
+					slices.SortFunc(keys, func(a, b uint64) int { return cmp.Compare(tb.home(a), tb.home(b)) })
+					switch order {
+					case "shuffled":
+						r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+					case "nearly":
+						for i := 0; i+3 < len(keys); i += 7 {
+							keys[i], keys[i+3] = keys[i+3], keys[i]
+						}
+					case "wrapped":
+						keys = append(keys[len(keys)/2:], keys[:len(keys)/2]...)
+					}
+					f := tb.filler(words)
+					for i, k := range keys {
+						f.fill(k, uint64(i), uint64(i)+1)
+					}
+					used := 0
+					for i := range tb.n {
+						if k, _ := tb.Cell(i); k != 0 {
+							used++
+						}
+					}
+					require.Equal(t, len(keys), used, "%s n=%d load=%v: a key was overwritten", order, n, load)
+					for i, k := range keys {
+						c := tb.Find(k)
+						require.NotNil(t, c, "%s n=%d load=%v: key %d lost", order, n, load, i)
+						w0, w1 := atomic.Load(c, words)
+						require.Equal(t, uint64(i), w0)
+						if words == 2 {
+							require.Equal(t, uint64(i)+1, w1)
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -97,9 +97,30 @@ func (t *Table) Find(h uint64) *uint64 {
 	}
 }
 
-// slot returns h's slot, or the empty slot where it would go.
-func (t *Table) slot(h uint64) (uint64, bool) {
+// Lookup is Find that also returns, when h is absent, the empty slot its probe stopped at, for
+// Shard.AcquireFrom: while t stays the shard's table that slot is where h would go, or the slot
+// a racing insert filled (slots never empty again in a table's life).
+func (t *Table) Lookup(h uint64) (cell *uint64, free uint64) {
 	i := t.home(h)
+	for {
+		p := t.keyAt(i)
+		if k := satomic.LoadUint64(p); k == h {
+			return (*uint64)(unsafe.Add(unsafe.Pointer(p), t.cellOff)), 0
+		} else if k == 0 {
+			return nil, i
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// slot returns h's slot, or the empty slot where it would go.
+func (t *Table) slot(h uint64) (uint64, bool) { return t.slotFrom(h, t.home(h)) }
+
+// slotFrom is slot with its probe started at i, which must be h's home or a slot on h's probe
+// sequence every slot before which (from the home) holds a key other than h.
+func (t *Table) slotFrom(h, i uint64) (uint64, bool) {
 	for {
 		k := satomic.LoadUint64(t.keyAt(i))
 		if k == h {
@@ -121,7 +142,73 @@ func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
 	satomic.StoreUint64(t.keyAt(i), h)
 }
 
+// filler fills a table no other goroutine can reach yet (a rebuild's, before the shard publishes
+// it) with plain loads and stores: the publication's atomic store orders them before any reader's
+// first load of the table. An atomic store is a full barrier on most processors (XCHG on amd64;
+// for a two-word cell, a CMPXCHG16B loop), which a rebuild would otherwise pay per key it copies.
+//
+// A rebuild copies keys mostly in the order of their home slots, and for a key that comes in that
+// order the filler knows its slot without probing: it keeps top, the highest home filled in order
+// so far, and end, one past the highest slot written, with every slot in [top, end) full. A key
+// whose home is at least top goes to its home if that is at or past end (nothing is written there
+// yet), else to end; any other key (or one that would go past the last slot) probes as usual.
+type filler struct {
+	t        *Table
+	words    int
+	top, end uint64
+}
+
+func (t *Table) filler(words int) filler { return filler{t: t, words: words} }
+
+// fill stores key h, absent from the table, and its cell.
+func (f *filler) fill(h, w0, w1 uint64) {
+	t := f.t
+	hm := t.home(h)
+	var i uint64
+	switch {
+	case hm >= f.top && hm >= f.end:
+		i = hm
+	case hm >= f.top && f.end < t.n:
+		i = f.end
+	default:
+		for i = hm; *t.keyAt(i) != 0; {
+			if i++; i == t.n {
+				i = 0
+			}
+		}
+	}
+	if hm >= f.top {
+		f.top = hm
+	}
+	// A probe wraps only once every slot from its home to the last is full, so end is then n
+	// already: a wrapped write (i < hm) leaves every written slot below end, as a key past end
+	// going to its home needs.
+	if i >= hm && i >= f.end {
+		f.end = i + 1
+	}
+	c := t.cellOf(i)
+	*c = w0
+	if f.words == 2 {
+		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
+	}
+	*t.keyAt(i) = h
+}
+
 // Cell returns slot i's key (0 if empty) and cell, for iteration.
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
+}
+
+// Touch loads h's home slot and the slot a cache line further, so that a caller about to decide
+// many keys can start all their cache misses before it waits on the first: the loads of different
+// keys are independent, so the processor overlaps them. Two lines, because at the table's load a
+// key sits past its home slot's line about half the time, and a second miss found only when
+// deciding would follow the first instead of overlapping it. It takes no lock and writes nothing;
+// an atomic load is never dropped as dead code, so nothing needs its value.
+func (t *Table) Touch(h uint64) {
+	i := t.home(h)
+	satomic.LoadUint64(t.keyAt(i))
+	if j := i + uint64(lineSize)>>(t.slotShift&63); j < t.n {
+		satomic.LoadUint64(t.keyAt(j))
+	}
 }

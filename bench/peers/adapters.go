@@ -60,11 +60,16 @@ func (f *floor) Close() error { return nil }
 // ---- slidelimit ----
 
 // slidelimitAdapter is the engine with its defaults (eviction on, the shared coarse clock,
-// maphash keys) and the sliding counter; Allow is the engine's own Allow.
+// maphash keys) and the sliding counter, plus the key cap Config.MaxKeys asks for; Allow is the
+// engine's own Allow.
 type slidelimitAdapter struct{ *engine.Limiter }
 
 func newSlidelimit(cfg Config) (Limiter, error) {
-	l, err := engine.New(policy.SlidingCounter{Limit: cfg.Limit, Window: cfg.Window})
+	var opts []engine.Option
+	if cfg.MaxKeys > 0 {
+		opts = append(opts, engine.WithMaxKeys(cfg.MaxKeys), engine.WithAtCap(engine.EvictStalest))
+	}
+	l, err := engine.New(policy.SlidingCounter{Limit: cfg.Limit, Window: cfg.Window}, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -172,3 +172,248 @@ func benchWorkload(b *testing.B, l peers.Limiter, w *peers.Workload) {
 		b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
 	})
 }
+
+// batchSize is the batch BenchmarkBatch decides at a time: a typical UDP read or message poll.
+const batchSize = 64
+
+// BenchmarkBatch sets slidelimit's AllowBatch beside the single-key calls of the floor and of
+// slidelimit, in one run, on the many-key workloads, under BenchmarkLimiters' naming scheme:
+//
+//	BenchmarkBatch/limiter=floor|slidelimit|slidelimit-batch/keys=WORKLOAD/run=serial|parallel
+//
+// ns/op is per key for all three (the batch run counts each key of a batch as one op), so
+// `benchstat -col /limiter` lines them up. The keys of a batch are read from the workload as
+// the single-key runs read them, one after the other.
+func BenchmarkBatch(b *testing.B) {
+	ws := loadWorkloads()[1:] // the many-key workloads
+	for _, name := range []string{peers.Floor, peers.Slidelimit, peers.Slidelimit + "-batch"} {
+		b.Run("limiter="+name, func(b *testing.B) {
+			built := map[peers.Config]peers.Limiter{}
+			defer func() {
+				for _, l := range built {
+					if err := l.Close(); err != nil {
+						b.Error(err)
+					}
+				}
+				clear(built)
+				runtime.GC()
+			}()
+			for _, w := range ws {
+				b.Run("keys="+w.Name, func(b *testing.B) {
+					l, ok := built[w.cfg]
+					if !ok {
+						var err error
+						if l, err = peers.New(strings.TrimSuffix(name, "-batch"), w.cfg); err != nil {
+							b.Fatal(err)
+						}
+						built[w.cfg] = l
+						warm(l, w.Keys)
+					}
+					if !strings.HasSuffix(name, "-batch") {
+						benchWorkload(b, l, w.Workload)
+						return
+					}
+					bl, ok := l.(peers.Batcher)
+					if !ok {
+						b.Fatalf("%s has no AllowBatch", name)
+					}
+					benchBatch(b, bl, w.Workload)
+				})
+			}
+		})
+	}
+}
+
+func benchBatch(b *testing.B, l peers.Batcher, w *peers.Workload) {
+	b.Run("run=serial", func(b *testing.B) {
+		b.ReportAllocs()
+		var keys [batchSize]string
+		var out [batchSize]bool
+		var admitted int
+		for i := 0; i < b.N; i += batchSize {
+			m := min(batchSize, b.N-i)
+			for j := range m {
+				keys[j] = w.Key(uint64(i + j))
+			}
+			l.AllowBatch(keys[:m], 1, out[:m])
+			for _, ok := range out[:m] {
+				if ok {
+					admitted++
+				}
+			}
+		}
+		b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+	})
+	b.Run("run=parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var admitted atomic.Int64
+		var goroutine atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			i := goroutine.Add(1) * uint64(w.Len()) / 17
+			var keys [batchSize]string
+			var out [batchSize]bool
+			n := int64(0)
+			for more := true; more; {
+				m := 0
+				for m < batchSize {
+					if more = pb.Next(); !more {
+						break
+					}
+					keys[m] = w.Key(i)
+					m++
+					i++
+				}
+				l.AllowBatch(keys[:m], 1, out[:m])
+				for _, ok := range out[:m] {
+					if ok {
+						n++
+					}
+				}
+			}
+			admitted.Add(n)
+		})
+		b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+	})
+}
+
+// fresh is the sequence of keys BenchmarkInsert and BenchmarkKeyFlood insert: 8M keys, none of
+// which the warm-up gives. Each limiter takes them in order from its own cursor, across every
+// run of every -count, so that each request really is a new key to it; a benchmark that would
+// need more fails instead of repeating keys (six runs of -benchtime 1000000x fit).
+var (
+	freshOnce sync.Once
+	freshKeys *peers.Workload
+)
+
+func freshWorkload() *peers.Workload {
+	freshOnce.Do(func() { freshKeys = peers.Fresh("fresh", 23) })
+	return freshKeys
+}
+
+// freshCursor hands out the fresh keys of one limiter, in chunks to concurrent goroutines.
+type freshCursor struct {
+	w    *peers.Workload
+	next atomic.Uint64
+}
+
+// take returns the start of the next n fresh keys, or fails b when the sequence is spent.
+func (c *freshCursor) take(b *testing.B, n uint64) uint64 {
+	from := c.next.Add(n) - n
+	if from+n > uint64(c.w.Len()) {
+		b.Fatalf("the %d fresh keys are spent: use a smaller -benchtime", c.w.Len())
+	}
+	return from
+}
+
+// insertKeys is the number of keys BenchmarkInsert's limiters hold before they are timed.
+const insertKeys = 10_000_000
+
+// BenchmarkInsert measures the cost of a key a limiter has not seen, once it tracks 10M keys:
+//
+//	BenchmarkInsert/limiter=NAME/keys=10M/run=serial
+//
+// Every op is a new key (see fresh). The floor's "insert" is its usual hash and add, into an
+// array sized for 10M keys: the least a first request can cost. Only the floor, slidelimit and
+// httprate run by default (the others hold 10M keys in several gigabytes); -limiters picks others.
+// Run it with a fixed -benchtime, e.g. -benchtime 100000x.
+func BenchmarkInsert(b *testing.B) {
+	names := []string{peers.Floor, peers.Slidelimit, peers.Httprate}
+	if *flagLimiters != "" {
+		names = selected()
+	}
+	fw := freshWorkload()
+	for _, name := range names {
+		b.Run("limiter="+name, func(b *testing.B) {
+			cfg := peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: insertKeys}
+			l, err := peers.New(name, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				if err := l.Close(); err != nil {
+					b.Error(err)
+				}
+				runtime.GC()
+			}()
+			warm(l, insertKeys)
+			cur := &freshCursor{w: fw}
+			b.Run("keys=10M", func(b *testing.B) {
+				b.Run("run=serial", func(b *testing.B) {
+					b.ReportAllocs()
+					from := cur.take(b, uint64(b.N))
+					admitted := 0
+					for i := range uint64(b.N) {
+						if l.Allow(fw.Key(from + i)) {
+							admitted++
+						}
+					}
+					b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+				})
+			})
+		})
+	}
+}
+
+// floodCap is the key cap slidelimit gets in BenchmarkKeyFlood, and the number of keys every
+// limiter is given before it is timed.
+const floodCap = 1 << 20
+
+// BenchmarkKeyFlood is a flood of new keys (random source addresses, a scan, a cardinality
+// attack): every request is a key the limiter has not seen.
+//
+//	BenchmarkKeyFlood/limiter=NAME/keys=new/run=serial|parallel-GOMAXPROCS
+//
+// Every limiter is first given 2^20 keys. slidelimit then runs with eviction on and a key cap of
+// 2^20 reached by evicting the stalest key, so every timed request finds the cap reached and makes
+// room; the peers have no key cap and grow by one key a request. The floor hashes and adds, as
+// always. Run it with a fixed -benchtime, e.g. -benchtime 100000x.
+func BenchmarkKeyFlood(b *testing.B) {
+	fw := freshWorkload()
+	for _, name := range selected() {
+		b.Run("limiter="+name, func(b *testing.B) {
+			cfg := peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: floodCap, MaxKeys: floodCap}
+			l, err := peers.New(name, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				if err := l.Close(); err != nil {
+					b.Error(err)
+				}
+				runtime.GC()
+			}()
+			warm(l, floodCap)
+			cur := &freshCursor{w: fw}
+			b.Run("keys=new", func(b *testing.B) {
+				b.Run("run=serial", func(b *testing.B) {
+					b.ReportAllocs()
+					from := cur.take(b, uint64(b.N))
+					admitted := 0
+					for i := range uint64(b.N) {
+						if l.Allow(fw.Key(from + i)) {
+							admitted++
+						}
+					}
+					b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+				})
+				b.Run("run=parallel", func(b *testing.B) {
+					b.ReportAllocs()
+					// All the keys up front, so that goroutines never take a key twice.
+					base := cur.take(b, uint64(b.N))
+					var next atomic.Uint64
+					var admitted atomic.Int64
+					b.RunParallel(func(pb *testing.PB) {
+						n := int64(0)
+						for pb.Next() {
+							if l.Allow(fw.Key(base + next.Add(1) - 1)) {
+								n++
+							}
+						}
+						admitted.Add(n)
+					})
+					b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+				})
+			})
+		})
+	}
+}

@@ -26,6 +26,10 @@ type Config struct {
 	Limit  int64
 	Window time.Duration
 	Keys   int
+	// MaxKeys, when above 0, is slidelimit's key cap (engine.WithMaxKeys), reached by evicting the
+	// stalest key (engine.WithAtCap(engine.EvictStalest)); the other limiters have no key cap and
+	// ignore it.
+	MaxKeys int
 }
 
 func (c Config) validate() error {
@@ -38,6 +42,9 @@ func (c Config) validate() error {
 	if c.Keys < 0 {
 		return fmt.Errorf("peers: Config.Keys = %d, must not be negative", c.Keys)
 	}
+	if c.MaxKeys < 0 {
+		return fmt.Errorf("peers: Config.MaxKeys = %d, must not be negative", c.MaxKeys)
+	}
 	return nil
 }
 
@@ -47,6 +54,13 @@ func (c Config) validate() error {
 type Limiter interface {
 	Allow(key string) bool
 	Close() error
+}
+
+// Batcher is implemented by the limiters that can decide a batch of keys in one call, as
+// slidelimit's AllowBatch does: out[i] receives the decision for n units of keys[i], each key
+// decided as one call per key in order would decide it. Safe for concurrent use.
+type Batcher interface {
+	AllowBatch(keys []string, n int64, out []bool)
 }
 
 type constructor func(Config) (Limiter, error)

@@ -75,3 +75,19 @@ func (w *Workload) put(i uint64, key uint32) {
 	k := AppendKey(r[1:1:recSize], key)
 	r[0] = byte(len(k))
 }
+
+// Fresh returns a workload of 2^seqLog2 distinct keys in order, none of which AppendKey makes
+// (they are its keys moved to 11.0.0.0/8), so that every request of a pass over it brings a key
+// new to any limiter that has seen only AppendKey's keys. seqLog2 is at most 24.
+func Fresh(name string, seqLog2 uint) *Workload {
+	if seqLog2 > 24 {
+		panic(fmt.Sprintf("peers: workload %q: seqLog2 = %d above 24", name, seqLog2))
+	}
+	n := uint64(1) << seqLog2
+	w := &Workload{Name: name, Keys: int(n), recs: make([]byte, n*recSize), mask: n - 1}
+	for i := range n {
+		w.put(i, uint32(i))
+		w.recs[i*recSize+2] = '1' // "10." becomes "11."
+	}
+	return w
+}

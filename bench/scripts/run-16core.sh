@@ -17,7 +17,10 @@
 # benchstat is built from the vendored golang.org/x/perf as well (a tool of the bench module).
 # The go.work at the repository root is switched off (GOWORK=off): with it, Go would ignore
 # vendor/. Environment: ROUNDS (1), COUNT (3), BENCHTIME (0.1s), CPUS (1,2,4,8,16),
-# MEMKEYS (10000000). The time budget is an estimate: no 16-core machine has run it yet.
+# MEMKEYS (10000000), BATCH (1: also run scripts/run-batch-insert.sh into <out>/batch-insert/ with
+# the same -cpu list, about 10 more minutes; 0 to skip). The time budget is an estimate: no
+# 16-core machine has run it yet, and every figure committed under bench/results/ and quoted in
+# bench/README.md so far is from a 2-core machine.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
@@ -72,4 +75,8 @@ echo "memory ($((SECONDS - start))s)"
 	"$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-slidelimit.txt"
 "$bin/charts" -o "$out" -table "$out/tables.md" -targets "$out/targets.md" "$out/bench.txt" "$out/memory.txt"
 cat "$out/targets.md"
+if [ "${BATCH:-1}" != 0 ]; then
+	echo "batch, insert, key flood ($((SECONDS - start))s)"
+	CPUS=$cpus bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
+fi
 echo "done in $((SECONDS - start))s: $out"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs the batch, insert and key-flood benchmarks of bench/peers and writes, to
+# bench/results/<UTC date>-<cores>core-batch-insert/ (or the directory given as $1):
+#
+#   machine.txt   date, commit, go version, CPU model, cores, kernel
+#   batch.txt     BenchmarkBatch: the floor's and slidelimit's Allow beside slidelimit's AllowBatch,
+#                 per key, on 1M uniform and 1M Zipf keys
+#   insert.txt    BenchmarkInsert: a new key into a limiter holding 10M (floor, slidelimit, httprate)
+#   flood.txt     BenchmarkKeyFlood: every request a new key (slidelimit at a key cap of 2^20 with
+#                 EvictStalest; the peers uncapped)
+#   benchstat.txt `benchstat -col /limiter` of each file: the floor as the base column
+#
+# Takes about 6 minutes on 2 busy cores, most of it giving limiters their 10M keys. The insert and
+# flood runs use fixed iteration counts (each op consumes a fresh key, and there are 8M of them).
+# Environment: COUNT (6), BENCHTIME (0.2s, for the batch runs), CPUS (the -cpu list; default
+# GOMAXPROCS; BenchmarkInsert, which is serial, runs at the default only). Works offline like run-16core.sh when bench/vendor exists and GOFLAGS=-mod=vendor
+# GOWORK=off are set.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+cores=$(nproc)
+out=${1:-results/$(date -u +%Y-%m-%d)-${cores}core-batch-insert}
+mkdir -p "$out"
+count=${COUNT:-6}
+benchtime=${BENCHTIME:-0.2s}
+cpuflag=()
+[ -z "${CPUS:-}" ] || cpuflag=(-test.cpu "$CPUS")
+
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
+	echo "go: $(go version)"
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+	echo "cores: $cores"
+	echo "kernel: $(uname -srm)"
+	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, flood 100000x, -cpu ${CPUS:-default}"
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go test -c -o "$bin/peers.test" ./peers
+go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+
+run() { "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" "${cpuflag[@]}" "$@"; }
+run -test.bench '^BenchmarkBatch$' -test.benchtime "$benchtime" | tee "$out/batch.txt"
+# Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
+"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkInsert$' \
+	-test.benchtime 1000000x | tee "$out/insert.txt"
+run -test.bench '^BenchmarkKeyFlood$' -test.benchtime 100000x | tee "$out/flood.txt"
+for f in batch insert flood; do
+	echo "== $f"
+	"$bin/benchstat" -col /limiter "$out/$f.txt"
+done >"$out/benchstat.txt"
+cat "$out/benchstat.txt"
