@@ -90,7 +90,14 @@ var (
 // startProxy runs the proxy with args on a free loopback port and waits until it listens.
 func startProxy(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, append([]string{"proxy", "-listen", "127.0.0.1:0"}, args...)...), exited: make(chan struct{})}
+	return startCommand(t, "proxy", listeningRE, args...)
+}
+
+// startCommand runs `slidelimit command -listen 127.0.0.1:0 args...` and waits until its log says
+// where it listens (the first submatch of listening); it is killed when the test ends.
+func startCommand(t *testing.T, command string, listening *regexp.Regexp, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, append([]string{command, "-listen", "127.0.0.1:0"}, args...)...), exited: make(chan struct{})}
 	pipe, err := p.cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())
@@ -105,7 +112,7 @@ func startProxy(t *testing.T, args ...string) *proc {
 			if m := metricsRE.FindStringSubmatch(line); m != nil {
 				p.metrics = m[1]
 			}
-			if m := listeningRE.FindStringSubmatch(line); m != nil && !signalled {
+			if m := listening.FindStringSubmatch(line); m != nil && !signalled {
 				p.addr, signalled = m[1], true
 				close(ready)
 			}
@@ -125,9 +132,9 @@ func startProxy(t *testing.T, args ...string) *proc {
 	select {
 	case <-ready:
 	case <-p.exited:
-		t.Fatalf("proxy exited before listening: %v\n%s", p.err, p.stderr())
+		t.Fatalf("%s exited before listening: %v\n%s", command, p.err, p.stderr())
 	case <-time.After(failsafe):
-		t.Fatalf("proxy did not start listening:\n%s", p.stderr())
+		t.Fatalf("%s did not start listening:\n%s", command, p.stderr())
 	}
 	return p
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -92,65 +90,11 @@ func runRLS(t *testing.T, args ...string) (string, int) {
 }
 
 // rlsProc is one running "slidelimit rls".
-type rlsProc struct {
-	cmd           *exec.Cmd
-	addr, metrics string
-	mu            sync.Mutex
-	log           strings.Builder
-	exited        chan struct{}
-	err           error
-}
-
-func (p *rlsProc) stderr() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
 var rlsListeningRE = regexp.MustCompile(`listening on (\S+), domains`)
 
-func startRLS(t *testing.T, args ...string) *rlsProc {
+func startRLS(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &rlsProc{cmd: exec.Command(binary, append([]string{"rls", "-listen", "127.0.0.1:0"}, args...)...), exited: make(chan struct{})}
-	pipe, err := p.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			if m := metricsRE.FindStringSubmatch(line); m != nil {
-				p.metrics = m[1]
-			}
-			if m := rlsListeningRE.FindStringSubmatch(line); m != nil && !signalled {
-				p.addr, signalled = m[1], true
-				close(ready)
-			}
-			p.mu.Unlock()
-		}
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	select {
-	case <-ready:
-	case <-p.exited:
-		t.Fatalf("rls exited before listening: %v\n%s", p.err, p.stderr())
-	case <-time.After(failsafe):
-		t.Fatalf("rls did not start listening:\n%s", p.stderr())
-	}
-	return p
+	return startCommand(t, "rls", rlsListeningRE, args...)
 }
 
 func rlsClient(t *testing.T, addr string) (rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
