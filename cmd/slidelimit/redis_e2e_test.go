@@ -154,3 +154,31 @@ func TestTwoProxiesShareBatchedRedis(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, stderr.String(), "-redis-mode batched with -policy gcra")
 }
+
+// Several limits on Redis are all or nothing: the per-hour limit is asked first, and what it
+// counted for a request the per-second limit then refuses is given back (redisstore's Refund),
+// so the hour counts only admissions. Without the refund it would read 94, not 97.
+func TestSeveralRedisLimitsAllOrNothing(t *testing.T) {
+	addr, _ := startRedis(t)
+	up := newUpstream(t)
+	c := newClient(t, true)
+	for attempt := 0; attempt < 5; attempt++ {
+		name := "several" + strconv.Itoa(attempt)
+		p := startProxy(t, "-upstream", up.URL, "-rate", "100/1h", "-rate", "2/1s", "-redis", "redis://"+addr+"/0", "-redis-timeout", "5s", "-name", name)
+		var codes []int
+		for range 5 {
+			codes = append(codes, do(t, c, p.url("/"), nil).status)
+		}
+		if !assert.ObjectsAreEqual([]int{200, 200, 429, 429, 429}, codes) {
+			continue // the five straddled a second's edge: again, on fresh keys
+		}
+		time.Sleep(1100 * time.Millisecond) // the next second: the per-second limit admits again
+		last := do(t, c, p.url("/"), nil)
+		require.Equal(t, 200, last.status)
+		m := regexp.MustCompile(`"` + name + `-1h";r=(\d+)`).FindStringSubmatch(last.rateLimit)
+		require.NotNil(t, m, "no per-hour item in RateLimit: %q", last.rateLimit)
+		assert.Equal(t, "97", m[1], "the hour counted only the three admitted requests: %q", last.rateLimit)
+		return
+	}
+	t.Fatal("five requests never fell in one second")
+}
