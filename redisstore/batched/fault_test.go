@@ -242,44 +242,7 @@ func runOutage(t *testing.T, fault string) {
 	if lateOK == 0 {
 		t.Errorf("no call after the server returned was decided through Redis")
 	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
-	defer admin.Close()
-	// Reconciliation is asynchronous (the next exchange of each process, which a loaded machine
-	// may delay): poll, for a bounded time, until Redis counts at least what the fleet admitted.
-	var report []string
-	reconciled := false
-	for deadline := time.Now().Add(5 * time.Second); !reconciled && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		reconciled, report = true, report[:0]
-		for key, wins := range admitted {
-			v, err := admin.Get(context.Background(), ls[0].Key(key)).Result()
-			if err != nil {
-				t.Fatalf("key %s: %v", key, err)
-			}
-			f := strings.Fields(v)
-			win, _ := strconv.ParseInt(f[0], 10, 64)
-			cur, _ := strconv.ParseInt(f[1], 10, 64)
-			prev, _ := strconv.ParseInt(f[2], 10, 64)
-			for wstart, n := range wins {
-				var counted int64
-				switch wstart {
-				case win:
-					counted = cur
-				case win - rules.SlidingCounter(p).WindowMs():
-					counted = prev
-				default:
-					t.Fatalf("key %s: admissions in window %d, Redis holds %q", key, wstart, v)
-				}
-				reconciled = reconciled && counted >= n
-				report = append(report, fmt.Sprintf("key %s window %d: fleet admitted %d, Redis counts %d (limit %d)", key, wstart, n, counted, p.Limit))
-			}
-		}
-	}
-	for _, r := range report {
-		t.Log(r)
-	}
-	if !reconciled {
-		t.Errorf("not reconciled within 5s: Redis counts fewer units than the fleet admitted")
-	}
+	requireReconciled(t, srv.Addr, p, admitted, ls[0].Key)
 	for i, l := range ls {
 		t.Logf("process %d: %+v", i, stats(l))
 		l.entries.Range(func(k string, e *entry) bool {
@@ -305,3 +268,48 @@ var boundaryAt = func() int64 {
 	}
 	return 700
 }()
+
+// requireReconciled polls Redis, for at most 5 s, until it counts at least what the fleet admitted
+// per key and window (admitted[key][window start]), and fails the test if it never does. The
+// reconciliation is asynchronous (each process's next exchange, which a loaded machine may
+// delay). keyOf names a key's state on Redis; the per-window counts are logged.
+func requireReconciled(t *testing.T, addr string, p policy.SlidingCounter, admitted map[string]map[int64]int64, keyOf func(string) string) {
+	t.Helper()
+	admin := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer admin.Close()
+	w := rules.SlidingCounter(p).WindowMs()
+	var report []string
+	reconciled := false
+	for deadline := time.Now().Add(5 * time.Second); !reconciled && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		reconciled, report = true, report[:0]
+		for key, wins := range admitted {
+			v, err := admin.Get(context.Background(), keyOf(key)).Result()
+			if err != nil {
+				t.Fatalf("key %s: %v", key, err)
+			}
+			f := strings.Fields(v)
+			win, _ := strconv.ParseInt(f[0], 10, 64)
+			cur, _ := strconv.ParseInt(f[1], 10, 64)
+			prev, _ := strconv.ParseInt(f[2], 10, 64)
+			for wstart, n := range wins {
+				var counted int64
+				switch wstart {
+				case win:
+					counted = cur
+				case win - w:
+					counted = prev
+				default:
+					t.Fatalf("key %s: admissions in window %d, Redis holds %q", key, wstart, v)
+				}
+				reconciled = reconciled && counted >= n
+				report = append(report, fmt.Sprintf("key %s window %d: fleet admitted %d, Redis counts %d (limit %d)", key, wstart, n, counted, p.Limit))
+			}
+		}
+	}
+	for _, r := range report {
+		t.Log(r)
+	}
+	if !reconciled {
+		t.Errorf("not reconciled within 5s: Redis counts fewer units than the fleet admitted")
+	}
+}

@@ -289,42 +289,7 @@ func runOutageProcesses(t *testing.T, fault string) {
 	if offlineCalls == 0 {
 		t.Fatal("no decision was made offline: the outage was not seen")
 	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
-	defer admin.Close()
-	var report []string
-	reconciled := false
-	for deadline := time.Now().Add(5 * time.Second); !reconciled && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		reconciled, report = true, report[:0]
-		for key, wins := range admitted {
-			v, err := admin.Get(context.Background(), stateKey(DefaultPrefix, "outage", key)).Result()
-			if err != nil {
-				t.Fatalf("key %s: %v", key, err)
-			}
-			f := strings.Fields(v)
-			win, _ := strconv.ParseInt(f[0], 10, 64)
-			cur, _ := strconv.ParseInt(f[1], 10, 64)
-			prev, _ := strconv.ParseInt(f[2], 10, 64)
-			for wstart, n := range wins {
-				var counted int64
-				switch wstart {
-				case win:
-					counted = cur
-				case win - w:
-					counted = prev
-				default:
-					t.Fatalf("key %s: admissions in window %d, Redis holds %q", key, wstart, v)
-				}
-				reconciled = reconciled && counted >= n
-				report = append(report, fmt.Sprintf("key %s window %d: fleet admitted %d, Redis counts %d (limit %d)", key, wstart, n, counted, p.Limit))
-			}
-		}
-	}
-	for _, r := range report {
-		t.Log(r)
-	}
-	if !reconciled {
-		t.Errorf("not reconciled within 5s: Redis counts fewer units than the fleet admitted")
-	}
+	requireReconciled(t, srv.Addr, p, admitted, func(key string) string { return stateKey(DefaultPrefix, "outage", key) })
 	for _, c := range children {
 		_ = c.in.Close()
 	}
