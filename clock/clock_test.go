@@ -107,3 +107,21 @@ func TestDueRate(t *testing.T) {
 	}
 	require.InDelta(t, 1000, n, 200, "%d of %d", n, calls) // 6 standard deviations
 }
+
+// TestDueForRate: DueFor(n) reports true about n times in RefreshEvery calls, never for n <= 0,
+// and always from RefreshEvery on.
+func TestDueForRate(t *testing.T) {
+	const calls = 1000 * RefreshEvery / 16
+	n := 0
+	for range calls {
+		if DueFor(16) {
+			n++
+		}
+	}
+	require.InDelta(t, 1000, n, 200, "%d of %d", n, calls) // 6.5 standard deviations
+	for range 10 * RefreshEvery {
+		require.False(t, DueFor(0))
+		require.False(t, DueFor(-5))
+		require.True(t, DueFor(RefreshEvery))
+	}
+}

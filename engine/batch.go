@@ -1,8 +1,14 @@
 package engine
 
+import (
+	"github.com/slidelimit/slidelimit/atomic"
+	"github.com/slidelimit/slidelimit/clock"
+)
+
 // batchChunk is how many keys a batch hashes and touches before it decides them: about as many
-// cache misses as a core keeps in flight at once (10 to 16 line fill buffers on current x86 and
-// arm64 cores), and small enough that the hashes live in a stack array.
+// cache misses as a core keeps in flight at once (10 to 24 line fill buffers on current x86 and
+// arm64 cores), and small enough that the hashes live in a stack array. 8 and 32 measured slower
+// (bench/README.md, "Batches").
 const batchChunk = 16
 
 // AllowBatch decides n units for each of keys[i], writing whether it was admitted to out[i]. It
@@ -12,9 +18,15 @@ const batchChunk = 16
 // batch are decided one after the other, not atomically as a group, so other goroutines'
 // decisions for the same keys may fall between them.
 //
+// It decides in runs of 16 keys, each run at one reading of the clock (a run takes about a
+// microsecond, and the clock counts milliseconds), and checks Close once per run: a batch that
+// Close interrupts may decide the rest of its current run after Close has returned, as an Allow
+// call that Close interrupts may.
+//
 // It is faster per key than a loop of Allow calls on a table larger than the processor's caches:
-// it hashes a run of keys and touches each one's slot before deciding the first, so that their
-// memory loads overlap instead of following one another. It allocates nothing and retains no key.
+// it hashes a run of keys and prefetches the cache lines of each one's lookup before deciding the
+// first, so that their memory loads overlap instead of following one another. It allocates nothing
+// and retains no key.
 func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]
@@ -22,9 +34,9 @@ func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	for len(keys) > 0 {
 		c := min(len(keys), batchChunk)
 		for i, k := range keys[:c] {
-			hs[i] = l.hashString(k)
+			hs[i] = l.touch(l.hashString(k))
 		}
-		l.admitBatch(hs[:c], n, out[:c])
+		l.decideBatch(hs[:c], n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
 }
@@ -38,23 +50,49 @@ func (l *Limiter) AllowKeyBatch(keys []uint64, n int64, out []bool) {
 	for len(keys) > 0 {
 		c := min(len(keys), batchChunk)
 		for i, k := range keys[:c] {
-			hs[i] = l.hashKey(k)
+			hs[i] = l.touch(l.hashKey(k))
 		}
-		l.admitBatch(hs[:c], n, out[:c])
+		l.decideBatch(hs[:c], n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
 }
 
-// admitBatch touches the slots of every hash (see shard.Table.Touch), then decides them in order
-// by admit, the path of Allow. len(out) >= len(hs). The touch reads the table without a lock, as
-// a lookup does; a table replaced in between costs only the touch.
-func (l *Limiter) admitBatch(hs []uint64, n int64, out []bool) {
-	for _, h := range hs {
-		h = nonzero(h)
-		l.shard(h).Table().Touch(h)
-	}
+// touch starts the cache misses of h's lookup (see shard.Table.Touch) and returns h made nonzero.
+// It reads the table without a lock, as a lookup does; a table replaced before the decision costs
+// only the touch.
+func (l *Limiter) touch(h uint64) uint64 {
+	h = nonzero(h)
+	l.shard(h).Table().Touch(h)
+	return h
+}
+
+// decideBatch decides hs (each nonzero) in order, each exactly as admit would, but with the
+// checks that do not depend on the key (the cost, Close, the clock's reading and its refresh) made
+// once for the run.
+func (l *Limiter) decideBatch(hs []uint64, n int64, out []bool) {
 	out = out[:len(hs)]
+	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
+		for i, h := range hs {
+			out[i] = l.admitSlow(h, n)
+		}
+		return
+	}
+	now := l.clk.Now()
+	if clock.DueFor(len(hs)) {
+		now = l.clk.Refresh()
+	}
 	for i, h := range hs {
-		out[i] = l.admit(h, n)
+		if sh := l.shard(h); !sh.Due(now) {
+			if c := sh.Table().Find(h); c != nil {
+				if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
+					out[i] = ok
+					continue
+				}
+			}
+		}
+		out[i] = l.admitSlow(h, n)
+		// The general way may have decided at a later reading (see shard.Acquire); the rest of
+		// the run must not go back before it.
+		now = max(now, l.clk.Now())
 	}
 }

@@ -1,0 +1,13 @@
+//go:build (!amd64 && !arm64) || purego
+
+package shard
+
+import (
+	satomic "sync/atomic"
+	"unsafe"
+)
+
+// prefetch loads p's word where the package has no prefetch instruction. A load, unlike a
+// prefetch, holds up the instructions after it until its line arrives, so it overlaps only with
+// the loads issued close after it; an atomic load is never dropped as dead code.
+func prefetch(p unsafe.Pointer) { satomic.LoadUint64((*uint64)(p)) }
