@@ -286,8 +286,7 @@ func (c *slidingCounterWord) Normalize(w0, _ uint64, now int64) (uint64, uint64,
 
 func (c *slidingCounterWord) Stale(w0, _ uint64, now, limit int64) (int64, bool) {
 	s, _, _ := c.decode(w0, now)
-	_, pr := c.p.Peek(s, now)
-	return now - s.Window, underHalf(pr.Estimate, judged(limit, c.p.Limit()))
+	return now - s.Window, underHalf(c.p.Estimate(s, now), judged(limit, c.p.Limit()))
 }
 
 type slidingCounterPair struct {
@@ -417,6 +416,5 @@ func (c *slidingCounterPair) Normalize(w0, w1 uint64, now int64) (uint64, uint64
 
 func (c *slidingCounterPair) Stale(w0, w1 uint64, now, limit int64) (int64, bool) {
 	s := c.decode(w0, w1)
-	_, pr := c.p.Peek(s, now)
-	return now - s.Window, underHalf(pr.Estimate, judged(limit, c.p.Limit()))
+	return now - s.Window, underHalf(c.p.Estimate(s, now), judged(limit, c.p.Limit()))
 }

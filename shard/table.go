@@ -44,6 +44,7 @@ const (
 	// about 11 times over a table's growth: the price of the memory figure.
 	loadNum, loadDen     = 7, 8
 	targetNum, targetDen = 4, 5
+	capNum, capDen       = 7, 10
 )
 
 func newTable(n uint64, cellWords int, shift uint) *Table {
@@ -62,6 +63,12 @@ func newTable(n uint64, cellWords int, shift uint) *Table {
 
 // sizeFor returns the slot count that holds keys at the target load.
 func sizeFor(keys uint64) uint64 { return keys*targetDen/targetNum + 1 }
+
+// sizeAtCap is sizeFor for a limiter at its key cap, where every new key replaces an evicted one:
+// a load of 0.7, so that a quarter of the keys can be replaced before the next rebuild (at 7/8)
+// instead of a tenth. A rebuild copies every live key, so this cuts the copies per new key from
+// about 11 to about 4, for 14% more table memory while the cap holds.
+func sizeAtCap(keys uint64) uint64 { return keys*capDen/capNum + 1 }
 
 // Slots returns the number of slots.
 func (t *Table) Slots() uint64 { return t.n }

@@ -198,6 +198,13 @@ func (p *SlidingCounterRule) Peek(s SlidingCounterState, now int64) (policy.Resu
 	return p.PeekAt(s, now, p.Start(now))
 }
 
+// Estimate returns Peek's Probe.Estimate alone: the count a copy of s rolled to now holds, without
+// the wait that Peek also solves for. EvictStalest judges dozens of keys for each new key by it.
+func (p *SlidingCounterRule) Estimate(s SlidingCounterState, now int64) int64 {
+	p.Roll(&s, p.Start(now))
+	return p.estimate(&s, now)
+}
+
 // PeekAt is Peek for a caller that already knows Start(now).
 func (p *SlidingCounterRule) PeekAt(s SlidingCounterState, now, start int64) (policy.Result, policy.Probe) {
 	p.Roll(&s, start)

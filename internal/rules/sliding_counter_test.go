@@ -40,6 +40,12 @@ func TestSlidingCounterSteps(t *testing.T) {
 		require.Equal(t, st.retryAfter, r.RetryAfterMs, "step %d", i)
 		_, pr := p.Peek(s, st.now)
 		require.Equal(t, st.estimate, pr.Estimate, "step %d", i)
+		rule := p.Compile()
+		require.Equal(t, st.estimate, rule.Estimate(s, st.now), "step %d: Estimate", i)
+		// Half a window later the previous count weighs half: the estimate a judge of staleness sees.
+		later := st.now + 500
+		_, pr = p.Peek(s, later)
+		require.Equal(t, pr.Estimate, rule.Estimate(s, later), "step %d: Estimate at %d", i, later)
 	}
 }
 
