@@ -406,40 +406,69 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
 // it found h's cell, dead.
 func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64) (*uint64, int64, Reason) {
-	madeRoom := false
+	tries := 0
+	reserved := false
 	if l.keys.Load() >= l.maxKeys {
-		l.makeRoom(sh, now)
-		madeRoom = true
+		var room bool
+		if room, reserved = l.makeRoom(sh, now); !room {
+			tries = capTries // nothing to evict: the insert below succeeds only if a key left
+		}
+		tries++
 	}
 	for {
-		c, _, at := sh.AcquireFrom(&l.cfg, h, now, t, free)
+		var c *uint64
+		var at int64
+		if reserved {
+			c, _, at = sh.AcquireReserved(&l.cfg, h, now, t, free) // never refused
+		} else {
+			c, _, at = sh.AcquireFrom(&l.cfg, h, now, t, free)
+		}
 		if c != nil {
 			return c, at, ReasonOK
 		}
-		// At the cap (a racing insert may have taken the last place): make room once per request,
-		// so that a flood of new keys at the cap costs one bounded reclaim each.
-		if madeRoom {
+		// At the cap. The room a reclaim makes can be taken by a racing insert before this request
+		// reserves it (an eviction's cannot: it is handed over); trying again a few times keeps
+		// that race from refusing a key, and bounds the work a flood of new keys causes.
+		var room bool
+		if tries < capTries {
+			room, reserved = l.makeRoom(sh, at)
+		}
+		if !room {
 			l.refusedAtCap.Add(1)
 			return nil, at, ReasonKeyCap
 		}
-		l.makeRoom(sh, at)
-		madeRoom, now = true, at
+		tries++
+		now = at
 	}
 }
+
+// capTries bounds how many times one request at the key cap makes room.
+const capTries = 8
 
 // capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.
 const capReclaimBudget = 64
 
 // makeRoom tries to get below the key cap: reclaim dead keys near the shard's cursor, then, if so
-// configured, evict the stalest evictable key of a sample taken across the limiter.
-func (l *Limiter) makeRoom(sh *shard.Shard, now int64) bool {
+// configured, evict the stalest evictable key of a sample taken across the limiter. It reports
+// whether it made room, and whether that room is reserved for the caller (an eviction hands the
+// evicted key's place over: the caller must then insert with shard.AcquireReserved).
+func (l *Limiter) makeRoom(sh *shard.Shard, now int64) (room, reserved bool) {
 	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
-		return true
+		return true, false
 	}
-	if l.atCap == EvictStalest {
-		return l.evictStalest(sh, now)
+	if l.atCap != EvictStalest {
+		return false, false
 	}
-	return false
+	// Concurrent requests at the cap sample the same keys and pick the same stalest one; only one
+	// compare-and-swap evicts it. A request that lost samples again (the winner's choice is gone
+	// from the sample now), a bounded number of times.
+	for range capTries {
+		evicted, found := l.evictStalest(sh, now)
+		if evicted || !found {
+			return evicted, evicted
+		}
+	}
+	return false, false
 }
 
 // The EvictStalest sample: up to evictShards shards holding keys, evictPerShard live keys each,
@@ -454,8 +483,9 @@ const (
 
 // evictStalest evicts the stalest key of a sample across the limiter that holds less than half of
 // its limit (see WithAtCap), judged against the lowest limit any key has been given, and reports
-// whether it did.
-func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
+// whether it did, and whether it found a key to evict (one it lost to a racing eviction or
+// renewal is found but not evicted).
+func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool) {
 	var best shard.Candidate
 	limit := l.judgeLimit.Load()
 	sampled := 0
@@ -479,7 +509,7 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) bool {
 		sampled++
 	}
 	l.evictCursor.Add(max(i, 1))
-	return shard.EvictCandidate(&l.cfg, &best)
+	return shard.EvictCandidateKeep(&l.cfg, &best), best.Found()
 }
 
 func (l *Limiter) peek(h uint64) Decision {

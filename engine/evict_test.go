@@ -177,6 +177,42 @@ func TestKeyCapEvictsStalestButNeverALimitedKey(t *testing.T) {
 	require.Equal(t, ReasonLimited, d.Reason)
 }
 
+// TestKeyCapEvictsUnderARacingFlood: goroutines flood new keys into a limiter at its cap where
+// every tracked key may be evicted. The room one request makes can be taken by another's insert
+// before it reserves it; a request then makes room again, so no new key is refused while keys
+// that qualify remain, and the cap holds throughout.
+func TestKeyCapEvictsUnderARacingFlood(t *testing.T) {
+	const (
+		goroutines = 8
+		perG       = 5000
+		maxKeys    = 4096
+	)
+	l, _ := newSC(t, 1000, time.Hour, WithMaxKeys(maxKeys), WithAtCap(EvictStalest), WithShards(16))
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for g := range uint64(goroutines) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range uint64(perG) {
+				if !l.AllowKey(g<<32|i, 1) {
+					refused.Add(1)
+				}
+				if n := l.Len(); n > maxKeys {
+					t.Errorf("Len %d above the cap", n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var st Stats
+	l.Stats(&st)
+	require.Zero(t, refused.Load(), "new keys refused while evictable keys remained")
+	require.Zero(t, st.RefusedAtCap)
+	require.Equal(t, maxKeys, l.Len())
+}
+
 // TestHashFlooding: keys chosen to fall into one shard under a known seed spread evenly under the
 // default per-process random seed.
 func TestHashFlooding(t *testing.T) {
@@ -244,3 +280,4 @@ func TestStats(t *testing.T) {
 	require.LessOrEqual(t, st.TableBytes, uint64(1000*16*10/7+8*2*16*8))
 	require.Zero(t, testing.AllocsPerRun(100, func() { l.Stats(&st) }))
 }
+

@@ -102,6 +102,17 @@ func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created
 // absent and stopped at slot free: if from is still the shard's table, the probe under the lock
 // resumes there instead of walking h's probe sequence a second time. A nil from is Acquire.
 func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
+	return s.acquire(cfg, h, now, from, free, false)
+}
+
+// AcquireReserved is AcquireFrom for a caller that holds a place in cfg.Keys already, from
+// EvictCandidateKeep: a new or revived key takes that place instead of reserving one, so it cannot
+// be refused at the cap, and a key found live (a racing insert of the same key) gives it back.
+func (s *Shard) AcquireReserved(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
+	return s.acquire(cfg, h, now, from, free, true)
+}
+
+func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint64, reserved bool) (cell *uint64, created bool, at int64) {
 	words := cfg.Codec.Words()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,10 +131,13 @@ func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free 
 	if found {
 		c := t.cellOf(i)
 		if w0, _ := atomic.Load(c, words); w0&atomic.Dead == 0 {
+			if reserved {
+				cfg.Keys.Add(-1) // the place is not needed
+			}
 			return c, false, now // a racing insert got there first
 		}
 		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
-		if !reserve(cfg) {
+		if !reserved && !reserve(cfg) {
 			return nil, false, now
 		}
 		f0, f1 := cfg.Codec.Fresh(now)
@@ -131,7 +145,7 @@ func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free 
 		s.live.Add(1)
 		return c, true, now
 	}
-	if !reserve(cfg) {
+	if !reserved && !reserve(cfg) {
 		return nil, false, now
 	}
 	if (s.used+1)*loadDen > t.n*loadNum {
@@ -386,5 +400,16 @@ func EvictCandidate(cfg *Config, c *Candidate) bool {
 		return false
 	}
 	c.shard.addLive(cfg, -1)
+	return true
+}
+
+// EvictCandidateKeep is EvictCandidate that keeps the evicted key's place in cfg.Keys for the
+// caller, who must then call AcquireReserved, once: a key evicted to make room for a new one hands
+// its place straight to it, so that a racing insert cannot take the room and refuse the new key.
+func EvictCandidateKeep(cfg *Config, c *Candidate) bool {
+	if c.cell == nil || !atomic.MarkIf(c.cell, cfg.Codec.Words(), c.w0, c.w1, atomic.Dead) {
+		return false
+	}
+	c.shard.live.Add(-1)
 	return true
 }

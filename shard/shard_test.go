@@ -243,3 +243,37 @@ func TestChurnAtTheCapRebuildsLess(t *testing.T) {
 	require.LessOrEqual(t, rebuilds, 10)
 	require.Positive(t, rebuilds)
 }
+
+// TestEvictionHandsItsPlaceOver: at the cap, EvictCandidateKeep leaves the evicted key's place
+// counted, so a plain Acquire of another key is still refused, while AcquireReserved inserts the
+// new key into that place; a reserved place for a key found live is given back.
+func TestEvictionHandsItsPlaceOver(t *testing.T) {
+	s, cfg := newShard(t, 10, true)
+	cfg.MaxKeys = 3
+	for h := uint64(1); h <= 3; h++ {
+		c, created, _ := s.Acquire(cfg, h<<40|1, now)
+		require.True(t, created)
+		ok, _ := cfg.Codec.Admit(c, now, 1)
+		require.True(t, ok)
+	}
+	var best Candidate
+	s.SampleStalest(cfg, now, 10, 16, &best)
+	require.True(t, EvictCandidateKeep(cfg, &best))
+	require.Equal(t, int64(3), cfg.Keys.Load(), "the place is kept for the new key")
+	require.Equal(t, int64(2), s.Live())
+
+	c, _, _ := s.Acquire(cfg, 9<<40|1, now)
+	require.Nil(t, c, "another insert cannot take the kept place")
+	c, created, _ := s.AcquireReserved(cfg, 4<<40|1, now, nil, 0)
+	require.NotNil(t, c)
+	require.True(t, created)
+	require.Equal(t, int64(3), cfg.Keys.Load())
+	require.Equal(t, int64(3), s.Live())
+
+	// A place reserved for a key that turns out to be live already is given back.
+	cfg.Keys.Add(1) // as EvictCandidateKeep would leave it
+	c, created, _ = s.AcquireReserved(cfg, 4<<40|1, now, nil, 0)
+	require.NotNil(t, c)
+	require.False(t, created)
+	require.Equal(t, int64(3), cfg.Keys.Load())
+}
