@@ -280,4 +280,3 @@ func TestStats(t *testing.T) {
 	require.LessOrEqual(t, st.TableBytes, uint64(1000*16*10/7+8*2*16*8))
 	require.Zero(t, testing.AllocsPerRun(100, func() { l.Stats(&st) }))
 }
-
