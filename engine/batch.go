@@ -7,8 +7,8 @@ import (
 
 // batchChunk is how many keys a batch hashes and touches before it decides them: about as many
 // cache misses as a core keeps in flight at once (10 to 24 line fill buffers on current x86 and
-// arm64 cores), and small enough that the hashes live in a stack array. 8 and 32 measured slower
-// (bench/README.md, "Batches").
+// arm64 cores), and small enough that the hashes live in a stack array. 8 and 32 measured the
+// same (bench/README.md, "Batches, inserts and key floods").
 const batchChunk = 16
 
 // AllowBatch decides n units for each of keys[i], writing whether it was admitted to out[i]. It

@@ -210,7 +210,7 @@ func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 // it, and returns h's home slot. A caller about to decide many keys touches them all first, so
 // that their cache misses overlap instead of following one another. Three lines, because at the
 // table's load a lookup reads 1.6 to 1.8 lines on average (BenchmarkProbeLines); in AllowBatch one
-// and two lines measured slower and four no faster. It takes no lock and writes nothing. Where the
+// line measured 5% slower, and two or four the same. It takes no lock and writes nothing. Where the
 // package has no prefetch instruction (see prefetch) it loads the home slot's word, which overlaps
 // only with the loads issued soon after it.
 func (t *Table) Touch(h uint64) uint64 {
