@@ -163,6 +163,48 @@ func TestMaxDelay(t *testing.T) {
 	assert.Equal(t, 429, get(t, ts2.Client(), ts2.URL, nil).status, "a 50 ms wait does not fit in 1 ms")
 }
 
+// MaxWaiting bounds the requests waiting under MaxDelay at once: with room for 2, of 5 requests
+// over the limit together, 3 are refused at once, not after a wait, and the 2 waiters get their
+// turns as before.
+func TestMaxWaiting(t *testing.T) {
+	// Real time: one request a second, so a request over the limit waits about 1 s.
+	lim, err := engine.New(policy.GCRA{Rate: 1, Burst: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { lim.Close() })
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), MaxDelay: 5 * time.Second, MaxWaiting: 2,
+		KeyFunc: func(*http.Request) string { return "k" }}
+	ts := serve(t, mw.Wrap(ok))
+	require.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+
+	type result struct {
+		status int
+		took   time.Duration
+	}
+	results := make(chan result, 5)
+	for range 5 {
+		go func() {
+			start := time.Now()
+			st := get(t, ts.Client(), ts.URL, nil).status
+			results <- result{st, time.Since(start)}
+		}()
+	}
+	var admitted, refusedAtOnce int
+	for range 5 {
+		r := <-results
+		switch {
+		case r.status == 200:
+			admitted++
+			assert.GreaterOrEqual(t, r.took, 900*time.Millisecond, "an admitted request waited its turn")
+		case r.status == 429 && r.took < 500*time.Millisecond:
+			refusedAtOnce++
+		default:
+			t.Errorf("status %d after %v: a refusal should come at once", r.status, r.took)
+		}
+	}
+	assert.Equal(t, 2, admitted, "both waiters got their turns (at about 1 s and 2 s)")
+	assert.Equal(t, 3, refusedAtOnce, "no room to wait: refused at once")
+}
+
 // Refusals that waiting does not cure have their own status and reason.
 func TestRefusalReasons(t *testing.T) {
 	clk := clock.NewManual(w0)

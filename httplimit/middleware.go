@@ -130,6 +130,13 @@ type Middleware struct {
 	// connection; nothing is counted while it waits.
 	MaxDelay time.Duration
 
+	// MaxWaiting bounds how many requests may wait under MaxDelay at once, across every client
+	// of this middleware (nginx bounds its delayed requests by the burst): a request that would
+	// wait while MaxWaiting others do is refused at once, as without MaxDelay. 0 means 1024, so
+	// that clients over their limit cannot hold an unbounded number of goroutines and
+	// connections; negative is refused by Validate.
+	MaxWaiting int
+
 	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
 	// too), for metrics and logs, before the response is written: once per request, with the
 	// refusing limit's Decision or, when every limit admitted, the one with the least Remaining.
@@ -203,6 +210,9 @@ func (m *Middleware) Validate() error {
 	if m.MaxDelay < 0 {
 		return fmt.Errorf("httplimit: Middleware.MaxDelay = %v: must not be negative", m.MaxDelay)
 	}
+	if m.MaxWaiting < 0 {
+		return fmt.Errorf("httplimit: Middleware.MaxWaiting = %d: must not be negative", m.MaxWaiting)
+	}
 	return nil
 }
 
@@ -218,7 +228,10 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	h := &handler{
 		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
 		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
-		now: m.Now, problem: m.Problem, maxDelay: m.MaxDelay,
+		now: m.Now, problem: m.Problem, maxDelay: m.MaxDelay, maxWaiting: int64(m.MaxWaiting),
+	}
+	if h.maxWaiting == 0 {
+		h.maxWaiting = DefaultMaxWaiting
 	}
 	if h.key == nil {
 		h.key = new(ClientIP).Key
@@ -340,6 +353,8 @@ type handler struct {
 	shadow     bool
 	problem    bool
 	maxDelay   time.Duration
+	maxWaiting int64
+	waiting    atomic.Int64 // requests waiting under maxDelay now
 	now        func() time.Time
 	policy     []string // this middleware's own RateLimit-Policy value; nil: none
 }
@@ -429,14 +444,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return
 		}
-		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && waited+d.RetryAfter <= h.maxDelay {
+		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && waited+d.RetryAfter <= h.maxDelay && h.startWaiting() {
 			t := time.NewTimer(d.RetryAfter)
 			select {
 			case <-t.C:
+				h.waiting.Add(-1)
 				waited += d.RetryAfter
 				clear(f.st)
 				continue
 			case <-r.Context().Done():
+				h.waiting.Add(-1)
 				t.Stop()
 			}
 		}
@@ -675,4 +692,18 @@ func sfString(s string) string {
 		b = append(b, s[i])
 	}
 	return string(append(b, '"'))
+}
+
+// DefaultMaxWaiting is the number of requests that may wait under Middleware.MaxDelay at once
+// when Middleware.MaxWaiting is 0.
+const DefaultMaxWaiting = 1024
+
+// startWaiting takes a place among the requests waiting under maxDelay, if one is free; the
+// caller gives it back when its wait ends.
+func (h *handler) startWaiting() bool {
+	if h.waiting.Add(1) > h.maxWaiting {
+		h.waiting.Add(-1)
+		return false
+	}
+	return true
 }

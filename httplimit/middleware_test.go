@@ -354,6 +354,7 @@ func TestValidate(t *testing.T) {
 		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Limiter: lim}}}, "Middleware.Limits[0].Quota.Name is empty"},
 		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Limiter: lim, Quota: httplimit.Quota{Name: "default"}}}}, `Middleware.Limits[0].Quota.Name = "default": Middleware.Quota has the same name`},
 		{httplimit.Middleware{Limiter: lim, MaxDelay: -time.Second}, "Middleware.MaxDelay = -1s"},
+		{httplimit.Middleware{Limiter: lim, MaxDelay: time.Second, MaxWaiting: -1}, "Middleware.MaxWaiting = -1"},
 	} {
 		err := tc.m.Validate()
 		if assert.Error(t, err) {

@@ -448,6 +448,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-fleet-size", "0"}, "-fleet-size 0: must be in [1, 1048576]", 2},
 		{[]string{"-upstream", up, "-max-keys", "-1"}, "-max-keys -1", 2},
 		{[]string{"-upstream", up, "-max-delay", "2m"}, "-max-delay 2m0s: must be in [0, 1m]", 2},
+		{[]string{"-upstream", up, "-max-waiting", "-3"}, "-max-waiting -3: must be 0 (the default, 1024) or more", 2},
 		{[]string{"-upstream", up, "-log-format", "xml"}, `-log-format "xml": must be text or json`, 2},
 		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
 		{[]string{"-upstream", up, "-exempt-cidrs", "10.0.0.0/33"}, `-exempt-cidrs "10.0.0.0/33"`, 2},

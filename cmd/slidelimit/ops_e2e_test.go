@@ -303,6 +303,36 @@ func TestProxyExemptProblemDelay(t *testing.T) {
 	}
 	assert.Equal(t, 429, s[1])
 	assert.Equal(t, []int{200, 200, 200}, d)
+
+	// -max-waiting 1: of three requests over the limit at once, one waits its turn (about 1 s)
+	// and two are refused at once instead of waiting.
+	bounded := startProxy(t, "-upstream", up.URL, "-policy", "gcra", "-rate", "1/1s", "-max-delay", "5s", "-max-waiting", "1")
+	require.Equal(t, 200, do(t, c, bounded.url("/"), nil).status)
+	type result struct {
+		status int
+		took   time.Duration
+	}
+	results := make(chan result, 3)
+	for range 3 {
+		go func() {
+			start := time.Now()
+			st := do(t, c, bounded.url("/"), nil).status
+			results <- result{st, time.Since(start)}
+		}()
+	}
+	var waited, refusedAtOnce int
+	for range 3 {
+		switch r := <-results; {
+		case r.status == 200 && r.took >= 900*time.Millisecond:
+			waited++
+		case r.status == 429 && r.took < 500*time.Millisecond:
+			refusedAtOnce++
+		default:
+			t.Errorf("status %d after %v", r.status, r.took)
+		}
+	}
+	assert.Equal(t, 1, waited)
+	assert.Equal(t, 2, refusedAtOnce)
 }
 
 // The command line: the commands list, version, and flag errors that say what to write.

@@ -58,6 +58,7 @@ type proxyConfig struct {
 	fleetSize       int
 	maxKeys         int
 	maxDelay        time.Duration
+	maxWaiting      int
 	problem         bool
 	shadow          bool
 	name            string
@@ -106,6 +107,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.IntVar(&c.maxKeys, "max-keys", 0, "keys each in-process limiter tracks at most; a new key beyond is refused with 503 (0: the engine's default, 2^26)")
 	c.maxDelay = 0
 	fs.Var(durationFlag{&c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
+	fs.IntVar(&c.maxWaiting, "max-waiting", 0, "with -max-delay: requests of one rule that may wait at once; beyond, a request is refused at once (0: 1024)")
 	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals with an RFC 9457 application/problem+json body")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://[:password@]host:port/db), shared by every proxy using it")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one Redis round trip per decision) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
@@ -183,6 +185,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	}
 	if c.maxDelay < 0 || c.maxDelay > time.Minute {
 		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", c.maxDelay)
+	}
+	if c.maxWaiting < 0 {
+		return def, nil, fmt.Errorf("-max-waiting %d: must be 0 (the default, 1024) or more", c.maxWaiting)
 	}
 	if c.ipv6Prefix < 0 || c.ipv6Prefix > 128 {
 		return def, nil, fmt.Errorf("-ipv6-prefix %d: must be in [0, 128]", c.ipv6Prefix)
@@ -891,7 +896,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 	mw := &httplimit.Middleware{
 		Limiter: limits[0].lim, Quota: limits[0].quota, Limits: more,
 		KeyFunc: keyFunc(rs.key, px.ip), ErrorMode: mode, Shadow: c.shadow,
-		Problem: c.problem, MaxDelay: c.maxDelay, Now: px.now,
+		Problem: c.problem, MaxDelay: c.maxDelay, MaxWaiting: c.maxWaiting, Now: px.now,
 		OnDecision: func(r *http.Request, key string, d engine.Decision) {
 			decision := "allowed"
 			if !d.Allowed {
