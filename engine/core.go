@@ -406,14 +406,13 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
 // it found h's cell, dead.
 func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64) (*uint64, int64, Reason) {
-	tries := 0
+	budget := capTries
 	reserved := false
 	if l.keys.Load() >= l.maxKeys {
 		var room bool
-		if room, reserved = l.makeRoom(sh, now); !room {
-			tries = capTries // nothing to evict: the insert below succeeds only if a key left
+		if room, reserved = l.makeRoom(sh, now, &budget); !room {
+			budget = 0 // nothing to evict: the insert below succeeds only if a key left meanwhile
 		}
-		tries++
 	}
 	for {
 		var c *uint64
@@ -427,32 +426,34 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 			return c, at, ReasonOK
 		}
 		// At the cap. The room a reclaim makes can be taken by a racing insert before this request
-		// reserves it (an eviction's cannot: it is handed over); trying again a few times keeps
-		// that race from refusing a key, and bounds the work a flood of new keys causes.
+		// reserves it (an eviction's cannot: it is handed over), so it tries again while its budget
+		// lasts: that race does not refuse a key, and a flood of new keys costs bounded work each.
 		var room bool
-		if tries < capTries {
-			room, reserved = l.makeRoom(sh, at)
+		if budget > 0 {
+			room, reserved = l.makeRoom(sh, at, &budget)
 		}
 		if !room {
 			l.refusedAtCap.Add(1)
 			return nil, at, ReasonKeyCap
 		}
-		tries++
 		now = at
 	}
 }
 
-// capTries bounds how many times one request at the key cap makes room.
+// capTries bounds the bounded reclaims and EvictStalest samples one request at the key cap makes,
+// together.
 const capTries = 8
 
 // capReclaimBudget bounds the slots one request at the key cap may sweep looking for dead keys.
 const capReclaimBudget = 64
 
 // makeRoom tries to get below the key cap: reclaim dead keys near the shard's cursor, then, if so
-// configured, evict the stalest evictable key of a sample taken across the limiter. It reports
-// whether it made room, and whether that room is reserved for the caller (an eviction hands the
-// evicted key's place over: the caller must then insert with shard.AcquireReserved).
-func (l *Limiter) makeRoom(sh *shard.Shard, now int64) (room, reserved bool) {
+// configured, evict the stalest evictable key of a sample taken across the limiter, each taking
+// one from *budget. It reports whether it made room, and whether that room is reserved for the
+// caller (an eviction hands the evicted key's place over: the caller must then insert with
+// shard.AcquireReserved).
+func (l *Limiter) makeRoom(sh *shard.Shard, now int64, budget *int) (room, reserved bool) {
+	*budget--
 	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
 		return true, false
 	}
@@ -461,8 +462,9 @@ func (l *Limiter) makeRoom(sh *shard.Shard, now int64) (room, reserved bool) {
 	}
 	// Concurrent requests at the cap sample the same keys and pick the same stalest one; only one
 	// compare-and-swap evicts it. A request that lost samples again (the winner's choice is gone
-	// from the sample now), a bounded number of times.
-	for range capTries {
+	// from the sample now) while its budget lasts.
+	for *budget > 0 {
+		*budget--
 		evicted, found := l.evictStalest(sh, now)
 		if evicted || !found {
 			return evicted, evicted
