@@ -68,7 +68,8 @@ func (l *Limiter) touch(h uint64) uint64 {
 
 // decideBatch decides hs (each nonzero) in order, each exactly as admit would, but with the
 // checks that do not depend on the key (the cost, Close, the clock's reading and its refresh) made
-// once for the run.
+// once for the run. The loop repeats admit's fast way instead of sharing a function with it: such
+// a function is too large for the compiler to inline, and would add a call to every Allow.
 func (l *Limiter) decideBatch(hs []uint64, n int64, out []bool) {
 	out = out[:len(hs)]
 	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
