@@ -193,14 +193,14 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	old := s.table.Load()
 	words := cfg.Codec.Words()
 	ref := s.swept.Load()
-	size := sizeFor(uint64(s.live.Load()) + extra)
+	size := sizeFor
 	if cfg.MaxKeys > 0 && cfg.Keys.Load() >= cfg.MaxKeys {
 		// At the key cap, keys come only as others go, and an evicted key keeps its slot until
 		// the next rebuild: the table fills with churn, not growth. A lower load leaves room for
 		// more of it, so that each rebuild serves more new keys (see sizeAtCap).
-		size = sizeAtCap(uint64(s.live.Load()) + extra)
+		size = sizeAtCap
 	}
-	nt := newTable(size, words, cfg.Shift)
+	nt := newTable(size(uint64(s.live.Load())+extra), words, cfg.Shift)
 	var used uint64
 	var dropped int64
 	fill := nt.filler(words)

@@ -324,18 +324,7 @@ func BenchmarkInsert(b *testing.B) {
 	fw := freshWorkload()
 	for _, name := range names {
 		b.Run("limiter="+name, func(b *testing.B) {
-			cfg := peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: insertKeys}
-			l, err := peers.New(name, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				if err := l.Close(); err != nil {
-					b.Error(err)
-				}
-				runtime.GC()
-			}()
-			warm(l, insertKeys)
+			l := warmed(b, name, peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: insertKeys})
 			cur := &freshCursor{w: fw}
 			b.Run("keys=10M", func(b *testing.B) {
 				b.Run("run=serial", func(b *testing.B) { freshSerial(b, l, fw, cur) })
@@ -361,18 +350,7 @@ func BenchmarkKeyFlood(b *testing.B) {
 	fw := freshWorkload()
 	for _, name := range selected() {
 		b.Run("limiter="+name, func(b *testing.B) {
-			cfg := peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: floodCap, MaxKeys: floodCap}
-			l, err := peers.New(name, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				if err := l.Close(); err != nil {
-					b.Error(err)
-				}
-				runtime.GC()
-			}()
-			warm(l, floodCap)
+			l := warmed(b, name, peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: floodCap, MaxKeys: floodCap})
 			cur := &freshCursor{w: fw}
 			b.Run("keys=new", func(b *testing.B) {
 				b.Run("run=serial", func(b *testing.B) { freshSerial(b, l, fw, cur) })
@@ -396,6 +374,23 @@ func BenchmarkKeyFlood(b *testing.B) {
 			})
 		})
 	}
+}
+
+// warmed builds limiter name for cfg, gives it cfg.Keys keys (see warm), and closes it, then
+// collects its state, when b ends.
+func warmed(b *testing.B, name string, cfg peers.Config) peers.Limiter {
+	l, err := peers.New(name, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			b.Error(err)
+		}
+		runtime.GC()
+	})
+	warm(l, cfg.Keys)
+	return l
 }
 
 // freshSerial times b.N decisions on keys l has never seen, one goroutine, reporting the share
