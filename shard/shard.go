@@ -204,6 +204,13 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	var used uint64
 	var dropped int64
 	fill := nt.filler(words)
+	// As in SweepRange, most live states pass one mask test instead of Dead's decoding: a tenth
+	// of an insert's time at 10M keys went to Dead in rebuilds.
+	var mask, a, b uint64
+	lf, filter := cfg.Codec.(atomic.LiveFilter)
+	if filter = filter && !s.Due(now); filter {
+		mask, a, b = lf.LivePattern(now)
+	}
 	for i := range old.n {
 		k, c := old.Cell(i)
 		if k == 0 {
@@ -213,7 +220,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 		if !live {
 			continue // evicted earlier; already uncounted
 		}
-		if cfg.Codec.Dead(w0, w1, ref, now) {
+		if m := w0 & mask; (!filter || m != a && m != b) && cfg.Codec.Dead(w0, w1, ref, now) {
 			if cfg.Evict {
 				if ev := cfg.evictor(); ev != nil {
 					ev.Release(w0, w1)

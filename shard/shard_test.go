@@ -277,3 +277,46 @@ func TestEvictionHandsItsPlaceOver(t *testing.T) {
 	require.False(t, created)
 	require.Equal(t, int64(3), cfg.Keys.Load())
 }
+
+// TestRebuildDropsTheDeadAndKeepsTheLive: a rebuild copies every live key with its counts and
+// drops every key dead at its time. The live pattern vouches for the keys written in the
+// rebuild's window (they skip Dead's decoding); the keys written two windows before it must still
+// reach Dead, and go.
+func TestRebuildDropsTheDeadAndKeepsTheLive(t *testing.T) {
+	s, cfg := newShard(t, 10, true)
+	r := rand.New(rand.NewPCG(7, 8))
+	add := func(at int64) uint64 {
+		h := r.Uint64() | 1
+		c, created, _ := s.Acquire(cfg, h, at)
+		require.True(t, created)
+		ok, st := cfg.Codec.Admit(c, at, 1)
+		require.True(t, ok)
+		require.Equal(t, atomic.OK, st)
+		return h
+	}
+	old := make([]uint64, 3000)
+	for i := range old {
+		old[i] = add(now)
+	}
+	later := now + 5_000 // five one-second windows on: the keys above are dead
+	live := make([]uint64, 3000)
+	for i := range live {
+		live[i] = add(later)
+	}
+	require.False(t, s.Due(later), "the live pattern applies only before the horizon")
+
+	s.mu.Lock()
+	tb := s.rebuild(cfg, later, 0)
+	s.mu.Unlock()
+	require.Equal(t, int64(len(live)), s.Live())
+	require.Equal(t, int64(len(live)), cfg.Keys.Load())
+	for _, h := range old {
+		require.Nil(t, tb.Find(h), "a dead key was copied")
+	}
+	for _, h := range live {
+		c := tb.Find(h)
+		require.NotNil(t, c, "a live key was dropped")
+		res, _, _ := cfg.Codec.Peek(c, later)
+		require.Equal(t, int64(9), res.Remaining)
+	}
+}
