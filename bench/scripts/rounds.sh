@@ -3,7 +3,7 @@
 # its own every round, and prints benchstat with the limiters side by side (-col /limiter; the
 # first one named is the base column):
 #
-#   bench/scripts/rounds.sh BENCHMARK KEYS LIMITER... 
+#   bench/scripts/rounds.sh BENCHMARK KEYS LIMITER...
 #   e.g. bench/scripts/rounds.sh Batch 1M-uniform floor slidelimit slidelimit-batch
 #
 # Within one process, -count repeats a benchmark back to back, so a burst of load from elsewhere on
