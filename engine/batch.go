@@ -3,13 +3,12 @@ package engine
 import (
 	"github.com/slidelimit/slidelimit/atomic"
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/shard"
 )
 
-// batchChunk is how many keys a batch hashes and touches before it decides them: about as many
-// cache misses as a core keeps in flight at once (10 to 24 line fill buffers on current x86 and
-// arm64 cores), and small enough that the hashes live in a stack array. 8 and 32 measured the
-// same (bench/README.md, "Batches, inserts and key floods").
-const batchChunk = 16
+// batchChunk is how many keys a batch hashes and prefetches before it decides them: a shard.Run's
+// worth. 8 and 32 measured the same (bench/README.md, "Batches, inserts and key floods").
+const batchChunk = shard.RunLen
 
 // AllowBatch decides n units for each of keys[i], writing whether it was admitted to out[i]. It
 // decides min(len(keys), len(out)) keys, in order, each exactly as AllowN(keys[i], n) would,
@@ -30,13 +29,14 @@ const batchChunk = 16
 func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]
-	var hs [batchChunk]uint64
+	var r run
 	for len(keys) > 0 {
 		c := min(len(keys), batchChunk)
 		for i, k := range keys[:c] {
-			hs[i] = l.touch(l.hashString(k))
+			r.set(l, i, l.hashString(k))
 		}
-		l.decideBatch(hs[:c], n, out[:c])
+		r.Prefetch(c)
+		l.decideRun(&r, n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
 }
@@ -48,32 +48,37 @@ func (l *Limiter) AllowKeyBatch(keys []uint64, n int64, out []bool) {
 	// a type parameter's type switch into a run-time test per key, with both hashes in each copy.
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]
-	var hs [batchChunk]uint64
+	var r run
 	for len(keys) > 0 {
 		c := min(len(keys), batchChunk)
 		for i, k := range keys[:c] {
-			hs[i] = l.touch(l.hashKey(k))
+			r.set(l, i, l.hashKey(k))
 		}
-		l.decideBatch(hs[:c], n, out[:c])
+		r.Prefetch(c)
+		l.decideRun(&r, n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
 }
 
-// touch starts the cache misses of h's lookup (see shard.Table.Touch) and returns h made nonzero.
-// It reads the table without a lock, as a lookup does; a table replaced before the decision costs
-// only the touch.
-func (l *Limiter) touch(h uint64) uint64 {
-	h = nonzero(h)
-	l.shard(h).Table().Touch(h)
-	return h
+// run is a batch's run of keys: their hashes, made nonzero, and their lookups.
+type run struct {
+	hs [batchChunk]uint64
+	shard.Run
 }
 
-// decideBatch decides hs (each nonzero) in order, each exactly as admit would, but with the
-// checks that do not depend on the key (the cost, Close, the clock's reading and its refresh) made
-// once for the run. The loop repeats admit's fast way instead of sharing a function with it: such
-// a function is too large for the compiler to inline, and would add a call to every Allow.
-func (l *Limiter) decideBatch(hs []uint64, n int64, out []bool) {
-	out = out[:len(hs)]
+// set records h as the run's i-th key and begins its lookup.
+func (r *run) set(l *Limiter, i int, h uint64) {
+	h = nonzero(h)
+	r.hs[i] = h
+	r.Set(i, l.shard(h), h)
+}
+
+// decideRun decides the run's first len(out) keys in order, each exactly as admit would, but with
+// the checks that do not depend on the key (the cost, Close, the clock's reading and its refresh)
+// made once for the run. The loop repeats admit's fast way instead of sharing a function with it:
+// such a function is too large for the compiler to inline, and would add a call to every Allow.
+func (l *Limiter) decideRun(r *run, n int64, out []bool) {
+	hs := r.hs[:len(out)]
 	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
 		for i, h := range hs {
 			out[i] = l.admitSlow(h, n)
@@ -85,8 +90,8 @@ func (l *Limiter) decideBatch(hs []uint64, n int64, out []bool) {
 		now = l.clk.Refresh()
 	}
 	for i, h := range hs {
-		if sh := l.shard(h); !sh.Due(now) {
-			if c := sh.Table().Find(h); c != nil {
+		if !l.shard(h).Due(now) {
+			if c := r.Find(i, h); c != nil {
 				if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
 					out[i] = ok
 					continue

@@ -2,12 +2,17 @@
 
 #include "textflag.h"
 
-// func prefetch(p unsafe.Pointer)
+// func prefetchAll(ps *unsafe.Pointer, n int)
 //
-// A prefetch never faults, so the lines past p may lie beyond the table.
-TEXT ·prefetch(SB), NOSPLIT, $0-8
-	MOVD p+0(FP), R0
+// n >= 1. A prefetch never faults, so the lines past each address may lie beyond its table.
+TEXT ·prefetchAll(SB), NOSPLIT, $0-16
+	MOVD ps+0(FP), R1
+	MOVD n+8(FP), R2
+loop:
+	MOVD.P 8(R1), R0
 	PRFM (R0), PLDL1KEEP
 	PRFM 64(R0), PLDL1KEEP
 	PRFM 128(R0), PLDL1KEEP
+	SUBS $1, R2, R2
+	BNE loop
 	RET

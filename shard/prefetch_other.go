@@ -7,7 +7,12 @@ import (
 	"unsafe"
 )
 
-// prefetch loads p's word where the package has no prefetch instruction. A load, unlike a
-// prefetch, holds up the instructions after it until its line arrives, so it overlaps only with
-// the loads issued close after it; an atomic load is never dropped as dead code.
-func prefetch(p unsafe.Pointer) { satomic.LoadUint64((*uint64)(p)) }
+// prefetchAll loads the word at each of the n addresses from ps, where the package has no prefetch
+// instruction. A load, unlike a prefetch, holds up the instructions after it until its line
+// arrives, so it overlaps only with the loads issued close after it; an atomic load is never
+// dropped as dead code.
+func prefetchAll(ps *unsafe.Pointer, n int) {
+	for _, p := range unsafe.Slice(ps, n) {
+		satomic.LoadUint64((*uint64)(p))
+	}
+}

@@ -88,17 +88,46 @@ func TestRebuildKeepsConcurrentUpdates(t *testing.T) {
 	require.Equal(t, int64(80_000), admitted.Load())
 }
 
-// TestTouchStaysInTheTable: Touch returns the home slot, and near the end of a table it reads no
-// word past it, in both slot sizes (under -race or purego it loads the home word, and checkptr
-// faults a pointer moved outside its allocation; the prefetch instruction never faults). The home
-// of ^uint64(0) is the last slot.
-func TestTouchStaysInTheTable(t *testing.T) {
+// TestRunFindsWhatFindFinds: a Run's lookups give Find's answers, for tracked keys, absent keys
+// and keys whose home is the last slot (the prefetch near the table's end reads no word past it:
+// under -race or purego it loads the home word, and checkptr faults a pointer moved outside its
+// allocation). After a rebuild a Run set before it still reads the old table, whose cells are all
+// Moved, so a caller's codec sends the decision the general way.
+func TestRunFindsWhatFindFinds(t *testing.T) {
+	s, cfg := newShard(t, 10, false)
+	hs := []uint64{1, 1 << 63, ^uint64(0), ^uint64(0) - 1<<60}
+	for h := uint64(1); h <= 40; h++ {
+		hs = append(hs, h*0x9e3779b97f4a7c15|1)
+	}
+	for _, h := range hs[4:24] {
+		s.Acquire(cfg, h, now)
+	}
+	for start := 0; start < len(hs); start += RunLen {
+		batch := hs[start:min(start+RunLen, len(hs))]
+		var r Run
+		for i, h := range batch {
+			r.Set(i, s, h)
+		}
+		r.Prefetch(len(batch))
+		for i, h := range batch {
+			require.Equal(t, s.Table().Find(h), r.Find(i, h), "key %x", h)
+		}
+	}
+	tracked := hs[10]
+	var r Run
+	r.Set(0, s, tracked)
+	old := s.Table()
+	s.mu.Lock()
+	s.rebuild(cfg, now, 0)
+	s.mu.Unlock()
+	require.NotSame(t, old, s.Table(), "the rebuild published a new table")
+	c := r.Find(0, tracked)
+	require.Same(t, old.Find(tracked), c, "the run reads the table it was set on")
+	_, st := cfg.Codec.Admit(c, now, 1)
+	require.Equal(t, atomic.IsMoved, st)
 	for _, words := range []int{1, 2} {
 		tb := newTable(minSlots, words, 0)
-		for _, h := range []uint64{1, 1 << 63, ^uint64(0), ^uint64(0) - 1<<60} {
-			require.Equal(t, tb.home(h), tb.Touch(h))
-		}
-		require.Equal(t, tb.n-1, tb.Touch(^uint64(0)))
+		require.Equal(t, tb.n-1, tb.home(^uint64(0)), "the last slot is a home")
 	}
 }
 

@@ -89,8 +89,10 @@ func (t *Table) home(h uint64) uint64 {
 
 // Find returns the cell of key h, or nil. It takes no lock and writes nothing. It is small enough
 // to inline into the hot path: no call at all for a lookup.
-func (t *Table) Find(h uint64) *uint64 {
-	i := t.home(h)
+func (t *Table) Find(h uint64) *uint64 { return t.findFrom(h, t.home(h)) }
+
+// findFrom is Find with h's home slot i already computed.
+func (t *Table) findFrom(h, i uint64) *uint64 {
 	for {
 		p := t.keyAt(i)
 		if k := satomic.LoadUint64(p); k == h {
@@ -204,17 +206,4 @@ func (f *filler) fill(h, w0, w1 uint64) {
 // Cell returns slot i's key (0 if empty) and cell, for iteration.
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
-}
-
-// Touch starts loading the cache lines of h's lookup, from its home slot's line to the two after
-// it, and returns h's home slot. A caller about to decide many keys touches them all first, so
-// that their cache misses overlap instead of following one another. Three lines, because at the
-// table's load a lookup reads 1.6 to 1.8 lines on average (BenchmarkProbeLines); in AllowBatch one
-// line measured 5% slower, and two or four the same. It takes no lock and writes nothing. Where the
-// package has no prefetch instruction (see prefetch) it loads the home slot's word, which overlaps
-// only with the loads issued soon after it.
-func (t *Table) Touch(h uint64) uint64 {
-	i := t.home(h)
-	prefetch(unsafe.Pointer(t.keyAt(i)))
-	return i
 }
