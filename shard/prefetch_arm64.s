@@ -4,15 +4,16 @@
 
 // func prefetchAll(ps *unsafe.Pointer, n int)
 //
-// n >= 1. A prefetch never faults, so the lines past each address may lie beyond its table.
+// n >= 1. For each address p, the line holding p and the line holding p+32: the next line only when
+// p lies in the second half of its line (see Run.Prefetch). A prefetch never faults, so p+32 may
+// lie beyond its table.
 TEXT ·prefetchAll(SB), NOSPLIT, $0-16
 	MOVD ps+0(FP), R1
 	MOVD n+8(FP), R2
 loop:
 	MOVD.P 8(R1), R0
 	PRFM (R0), PLDL1KEEP
-	PRFM 64(R0), PLDL1KEEP
-	PRFM 128(R0), PLDL1KEEP
+	PRFM 32(R0), PLDL1KEEP
 	SUBS $1, R2, R2
 	BNE loop
 	RET
