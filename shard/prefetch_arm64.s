@@ -2,11 +2,7 @@
 
 #include "textflag.h"
 
-// func prefetchAll(ps *unsafe.Pointer, n int)
-//
-// n >= 1. For each address p, the line holding p and the line holding p+32: the next line only when
-// p lies in the second half of its line (see Run.Prefetch). A prefetch never faults, so p+32 may
-// lie beyond its table.
+// func prefetchAll(ps *unsafe.Pointer, n int): prefetch_amd64.s's loop, with PRFM.
 TEXT ·prefetchAll(SB), NOSPLIT, $0-16
 	MOVD ps+0(FP), R1
 	MOVD n+8(FP), R2
