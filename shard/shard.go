@@ -206,11 +206,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	fill := nt.filler(words)
 	// As in SweepRange, most live states pass one mask test instead of Dead's decoding: a tenth
 	// of an insert's time at 10M keys went to Dead in rebuilds.
-	var mask, a, b uint64
-	lf, filter := cfg.Codec.(atomic.LiveFilter)
-	if filter = filter && !s.Due(now); filter {
-		mask, a, b = lf.LivePattern(now)
-	}
+	pat := s.livePattern(cfg, now)
 	for i := range old.n {
 		k, c := old.Cell(i)
 		if k == 0 {
@@ -220,7 +216,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 		if !live {
 			continue // evicted earlier; already uncounted
 		}
-		if m := w0 & mask; (!filter || m != a && m != b) && cfg.Codec.Dead(w0, w1, ref, now) {
+		if !pat.vouches(w0) && cfg.Codec.Dead(w0, w1, ref, now) {
 			if cfg.Evict {
 				if ev := cfg.evictor(); ev != nil {
 					ev.Release(w0, w1)
@@ -255,6 +251,31 @@ func raise(v *satomic.Int64, to int64) {
 	}
 }
 
+// livePattern is the codec's atomic.LiveFilter pattern at now, for judging a shard's cells: a state
+// it vouches for is live, with no decoding.
+type livePattern struct {
+	on         bool
+	mask, a, b uint64
+}
+
+// livePattern returns s's pattern at now, off where the codec has none or s is past its horizon:
+// the pattern reads window bits as now's, which is exact only within the horizon.
+func (s *Shard) livePattern(cfg *Config, now int64) livePattern {
+	lf, ok := cfg.Codec.(atomic.LiveFilter)
+	if !ok || s.Due(now) {
+		return livePattern{}
+	}
+	p := livePattern{on: true}
+	p.mask, p.a, p.b = lf.LivePattern(now)
+	return p
+}
+
+// vouches reports whether state word w0 is live for certain.
+func (p livePattern) vouches(w0 uint64) bool {
+	m := w0 & p.mask
+	return p.on && (m == p.a || m == p.b)
+}
+
 // SweepRange visits slots [from, to) of table t at now without taking the lock: each dead state
 // is evicted (marked Dead, if unchanged since it was judged) or re-encoded. It returns the number
 // of keys evicted. t must be a table this shard published; if it has since been replaced, the
@@ -264,22 +285,14 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 	ref := s.swept.Load()
 	to = min(to, t.n)
 	ev := cfg.evictor()
-	var mask, a, b uint64
-	// The pattern reads window bits as now's: exact only while the shard is within its horizon.
-	lf, filter := cfg.Codec.(atomic.LiveFilter)
-	filter = filter && !s.Due(now)
-	if filter {
-		mask, a, b = lf.LivePattern(now)
-	}
+	pat := s.livePattern(cfg, now)
 	for i := from; i < to; i++ {
 		k, c := t.Cell(i)
 		if k == 0 {
 			continue
 		}
-		if filter {
-			if w0 := satomic.LoadUint64(c); w0&mask == a || w0&mask == b {
-				continue // live for certain: no decoding
-			}
+		if pat.on && pat.vouches(satomic.LoadUint64(c)) {
+			continue // live for certain: no decoding
 		}
 		if ev != nil {
 			if cfg.Evict && ev.Evict(c, ref, now) {
