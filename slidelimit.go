@@ -29,14 +29,21 @@ import (
 )
 
 // Limiter decides n units for key now. An admitted request is counted; a refused one consumes
-// nothing. n = 0 is a query that is always admitted; a negative n is refused with
-// ReasonNegativeCost.
+// nothing. n = 0 is a query that counts nothing and is admitted, except under the dual bucket
+// (policy.DualBucket), where every call spends one request, so that cost 0 is refused once the
+// request bucket is empty; a negative n is refused with ReasonNegativeCost.
 //
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
-// slow, or the limiter is closed). The Decision returned with the error is the one the backend's
-// FailureMode made; a caller that trusts it (FailLocal) may use it, others decide for themselves.
-// A cancelled or expired ctx is the caller's own fault: it is returned as ctx's error, and never
-// counts against the store.
+// slow, the caller's ctx ended, or the limiter is closed). The Decision returned with the error
+// is the one the backend's FailureMode made; a caller that trusts it (FailLocal) may use it,
+// others decide for themselves.
+//
+// What ctx does is each implementation's to document. redisstore bounds each call to Redis by
+// ctx: when ctx is already done or ends first, Take returns an error wrapping ctx's error (its
+// circuit breaker does not count that as a Redis failure), except where it answers from the
+// arguments and its own state before looking at ctx (a negative cost, a closed limiter). The
+// in-process engine's adapter ((*engine.Limiter).AsLimiter) never waits and ignores ctx: it
+// decides, and counts, even for a ctx already done.
 //
 // Implementations are safe for concurrent use by any number of goroutines.
 type Limiter interface {
@@ -48,7 +55,10 @@ type Limiter interface {
 type Decision struct {
 	// Allowed reports whether the request was admitted; an admitted request has been counted.
 	Allowed bool
-	// Limit is the policy's limit (or burst, or capacity), or the per-key limit the call gave.
+	// Limit is the limit the request is held to: the policy's limit (or burst, or capacity), or
+	// the per-key limit a call such as TakeWithLimit gave, also when that call is refused before
+	// the policy runs (a negative cost, the key cap, a closed limiter). A refusal of the per-key
+	// limit itself (ReasonInvalidLimit) reports the policy's.
 	Limit int64
 	// Remaining is how many more units the key could take right now; never negative.
 	Remaining int64

@@ -9,9 +9,10 @@ import (
 
 // AsLimiter returns l as a slidelimit.Limiter, the interface that the Redis store, the batched
 // fleet mode, httplimit, the proxy and the Envoy rate limit service share. Its Take decides exactly
-// as l.Take does, ignoring ctx (an in-process decision never waits), and returns ErrClosed with
-// the Decision once l is closed. It also reports l's policy (Policy), from which httplimit derives
-// its RateLimit-Policy field. The adapter holds only l: converting it allocates nothing, and it is
+// as l.Take does, ignoring ctx (an in-process decision never waits, so even a ctx already done is
+// decided and counted). Its error is nil, except once l is closed: then every call returns
+// ErrClosed, with the Decision (ReasonClosed), whatever its cost. It also reports l's policy
+// (Policy), from which httplimit derives its RateLimit-Policy field. The adapter holds only l: converting it allocates nothing, and it is
 // safe for concurrent use, as l is. A nil l gives a nil Limiter.
 func (l *Limiter) AsLimiter() slidelimit.Limiter {
 	if l == nil {

@@ -161,7 +161,8 @@ func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
 
 // sweepPeriod visits every key about once per window (a key is dead two windows after its last
 // request, so it is gone within three), but not more often than once every two seconds (the cost
-// of a pass over ten million keys stays under 2% of a core) nor less than once a minute.
+// of a pass over ten million keys stays under 2% of a core) nor less than once a minute. A sweep
+// interval longer than the period replaces it (see evict.Start).
 func sweepPeriod(window time.Duration) time.Duration {
 	return min(max(window, 2*time.Second), time.Minute)
 }
@@ -341,11 +342,13 @@ const (
 // is computed.
 func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, Reason) {
 	h = nonzero(h)
-	if n < 0 {
-		return policy.Result{}, ReasonNegativeCost
-	}
+	// Close is checked before the cost, so that after Close every call answers ReasonClosed
+	// whatever its arguments (see Close).
 	if l.closed.Load() {
 		return policy.Result{}, ReasonClosed
+	}
+	if n < 0 {
+		return policy.Result{}, ReasonNegativeCost
 	}
 	if n > l.maxCost {
 		return policy.Result{}, ReasonCostAboveLimit // refused by the policy, with no lookup and no key
@@ -582,8 +585,13 @@ func (l *Limiter) Stats(s *Stats) {
 }
 
 // Close stops the limiter's background sweeper and releases the shared coarse clock (stopping its
-// goroutine if no other limiter holds it). Later calls are refused with ReasonClosed. Close is
-// idempotent and always returns nil.
+// goroutine if no other limiter holds it). Close is checked before any argument, so every call
+// that starts after Close has returned reports the closed limiter, whatever its key, cost or
+// per-key limit: Take, TakeWithLimit, Peek and their ...Key forms return ReasonClosed; Allow,
+// AllowN, AllowKey and the batches report false; Wait returns ErrClosed, even for a ctx already
+// done; AsLimiter's Take returns ErrClosed; Refund gives back 0; Inspect reports a zero Probe and
+// false. A call running concurrently with Close may still be decided as before it. Close is
+// idempotent, safe to call from any goroutine, and always returns nil.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

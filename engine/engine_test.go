@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -446,4 +447,58 @@ func TestReasonString(t *testing.T) {
 	require.Equal(t, "key cap reached", ReasonKeyCap.String())
 	require.Equal(t, "unknown", Reason(200).String())
 	require.True(t, strings.Contains(ReasonCostAboveLimit.String(), "limit"))
+}
+
+// TestCloseComesFirst: after Close every call reports the closed limiter, whatever its cost or
+// per-key limit: a negative cost, an invalid limit and a cancelled ctx do not take precedence.
+func TestCloseComesFirst(t *testing.T) {
+	l, _ := newSC(t, 5, time.Second, WithMaxLimit(100))
+	require.NoError(t, l.Close())
+	for name, d := range map[string]Decision{
+		"Take(-1)":                 l.Take("k", -1),
+		"TakeKey(-1)":              l.TakeKey(1, -1),
+		"Take(MaxInt64)":           l.Take("k", math.MaxInt64),
+		"TakeWithLimit(1, 0)":      l.TakeWithLimit("k", 1, 0),
+		"TakeWithLimit(1, 101)":    l.TakeWithLimit("k", 1, 101),
+		"TakeKeyWithLimit(-1, -1)": l.TakeKeyWithLimit(1, -1, -1),
+		"TakeWithLimit(-1, 50)":    l.TakeWithLimit("k", -1, 50),
+		"TakeWithLimit(1, 50)":     l.TakeWithLimit("k", 1, 50),
+		"Peek":                     l.Peek("k"),
+	} {
+		require.Equal(t, ReasonClosed, d.Reason, name)
+		require.False(t, d.Allowed, name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, l.Wait(ctx, "k", 1), ErrClosed, "Close is checked before ctx")
+	require.ErrorIs(t, l.Wait(context.Background(), "k", -1), ErrClosed)
+	_, err := l.AsLimiter().Take(context.Background(), "k", -1)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestTakeWithLimitRefusalsReportTheLimit: a valid per-key limit is the Decision's Limit even
+// when the request is refused before the policy runs; an invalid one reports the policy's.
+func TestTakeWithLimitRefusalsReportTheLimit(t *testing.T) {
+	l, _ := newSC(t, 100, time.Minute, WithMaxLimit(1000), WithMaxKeys(1))
+	require.True(t, l.Allow("other")) // the cap is reached: a new key is refused
+	for _, c := range []struct {
+		name   string
+		d      Decision
+		reason Reason
+		limit  int64
+	}{
+		{"negative cost", l.TakeWithLimit("t", -1, 500), ReasonNegativeCost, 500},
+		{"key cap", l.TakeWithLimit("t", 1, 500), ReasonKeyCap, 500},
+		{"key cap, integer key", l.TakeKeyWithLimit(7, 1, 500), ReasonKeyCap, 500},
+		{"cost above every limit", l.TakeWithLimit("other", math.MaxInt64, 500), ReasonCostAboveLimit, 500},
+		{"policy's decision", l.TakeWithLimit("other", 1, 500), ReasonOK, 500},
+		{"invalid limit", l.TakeWithLimit("other", 1, 1001), ReasonInvalidLimit, 100},
+	} {
+		require.Equal(t, c.reason, c.d.Reason, c.name)
+		require.Equal(t, c.limit, c.d.Limit, c.name)
+	}
+	require.NoError(t, l.Close())
+	d := l.TakeWithLimit("other", 1, 500)
+	require.Equal(t, ReasonClosed, d.Reason)
+	require.Equal(t, int64(500), d.Limit)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func Example() {
-	// 100 requests per client in any sliding second.
+	// About 100 requests per client per sliding second (see policy.SlidingCounter).
 	l, err := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Second})
 	if err != nil {
 		panic(err)

@@ -27,7 +27,10 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 // internal services. Keys taken at the default limit pay nothing for this; a call here costs what
 // Take costs. limit must be at least 1 and at most the policy's limit, or WithMaxLimit's when
 // given; otherwise, or when the policy takes no per-key limits, the request is refused with
-// ReasonInvalidLimit and consumes nothing.
+// ReasonInvalidLimit and consumes nothing, and its Decision's Limit is the policy's. For a valid
+// limit every Decision reports limit as its Limit, refusals made before the policy runs (a
+// negative cost, a cost too large for any key, the key cap, Close) included. It is safe for
+// concurrent use, as Take is.
 //
 // The limit is not stored with the key: pass the same one on every call for that key. A key's
 // counts are units, so a changed limit applies at once, mid-window: raised, the key may take the
@@ -46,6 +49,9 @@ func (l *Limiter) TakeKeyWithLimit(k uint64, n, limit int64) Decision {
 
 func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 	if l.limits == nil || limit < 1 || limit > l.limits.MaxLimit() {
+		if l.closed.Load() { // Close first, as take checks it (see Close)
+			return l.refuse(ReasonClosed)
+		}
 		return l.refuse(ReasonInvalidLimit)
 	}
 	if l.atCap == EvictStalest {
@@ -53,7 +59,9 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 	}
 	r, reason := l.take(h, n, opTakeLimit, limit)
 	if reason != ReasonOK {
-		return l.refuse(reason)
+		d := l.refuse(reason)
+		d.Limit = limit // the limit this call is held to, as a decision by the policy reports
+		return d
 	}
 	return l.decision(r, n)
 }
@@ -136,7 +144,8 @@ var (
 // When ctx ends first it returns ctx's error and has consumed nothing; when ctx's deadline is
 // sooner than the next possible admission it returns context.DeadlineExceeded at once. A request
 // that waiting cannot help (a cost above the limit, a negative cost, the key cap, a closed
-// limiter) returns the matching error at once. Waiters are not queued: under contention a waiter
+// limiter) returns the matching error at once; a closed limiter returns ErrClosed before ctx is
+// looked at. Waiters are not queued: under contention a waiter
 // may be overtaken by requests that arrive while it sleeps, as with any rate limiter that
 // decides on arrival.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
@@ -149,6 +158,9 @@ func (l *Limiter) WaitKey(ctx context.Context, k uint64, n int64) error {
 }
 
 func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
+	if l.closed.Load() { // before ctx, so that every call after Close reports it (see Close)
+		return ErrClosed
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

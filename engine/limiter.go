@@ -17,15 +17,16 @@
 // decision, so memory follows the keys in use; WithMaxKeys bounds it.
 //
 // New returns a *Limiter whose methods are all safe for concurrent use by any number of
-// goroutines. A decision for a key that is already tracked takes no lock and allocates nothing,
-// whatever the key is made of: no method retains its key, so a key converted from bytes
-// (Allow(string(b))) or built in a stack buffer stays where the caller put it. The decision: hash
-// the key (64 bits on every platform), pick a shard, probe its table, load the key's packed cell,
-// run the policy's pure step, and compare-and-swap the new state (recomputing on conflict). Time
-// comes from a coarse clock (one atomic load), not from time.Now per call; about one decision in
-// clock.RefreshEvery refreshes that clock itself, so the time a decision uses stays within about a
-// millisecond of real time even when every P is busy and the clock's own goroutine cannot run
-// (see package clock).
+// goroutines. A decision for a key that is already tracked takes no lock for every policy but the
+// sliding log (which locks that key's own entry), and allocates nothing whatever the key is made
+// of: no method retains its key, so a key converted from bytes (Allow(string(b))) or built in a
+// stack buffer stays where the caller put it. The decision: hash the key (64 bits on every
+// platform), pick a shard, probe its table, load the key's packed cell, run the policy's pure
+// step, and compare-and-swap the new state (recomputing on conflict). Time comes from a coarse
+// clock (one atomic load), not from time.Now per call; about one decision in clock.RefreshEvery
+// refreshes that clock itself, so the time a decision uses stays within about a millisecond of
+// real time even when every P is busy and the clock's own goroutine cannot run (see package
+// clock).
 //
 // Times are Unix milliseconds from 0 to clock.MaxMs = 2^62-1 (some 146 million years): a manual
 // clock clamps every time it is given into that range, so no decision is made outside it. A
@@ -44,11 +45,15 @@ func (l *Limiter) Allow(key string) bool { return l.admit(l.hashString(key), 1) 
 func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString(key), n) }
 
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
-// a refused one consumes nothing. n = 0 is a query that is always admitted; a negative n is refused
-// with ReasonNegativeCost.
+// a refused one consumes nothing. n = 0 is a query that counts nothing and is admitted, except under
+// policy.DualBucket, where every call spends one request (so cost 0 is refused once the request
+// bucket is empty); a negative n is refused with ReasonNegativeCost.
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
-// Peek reports what a unit request for key would get now, consuming nothing and creating no key.
+// Peek reports key's state now, consuming nothing and creating no key. Its Allowed, RetryAfter and
+// Reason are what a unit request would get; its Remaining and ResetAt describe the state as it
+// stands, before any request (an admitted unit request's Decision reports the state after it);
+// Counted is 0.
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys

@@ -16,18 +16,20 @@ type AtCap uint8
 
 const (
 	// RefuseNewKeys refuses requests for keys not yet tracked (Decision.Reason = ReasonKeyCap),
-	// after first reclaiming dead keys. Existing keys are decided as usual. The default.
+	// after first trying to reclaim dead keys as WithMaxKeys describes: up to 64 slots of the new
+	// key's own shard, so dead keys elsewhere do not make room until the background sweeper (or a
+	// later new key in their shard) removes them. Existing keys are decided as usual. The default.
 	RefuseNewKeys AtCap = iota
-	// EvictStalest makes room by evicting the least recently renewed key of a sample taken across
-	// the limiter (up to 64 live keys from up to 4 shards holding keys), among those holding less
-	// than half of their limit: for the window policies, an estimate (count) below half the
-	// limit; for the buckets, less than half the burst taken (half the capacity filled). Keys
-	// given per-key limits by TakeWithLimit are judged against the lowest limit the limiter has
-	// been given, never one above their own. A key at half its limit or more is never evicted,
-	// so flooding new keys cannot reset a key that is using its limit; an evicted key comes back
-	// as a new one, so the units it held (fewer than half its limit) are forgotten. When no
-	// sampled key qualifies, the new key is refused as with RefuseNewKeys. The sliding log's keys
-	// are never evicted this way.
+	// EvictStalest, when the reclaim WithMaxKeys describes makes no room, makes it by evicting
+	// the least recently renewed key of a sample taken across the limiter (up to 64 live keys
+	// from up to 4 shards holding keys), among those holding less than half of their limit: for
+	// the window policies, an estimate (count) below half the limit; for the buckets, less than
+	// half the burst taken (half the capacity filled). Keys given per-key limits by TakeWithLimit
+	// are judged against the lowest limit the limiter has been given, never one above their own.
+	// A key at half its limit or more is never evicted, so flooding new keys cannot reset a key
+	// that is using its limit; an evicted key comes back as a new one, so the units it held
+	// (fewer than half its limit) are forgotten. When no sampled key qualifies, the new key is
+	// refused as with RefuseNewKeys. The sliding log's keys are never evicted this way.
 	EvictStalest
 )
 
@@ -100,9 +102,16 @@ func WithEviction(on bool) Option {
 	}
 }
 
-// WithSweepInterval sets how often the sweeper takes one bounded step over the shards (default
-// 100ms). Whatever the interval, it visits every key about once per window (at least once a minute),
-// pacing itself to at most evict.MaxSlotsPerSecond slots a second.
+// WithSweepInterval sets how often the sweeper wakes to take one bounded step over the shards
+// (default 100ms). It visits every key about once per sweep period P or once per interval d,
+// whichever is longer. P is the time after which an untouched key is certainly dead, clamped to
+// [2s, 1min]: the window for the window policies, the time to fill (drain) the bucket for the
+// buckets, a minute for the dual bucket. So with d at most P each key is visited about once per P
+// (the steps share out the slots); with d above P (say 90s for a 1s window) the sweeper still
+// wakes only every d, and visits every key once per d: the option sets how often the sweeper
+// runs, and it never runs more often than asked. Either way it paces itself to at most
+// evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so tables
+// of more slots than that pace covers in the period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {
@@ -113,10 +122,14 @@ func WithSweepInterval(d time.Duration) Option {
 	}
 }
 
-// WithMaxKeys caps the number of live keys (default DefaultMaxKeys); at the cap the limiter first
-// reclaims dead keys, then applies the WithAtCap choice (RefuseNewKeys by default). n must be at
-// least 1. The cap is exact: a new key's place is reserved under its shard's lock before it is
-// inserted, so Len never exceeds n, however many goroutines insert at once.
+// WithMaxKeys caps the number of live keys (default DefaultMaxKeys); n must be at least 1. A new
+// key at the cap first sweeps 64 slots of its own shard, from that shard's cursor, for dead keys,
+// and takes the room that makes (sweeping again, up to 8 times in all, when racing inserts take
+// it first). Dead keys in other shards are not looked for: they go when the background sweeper
+// passes, so with many shards and few keys a new key can be refused while every tracked key is
+// dead. When the sweep makes no room, the WithAtCap choice applies (RefuseNewKeys by default).
+// The cap is exact: a new key's place is reserved under its shard's lock before it is inserted,
+// so Len never exceeds n, however many goroutines insert at once.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 {

@@ -23,7 +23,8 @@ import (
 	"github.com/slidelimit/slidelimit/shard"
 )
 
-// Sweeper is a running background sweeper. Its methods are safe for concurrent use.
+// Sweeper is a running background sweeper. Evicted and Stop are safe for concurrent use, with
+// each other and with the sweeper's goroutine; Step is not (see Step).
 type Sweeper struct {
 	shards   []shard.Shard
 	cfg      *shard.Config
@@ -48,8 +49,10 @@ type Sweeper struct {
 // minBudget is the fewest slots a tick visits, so small tables are swept in one tick.
 const minBudget = 4096
 
-// Start begins sweeping: every interval it visits about a (interval/period) share of all slots, so
-// every key is visited about once per period. Stop ends it.
+// Start begins sweeping: every interval it visits about a (interval/P) share of all slots, where P
+// is max(period, interval), so every key is visited about once per P: once per period, or once per
+// interval when the interval is the longer. A tick visits at most MaxSlotsPerSecond × interval
+// slots (but at least 4,096), so larger tables take longer. Stop ends it.
 func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
 	s := &Sweeper{
 		shards: shards, cfg: cfg, clk: clk, interval: interval, period: max(period, interval),
@@ -93,8 +96,9 @@ func (s *Sweeper) budget() uint64 {
 
 // MaxSlotsPerSecond bounds the sweeper's pace. A visit costs a few nanoseconds, most of it the
 // memory the table streams through, so this keeps the sweeper near 1% of a core however large the
-// tables grow; a table of more slots than this takes more than one sweep period to visit. It is
-// exported as the figure engine.WithSweepInterval documents; programs need not use it.
+// tables grow; a table of more slots than this takes more than one sweep period to visit. A tick
+// still visits at least 4,096 slots, so with intervals under 3 ms it may go faster than this.
+// It is exported as the figure engine.WithSweepInterval documents; programs need not use it.
 const MaxSlotsPerSecond = 1_500_000
 
 // Step visits up to budget slots, continuing where the last step stopped. The sweeper's goroutine

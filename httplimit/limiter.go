@@ -36,7 +36,8 @@ type Limiter = slidelimit.Limiter
 var ErrLimiterClosed = engine.ErrClosed
 
 // Local adapts an in-process engine limiter to Limiter: it is l.AsLimiter(). Its Take ignores ctx
-// (an in-process decision never waits) and returns an error only once l is closed
+// (an in-process decision never waits, so a ctx already done is still decided and counted) and
+// returns an error only once l is closed, and then for every call, whatever its cost
 // (ErrLimiterClosed). The adapter also reports l's policy, from which the middleware derives its
 // RateLimit-Policy field. Safe for concurrent use, as l is. Local(nil) returns nil, which
 // Middleware.Validate reports.

@@ -37,7 +37,10 @@ type Listener struct {
 	Key func(c net.Conn) string
 
 	// OnRefused is called with each refused connection before Accept closes it: it may write a
-	// short message to the peer, but must not keep the connection. nil means none.
+	// short message to the peer, but must not keep the connection. A connection refused because
+	// the Limiter failed under FailClosed is passed too, after OnError, with the Decision that
+	// came with the error and its Allowed set to false. It runs on the goroutine that called Accept
+	// (on several at once if Accept is called from several), which it holds up. nil means none.
 	OnRefused func(c net.Conn, d engine.Decision)
 
 	// OnError observes every error from the Limiter. The connection is then accepted (fail open)
@@ -94,7 +97,7 @@ func (l *Listener) admit(c net.Conn) bool {
 		}
 		switch l.ErrorMode {
 		case FailClosed:
-			return false
+			d.Allowed = false // refused here, whatever the Decision that came with the error said
 		case TrustDecision:
 		default:
 			return true

@@ -113,9 +113,15 @@ func TestListenerErrorModes(t *testing.T) {
 		inner, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		var seen error
+		var calls []string // OnError, then OnRefused for a refused connection, FailClosed's too
+		var refusedWith engine.Decision
 		ln := &httplimit.Listener{
 			Listener: inner, Limiter: failing{tc.d, down}, ErrorMode: tc.mode,
-			OnError: func(_ net.Conn, err error) { seen = err },
+			OnError: func(_ net.Conn, err error) { seen = err; calls = append(calls, "error") },
+			OnRefused: func(_ net.Conn, d engine.Decision) {
+				refusedWith = d
+				calls = append(calls, "refused")
+			},
 		}
 		got := make(chan bool, 1)
 		go func() {
@@ -139,6 +145,12 @@ func TestListenerErrorModes(t *testing.T) {
 		}
 		assert.Equal(t, tc.want, <-got, "mode %v", tc.mode)
 		assert.Equal(t, down, seen)
+		if tc.want {
+			assert.Equal(t, []string{"error"}, calls, "mode %v", tc.mode)
+		} else {
+			assert.Equal(t, []string{"error", "refused"}, calls, "mode %v", tc.mode)
+			assert.False(t, refusedWith.Allowed, "mode %v: OnRefused is given a refusal", tc.mode)
+		}
 		ln.Close()
 	}
 }

@@ -24,7 +24,7 @@ func newLimiter(p policy.Policy) (*engine.Limiter, *clock.Clock) {
 }
 
 func Example() {
-	// 100 requests per client in any sliding minute.
+	// About 100 requests per client per sliding minute (see policy.SlidingCounter).
 	p := policy.SlidingCounter{Limit: 100, Window: time.Minute}
 	l, err := engine.New(p)
 	if err != nil {
