@@ -12,7 +12,7 @@ import (
 )
 
 func Example() {
-	// Two requests per client address in any sliding minute.
+	// About two requests per client address per sliding minute (a sliding window counter).
 	cfg, err := rls.ParseConfig("edge.yaml", []byte(`
 domain: edge
 descriptors:

@@ -51,23 +51,32 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 }
 
 // Register adds the rate limit service and the standard gRPC health service (grpc.health.v1,
-// SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService until Close) to g. Call it
-// before g serves, as gRPC requires; one Server may be registered on several gRPC servers.
+// for "" and for envoy.service.ratelimit.v3.RateLimitService) to g. Call it before g serves, as
+// gRPC requires; one Server may be registered on several gRPC servers. The health status is the
+// Server's, the same on each of them: SERVING from NewServer, NOT_SERVING while a Serve call shuts
+// down (until the next Serve begins), and NOT_SERVING for good after Close.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
 // Serve serves the rate limit and health services on lis until ctx ends, then shuts down
-// gracefully: health turns NOT_SERVING, the listener closes, and calls in progress have up to
-// grace (default 10s) to finish before their connections are cut. It returns nil after a
-// shutdown that ctx asked for, and the listener's error otherwise. It does not Close s.
+// gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the
+// replica), the listener closes, and calls in progress have up to grace (default 10s) to finish
+// before their connections are cut. It returns nil after a shutdown that ctx asked for, the
+// listener's error otherwise, and an error for a nil lis. It does not Close s: a later Serve (on a
+// new listener) turns health SERVING again. It is safe to call from several goroutines at once,
+// on different listeners; they share the health status (see Register).
 func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace time.Duration, opts ...grpc.ServerOption) error {
+	if lis == nil {
+		return errors.New("rls: Serve: nil listener")
+	}
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
 	g := grpc.NewServer(append(k.ServerOptions(), opts...)...)
 	s.Register(g)
+	s.setServing(true)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	select {
@@ -79,7 +88,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 		return err
 	case <-ctx.Done():
 	}
-	s.health.Shutdown()
+	s.setServing(false)
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(grace)
@@ -92,4 +101,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	}
 	<-served
 	return nil
+}
+
+// setServing sets the health status of both names, unless s is closed (NOT_SERVING for good).
+func (s *Server) setServing(on bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.st == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthServing
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }

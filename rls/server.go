@@ -85,7 +85,9 @@ func WithBackend(b Backend) Option {
 }
 
 // WithHeaders makes every response that a rate limit decided carry the draft-10 RateLimit and
-// RateLimit-Policy fields in response_headers_to_add, one list item per limited descriptor.
+// RateLimit-Policy fields in response_headers_to_add, one list item per limited descriptor. A
+// descriptor whose limit is requests_per_unit: 0 (which refuses every request, with no window to
+// wait for) has no item: the draft's fields describe a quota that refills, and that one never does.
 func WithHeaders(on bool) Option {
 	return func(s *Server) error {
 		s.headers = on
@@ -157,6 +159,11 @@ func (s *Server) build(cfg *Config, old *state) (*state, error) {
 					}
 					if l == nil {
 						lim, err := s.backend.NewLimiter(lname, rl.pol)
+						if err == nil && lim == nil {
+							// A nil limiter is how the server marks requests_per_unit: 0, which
+							// refuses everything: a backend's nil must not be taken for that.
+							err = errors.New("the backend returned no limiter and no error")
+						}
 						if err != nil {
 							return &ConfigError{File: d.file, Line: n.line, Reason: fmt.Sprintf("descriptor %s: %v", n.path, err)}
 						}
@@ -310,14 +317,19 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 			entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		n := dom.match(entries)
-		if n == nil || n.limit == nil || n.limit.unlimited {
+		if n == nil || n.limit == nil {
 			continue
 		}
+		// An unlimited limit still replaces others, as in envoyproxy/ratelimit: that is how a
+		// descriptor exempts a request from a limit it also matches.
 		for _, r := range n.limit.replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
 			replaced[r] = true
+		}
+		if n.limit.unlimited {
+			continue
 		}
 		cost := int64(req.GetHitsAddend())
 		if h := d.GetHitsAddend(); h != nil {

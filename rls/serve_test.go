@@ -1,0 +1,108 @@
+package rls_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// An unlimited limit that replaces another exempts a request matching both from the other, as
+// envoyproxy/ratelimit does: the way to give a few values no limit under a default key.
+func TestReplacedByUnlimited(t *testing.T) {
+	s := serve(t, parse(t, `
+domain: d
+descriptors:
+  - key: base
+    rate_limit:
+      name: base
+      unit: minute
+      requests_per_unit: 1
+  - key: vip
+    rate_limit:
+      unlimited: true
+      replaces:
+        - name: base
+`))
+	for i := range 3 {
+		r := s.call(t, "d", 0, desc("base", "a"), desc("vip", "yes"))
+		require.Equal(t, []string{ok, ok, ok}, outcome(r), "call %d", i)
+		require.Nil(t, r.GetStatuses()[0].GetCurrentLimit(), "the replaced limit is not applied")
+	}
+	// Without the replacing descriptor the limit still holds.
+	require.Equal(t, []string{ok, ok}, outcome(s.call(t, "d", 0, desc("base", "a"))))
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "d", 0, desc("base", "a"))))
+}
+
+// A backend that returns no limiter and no error is a bad backend, not a limit of zero.
+func TestBackendWithoutLimiter(t *testing.T) {
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	_, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
+		return nil, nil
+	})))
+	var ce *rls.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, err.Error(), "the backend returned no limiter and no error")
+}
+
+func TestServeNilListener(t *testing.T) {
+	srv, err := rls.NewServer(loadGood(t))
+	require.NoError(t, err)
+	defer srv.Close()
+	require.EqualError(t, srv.Serve(context.Background(), nil, rls.Keepalive{}, time.Second), "rls: Serve: nil listener")
+}
+
+// Health is the Server's, on every gRPC server it is registered on: NOT_SERVING once a Serve has
+// shut down, SERVING again when the next Serve begins, and NOT_SERVING for good after Close.
+func TestHealthFollowsServe(t *testing.T) {
+	srv, err := rls.NewServer(loadGood(t))
+	require.NoError(t, err)
+	// A gRPC server of the caller's own, that only registers srv: its health is srv's.
+	g := grpc.NewServer()
+	srv.Register(g)
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go g.Serve(glis)
+	defer g.Stop()
+	conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+		defer cancel()
+		res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		require.NoError(t, err)
+		return res.GetStatus()
+	}
+	// serveOnce starts a Serve, waits until health is want, then ends it and waits for it.
+	serveOnce := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Second) }()
+		deadline := time.Now().Add(failsafe)
+		for check() != want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		require.Equal(t, want, check())
+		cancel()
+		require.NoError(t, <-done)
+	}
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check())
+	serveOnce(healthpb.HealthCheckResponse_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Serve shut down")
+	serveOnce(healthpb.HealthCheckResponse_SERVING) // a second Serve serves again
+	require.NoError(t, srv.Close())
+	serveOnce(healthpb.HealthCheckResponse_NOT_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Close")
+}
