@@ -43,6 +43,9 @@ func newMetrics() *metrics {
 			Help: "Config changes seen by the watcher, by result (ok, error).",
 		}, []string{"result"}),
 	}
+	for _, r := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(r) // at 0 from the start, so that a rate over it has a first point
+	}
 	m.reg.MustRegister(m.hits, m.overLimit, m.nearLimit, m.shadow, m.latency, m.backendErrors, m.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

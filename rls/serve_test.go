@@ -106,3 +106,12 @@ func TestHealthFollowsServe(t *testing.T) {
 	serveOnce(healthpb.HealthCheckResponse_NOT_SERVING)
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Close")
 }
+
+// The reload counters exist at 0 before the first reload, so that a dashboard's rate over them
+// has a first point.
+func TestReloadCountersStartAtZero(t *testing.T) {
+	s := serve(t, loadGood(t))
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="ok"} 0`)
+	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="error"} 0`)
+}

@@ -54,6 +54,7 @@ type ruleSpec struct {
 	rates    []rate
 	policyID string
 	key      string
+	where    string // "rules[2] (login)" for a rule of the -config file; "": the command line's
 }
 
 // configSpec is a validated configuration: the rules in order, the default rule last.
@@ -79,10 +80,19 @@ func parseConfigFile(path string, def ruleSpec) (*configSpec, error) {
 
 func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 	var fc fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, errors.New(yamlError(err))
+	}
+	if len(doc.Content) > 0 {
+		// Checked by hand before decoding: yaml's own errors name Go types (main.fileRule),
+		// not the rule, and span several lines.
+		if err := checkShape(doc.Content[0]); err != nil {
+			return nil, err
+		}
+		if err := doc.Content[0].Decode(&fc); err != nil {
+			return nil, errors.New(yamlError(err))
+		}
 	}
 	spec := &configSpec{}
 	for _, p := range fc.Exempt.Paths {
@@ -111,7 +121,7 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 			return nil, fmt.Errorf("%s: name %q is used twice (the command line's limits are named %q)", where, fr.Name, def.name)
 		}
 		names[fr.Name] = true
-		r := ruleSpec{name: fr.Name, policyID: def.policyID, key: def.key}
+		r := ruleSpec{name: fr.Name, policyID: def.policyID, key: def.key, where: where}
 		for _, m := range fr.Methods {
 			if m == "" || strings.ContainsAny(m, " \t/") {
 				return nil, fmt.Errorf("%s: methods: %q is not an HTTP method", where, m)
@@ -135,6 +145,9 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 			r.rates = append(r.rates, rt)
 		}
 		if fr.Policy != "" {
+			if !contains(policyIDs, fr.Policy) {
+				return nil, fmt.Errorf("%s: policy %q: unknown policy; one of %s", where, fr.Policy, strings.Join(policyIDs, ", "))
+			}
 			r.policyID = fr.Policy
 		}
 		if fr.Key != "" {
@@ -202,4 +215,118 @@ func (r *ruleSpec) matches(method, path string) bool {
 		}
 	}
 	return false
+}
+
+// yamlError is a yaml error on one line, without the "yaml: " prefix and the list framing of
+// "unmarshal errors".
+func yamlError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	var parts []string
+	for l := range strings.SplitSeq(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+var (
+	topFields    = []string{"exempt", "rules"}
+	exemptFields = []string{"paths", "cidrs"}
+	ruleFields   = []string{"name", "methods", "paths", "rates", "policy", "key"}
+)
+
+// checkShape checks that the document is made of the fields fileConfig has, each of the right
+// kind, and names the line, the rule and the field of the first that is not.
+func checkShape(top *yaml.Node) error {
+	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
+		return nil
+	}
+	fields, err := mapping(top, "the file", topFields)
+	if err != nil {
+		return err
+	}
+	if n := fields["exempt"]; n != nil {
+		ex, err := mapping(n, "exempt", exemptFields)
+		if err != nil {
+			return err
+		}
+		for _, f := range exemptFields {
+			if err := list(ex[f], "exempt."+f, listExamples[f]); err != nil {
+				return err
+			}
+		}
+	}
+	n := fields["rules"]
+	if n == nil || n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: rules: want a list of rules", n.Line)
+	}
+	for i, rn := range n.Content {
+		where := fmt.Sprintf("rules[%d]", i)
+		if rn.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(rn.Content); j += 2 {
+				if k, v := rn.Content[j], rn.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && v.Value != "" {
+					where += " (" + v.Value + ")"
+				}
+			}
+		}
+		rf, err := mapping(rn, where, ruleFields)
+		if err != nil {
+			return err
+		}
+		for _, f := range []string{"methods", "paths", "rates"} {
+			if err := list(rf[f], where+": "+f, listExamples[f]); err != nil {
+				return err
+			}
+		}
+		for _, f := range []string{"name", "policy", "key"} {
+			if v := rf[f]; v != nil && v.Kind != yaml.ScalarNode {
+				return fmt.Errorf("line %d: %s: %s: want a single value", v.Line, where, f)
+			}
+		}
+	}
+	return nil
+}
+
+// mapping returns n's fields by name, refusing a field not in known (naming the line, where and
+// the field) and a node that is not a mapping.
+func mapping(n *yaml.Node, where string, known []string) (map[string]*yaml.Node, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: %s: want a map with %s", n.Line, where, strings.Join(known, ", "))
+	}
+	fields := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !contains(known, k.Value) {
+			return nil, fmt.Errorf("line %d: %s: unknown field %q (want %s)", k.Line, where, k.Value, strings.Join(known, ", "))
+		}
+		if fields[k.Value] != nil {
+			return nil, fmt.Errorf("line %d: %s: field %q given twice", k.Line, where, k.Value)
+		}
+		fields[k.Value] = n.Content[i+1]
+	}
+	return fields, nil
+}
+
+// listExamples are what each list field looks like, for its errors.
+var listExamples = map[string]string{"paths": "[/healthz, /ready]", "cidrs": "[10.0.0.0/8]", "methods": "[GET, POST]", "rates": "[10/1s, 1000/1h]"}
+
+// list refuses a field that is neither absent nor a list of single values.
+func list(n *yaml.Node, where, example string) error {
+	if n == nil || n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: %s: want a list, like %s", n.Line, where, example)
+	}
+	for _, v := range n.Content {
+		if v.Kind != yaml.ScalarNode {
+			return fmt.Errorf("line %d: %s: want a list of single values", v.Line, where)
+		}
+	}
+	return nil
 }

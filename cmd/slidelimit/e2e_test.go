@@ -419,6 +419,11 @@ func TestProxyGracefulShutdown(t *testing.T) {
 // cannot be listened on).
 func TestProxyBadFlags(t *testing.T) {
 	up := "http://127.0.0.1:1"
+	// An address that parses but is in use: a failure while running, not a bad command line.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	busy := held.Addr().String()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -463,7 +468,15 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-name", "a b"}, `-name "a b"`, 2},
 		{[]string{"-upstream", up, "-redis", "mysql://x"}, `unknown scheme "mysql": want redis://, rediss://, unix:// or redis-sentinel://`, 2},
 		{[]string{"-upstream", up, "extra"}, `unexpected argument "extra"`, 2},
-		{[]string{"-upstream", up, "-listen", "nowhere"}, `-listen "nowhere"`, 1},
+		{[]string{"-upstream", up, "-listen", "nowhere"}, `-listen "nowhere": missing port in address: write host:port`, 2},
+		{[]string{"-upstream", up, "-listen", "256.0.0.1:1"}, `-listen "256.0.0.1:1": "256.0.0.1" is not an IP address`, 2},
+		{[]string{"-upstream", up, "-listen", "127.0.0.1:65536"}, `-listen "127.0.0.1:65536": port 65536 is out of range [0, 65535]`, 2},
+		{[]string{"-upstream", up, "-metrics-listen", "bogus"}, `-metrics-listen "bogus": missing port in address`, 2},
+		{[]string{"-upstream", up, "-listen", busy}, `-listen "` + busy + `": listen tcp ` + busy, 1},
+		{[]string{"-upstream", "127.0.0.1:9000"}, `-upstream "127.0.0.1:9000": no scheme: write a URL, like http://127.0.0.1:9000`, 2},
+		{[]string{"-upstream", up, "-window", "60d"}, "-window 60d: must be a whole number of milliseconds in [1ms, ", 2},
+		{[]string{"-upstream", up, "-config-poll", "5"}, "-config-poll 5: 5 has no unit: add a unit, like 5s", 2},
+		{[]string{"-upstream", up, "-max-delay", "-0.5"}, "-max-delay -0.5: -0.5 has no unit", 2},
 	} {
 		// Port 0: an argument list that is wrongly accepted starts a proxy, which the failsafe
 		// then stops, instead of holding a fixed port.

@@ -14,8 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -229,4 +232,41 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 		return nil, fmt.Errorf("-policy %s -limit %d -window %v: %v", id, limit, window, err)
 	}
 	return p, nil
+}
+
+// checkListenAddr refuses an address that net.Listen could never use whatever the machine:
+// no port, a port that is not a number in [0, 65535] or a service name, or a host that is
+// meant as an IP address but is not one (256.0.0.1). Such an address is a bad command line;
+// one that parses but cannot be bound (in use, not local) stays a failure while running.
+func checkListenAddr(flagName, addr string) error {
+	if addr == "" {
+		return nil // net.Listen's own default: every interface, a free port
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		why := err.Error()
+		if errors.As(err, &ae) {
+			why = ae.Err
+		}
+		return fmt.Errorf("%s %q: %s: write host:port, like 127.0.0.1:8080 (port 0 picks a free one)", flagName, addr, why)
+	}
+	n, perr := strconv.Atoi(port)
+	switch {
+	case port == "": // net.Listen reads an empty port as 0
+	case perr == nil:
+		if n < 0 || n > 65535 {
+			return fmt.Errorf("%s %q: port %d is out of range [0, 65535]", flagName, addr, n)
+		}
+	default:
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return fmt.Errorf("%s %q: port %q is neither a number in [0, 65535] nor a service name", flagName, addr, port)
+		}
+	}
+	if h, _, _ := strings.Cut(host, "%"); h != "" && strings.Trim(h, "0123456789.") == "" || strings.Contains(h, ":") {
+		if _, err := netip.ParseAddr(h); err != nil {
+			return fmt.Errorf("%s %q: %q is not an IP address", flagName, addr, host)
+		}
+	}
+	return nil
 }

@@ -212,20 +212,29 @@ func TestExemptCIDR(t *testing.T) {
 func TestParseConfigErrors(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
 	for in, want := range map[string]string{
-		"rules: [": "yaml:",
-		"rules:\n  - name: a\n    rates: [1/1s]\n    colour: x\n":    "field colour not found",
-		"rules:\n  - rates: [1/1s]\n":                                `rules[0]: name "": must be 1 to 64 characters`,
-		"rules:\n  - name: a b\n    rates: [1/1s]\n":                 `name "a b": only letters, digits`,
-		"rules:\n  - name: default\n    rates: [1/1s]\n":             `name "default" is used twice`,
-		"rules:\n  - name: a\n":                                      "rules[0] (a): rates: at least one",
-		"rules:\n  - name: a\n    rates: [1/60]\n":                   "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
-		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":             "two limits with the window 1s",
-		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":  `key "cookie": must be ip, header:NAME, conn or path`,
-		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n": `paths: "api" must start with /`,
-		"exempt:\n  cidrs: [10.0.0.0/33]\n":                          `exempt.cidrs: "10.0.0.0/33"`,
+		"rules: [": "line 1: did not find expected node content",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    colour: x\n": `line 4: rules[0] (a): unknown field "colour" (want name, methods, paths, rates, policy, key)`,
+		"rulez: []\n":                            `line 1: the file: unknown field "rulez" (want exempt, rules)`,
+		"exempt:\n  path: [/x]\n":                `line 2: exempt: unknown field "path" (want paths, cidrs)`,
+		"rules:\n  - name: a\n    rates: 1/1s\n": "line 3: rules[0] (a): rates: want a list, like [10/1s, 1000/1h]",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    policy: bogus\n": `rules[0] (a): policy "bogus": unknown policy; one of sliding-counter,`,
+		"rules:\n  - rates: [1/1s]\n":                                 `rules[0]: name "": must be 1 to 64 characters`,
+		"rules:\n  - name: a b\n    rates: [1/1s]\n":                  `name "a b": only letters, digits`,
+		"rules:\n  - name: default\n    rates: [1/1s]\n":              `name "default" is used twice`,
+		"rules:\n  - name: a\n":                                       "rules[0] (a): rates: at least one",
+		"rules:\n  - name: a\n    rates: [1/60]\n":                    "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
+		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":              "two limits with the window 1s",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":   `key "cookie": must be ip, header:NAME, conn or path`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n":  `paths: "api" must start with /`,
+		"exempt:\n  cidrs: [10.0.0.0/33]\n":                           `exempt.cidrs: "10.0.0.0/33"`,
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "main.", "%q: no Go type names", in)
+			assert.NotContains(t, err.Error(), "\n", "%q: one line", in)
+			assert.NotContains(t, err.Error(), "-policy", "%q: the file's field, not the flag", in)
+		}
 	}
 	spec, err := parseConfig([]byte("rules:\n  - name: a\n    methods: [post]\n    paths: [/x]\n    rates: [1/1s]\n"), def)
 	require.NoError(t, err)

@@ -69,16 +69,21 @@ func parseRate(s string) (rate, error) {
 		return rate{}, fmt.Errorf("%q: the window %v", s, err)
 	}
 	if err := checkWindow(window); err != nil {
-		return rate{}, fmt.Errorf("%q: the window %v", s, err)
+		return rate{}, fmt.Errorf("%q: the window %s: %v", s, win, err)
 	}
 	return rate{limit, window}, nil
 }
 
 // parseDuration is time.ParseDuration with a day unit (1d = 24h) and errors that say what to
-// write instead: "60" gets "add a unit, like 60s".
+// write instead: "60" gets "add a unit, like 60s". A bare 0 is zero, as time.ParseDuration reads
+// it: zero needs no unit, and the help of several flags gives 0 as their "off" value.
 func parseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, errors.New(`"" is empty: write a duration, like 60s`)
+	}
+	switch s {
+	case "0", "+0", "-0":
+		return 0, nil
 	}
 	if _, err := strconv.ParseFloat(s, 64); err == nil {
 		return 0, fmt.Errorf("%s has no unit: add a unit, like %ss", s, s)
@@ -95,15 +100,22 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// checkWindow refuses a window the policies cannot hold. The error leaves the value out, so that
+// the caller can echo it as the user wrote it.
 func checkWindow(w time.Duration) error {
 	if w < time.Millisecond || w%time.Millisecond != 0 || w > policy.MaxWindow {
-		return fmt.Errorf("%v: must be a whole number of milliseconds in [1ms, %v]", w, policy.MaxWindow)
+		return fmt.Errorf("must be a whole number of milliseconds in [1ms, %v]", policy.MaxWindow)
 	}
 	return nil
 }
 
-// durationFlag is a flag.Value for a duration with parseDuration's errors.
-type durationFlag struct{ d *time.Duration }
+// durationFlag is a flag.Value for a duration with parseDuration's errors. When text is set, it
+// keeps the value as written, so that a later range error can echo what the user typed (60d)
+// rather than Go's form of it (1440h0m0s).
+type durationFlag struct {
+	d    *time.Duration
+	text *string
+}
 
 func (f durationFlag) String() string {
 	if f.d == nil {
@@ -118,6 +130,9 @@ func (f durationFlag) Set(s string) error {
 		return err
 	}
 	*f.d = d
+	if f.text != nil {
+		*f.text = s
+	}
 	return nil
 }
 
@@ -180,6 +195,7 @@ func gcd(a, b int64) int64 {
 
 // policyFor builds policy id for limit units per window, in units scaled by k (1 for the window
 // policies). The buckets take limit as their burst (or capacity) and refill it over one window.
+// Errors leave out the policy and the rate, which the caller names.
 func policyFor(id string, limit int64, window time.Duration, k int64) (policy.Policy, error) {
 	var p policy.Policy
 	switch id {
@@ -200,10 +216,10 @@ func policyFor(id string, limit int64, window time.Duration, k int64) (policy.Po
 			p = policy.LeakyBucket{Rate: rate, Capacity: limit * k}
 		}
 	default:
-		return nil, fmt.Errorf("-policy %q: unknown policy; one of %s", id, strings.Join(policyIDs, ", "))
+		return nil, fmt.Errorf("unknown policy %q; one of %s", id, strings.Join(policyIDs, ", "))
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("-policy %s %d/%v: %v", id, limit, shortDuration(window), err)
+		return nil, err
 	}
 	return p, nil
 }

@@ -10,9 +10,15 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/policy"
@@ -40,15 +46,20 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), so that every replica shares each limit; default: in process")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
 	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse); with -redis-mode batched also local (the limit divided by the live fleet)")
-	fs.DurationVar(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis")
+	// The durations are read as the proxy reads them (a day unit, "add a unit" for a bare number).
+	dur := func(d *time.Duration, name string, def time.Duration, usage string) {
+		*d = def
+		fs.Var(durationFlag{d: d}, name, usage)
+	}
+	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis (a `duration`)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
-	fs.DurationVar(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (0: never)")
-	fs.DurationVar(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long calls in flight may take to finish after SIGTERM")
-	fs.DurationVar(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long")
-	fs.DurationVar(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this")
-	fs.DurationVar(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often a client may ping; keep it at or below Envoy's connection_keepalive interval")
-	fs.DurationVar(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long, so that clients spread over new replicas (0: never)")
+	dur(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (a `duration`; 0: never)")
+	dur(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long (a `duration`) calls in flight may take to finish after SIGTERM")
+	dur(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long (a `duration`)")
+	dur(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this (a `duration`)")
+	dur(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often (a `duration`) a client may ping; keep it at or below Envoy's connection_keepalive interval")
+	dur(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long (a `duration`), so that clients spread over new replicas (0: never)")
 	return c, fs
 }
 
@@ -63,7 +74,24 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	case c.redisTimeout <= 0:
 		return usageErr(fs, "-redis-timeout %v: must be positive", c.redisTimeout)
 	case c.reloadInterval < 0:
-		return usageErr(fs, "-reload-interval %v: must not be negative", c.reloadInterval)
+		return usageErr(fs, "-reload-interval %v: must be 0 (never) or positive, like 1s", c.reloadInterval)
+	case c.shutdown <= 0:
+		// rls.Serve reads 0 as its own default: refuse it rather than log a grace not given.
+		return usageErr(fs, "-shutdown-timeout %v: must be positive, like 10s", c.shutdown)
+	case c.keepalive.MaxConnectionAge < 0:
+		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", c.keepalive.MaxConnectionAge)
+	}
+	// gRPC reads a keepalive of 0 as its own default, not this flag's, and a negative one as
+	// nothing sensible.
+	for _, k := range []struct {
+		flag string
+		d    time.Duration
+	}{{"-keepalive-time", c.keepalive.Time}, {"-keepalive-timeout", c.keepalive.Timeout}, {"-keepalive-min-ping-interval", c.keepalive.MinPingInterval}} {
+		if k.d <= 0 {
+			return usageErr(fs, "%s %v: must be positive", k.flag, k.d)
+		}
+	}
+	switch {
 	case c.redisMode != "exact" && c.redisMode != "batched":
 		return usageErr(fs, "-redis-mode %q: want exact or batched", c.redisMode)
 	case c.redisMode == "batched" && c.redisURL == "":
@@ -73,7 +101,17 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err != nil || (onError == slidelimit.FailLocal && c.redisMode != "batched") {
 		return usageErr(fs, "-on-redis-error %q: want open or closed (or local, with -redis-mode batched)", c.onError)
 	}
+	for _, a := range []struct{ flag, addr string }{{"-listen", c.listen}, {"-metrics-listen", c.metricsListen}} {
+		if err := checkListenAddr(a.flag, a.addr); err != nil {
+			return usageErr(fs, "%v", err)
+		}
+	}
 	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
+	if c.redisURL != "" {
+		forwardRedisLog(func(msg string, suppressed int) {
+			logger.Printf("warning: redis client: %s (suppressed=%d)", msg, suppressed)
+		}, c.redisURL)
+	}
 
 	cfg, err := rls.LoadConfig(c.config)
 	if err != nil {
@@ -128,7 +166,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			return fmt.Errorf("-metrics-listen %q: %v", c.metricsListen, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", srv.MetricsHandler())
+		mux.Handle("/metrics", promhttp.HandlerFor(zeroSeries{srv.Registry()}, promhttp.HandlerOpts{}))
 		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger}
 		go func() { msErr <- ms.Serve(mln) }()
 		logger.Printf("metrics on http://%s/metrics", mln.Addr())
@@ -171,4 +209,58 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		logger.Printf("stopped")
 	}
 	return runErr
+}
+
+// rlsReloadsMetric is the rls package's reload counter, which it creates per result only at the
+// first reload of that result.
+const (
+	rlsReloadsMetric = "slidelimit_rls_config_reloads_total"
+	rlsReloadsHelp   = "Config changes seen by the watcher, by result (ok, error)."
+)
+
+// zeroSeries serves the rls server's registry with slidelimit_rls_config_reloads_total{result}
+// at 0 for each result not yet counted, so that the documented series exist from the start, as
+// the proxy's do. Series the registry has are left as they are.
+type zeroSeries struct{ g prometheus.Gatherer }
+
+func (z zeroSeries) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := z.g.Gather()
+	var fam *dto.MetricFamily
+	for _, mf := range mfs {
+		if mf.GetName() == rlsReloadsMetric {
+			fam = mf
+		}
+	}
+	if fam == nil {
+		fam = &dto.MetricFamily{Name: proto.String(rlsReloadsMetric), Help: proto.String(rlsReloadsHelp), Type: dto.MetricType_COUNTER.Enum()}
+		mfs = append(mfs, fam)
+	}
+	for _, result := range []string{"error", "ok"} {
+		seen := false
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "result" && l.GetValue() == result {
+					seen = true
+				}
+			}
+		}
+		if !seen {
+			fam.Metric = append(fam.Metric, &dto.Metric{
+				Label:   []*dto.LabelPair{{Name: proto.String("result"), Value: proto.String(result)}},
+				Counter: &dto.Counter{Value: proto.Float64(0)},
+			})
+		}
+	}
+	sort.Slice(fam.Metric, func(i, j int) bool { return resultOf(fam.Metric[i]) < resultOf(fam.Metric[j]) })
+	sort.Slice(mfs, func(i, j int) bool { return mfs[i].GetName() < mfs[j].GetName() })
+	return mfs, err
+}
+
+func resultOf(m *dto.Metric) string {
+	for _, l := range m.Label {
+		if l.GetName() == "result" {
+			return l.GetValue()
+		}
+	}
+	return ""
 }

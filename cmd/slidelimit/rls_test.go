@@ -69,6 +69,18 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
 		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
 		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be positive"},
+		// The proxy's duration parsing: a bare number gets the unit hint, and d is a day.
+		{[]string{"-config", "x.yaml", "-reload-interval", "5"}, "-reload-interval 5: 5 has no unit: add a unit, like 5s"},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "60"}, "-redis-timeout 60: 60 has no unit: add a unit, like 60s"},
+		{[]string{"-config", "x.yaml", "-shutdown-timeout", "10"}, "-shutdown-timeout 10: 10 has no unit: add a unit, like 10s"},
+		{[]string{"-config", "x.yaml", "-shutdown-timeout", "-1s"}, "-shutdown-timeout -1s: must be positive, like 10s"},
+		{[]string{"-config", "x.yaml", "-shutdown-timeout", "0"}, "-shutdown-timeout 0s: must be positive, like 10s"},
+		{[]string{"-config", "x.yaml", "-keepalive-time", "-1s"}, "-keepalive-time -1s: must be positive"},
+		{[]string{"-config", "x.yaml", "-keepalive-timeout", "-1s"}, "-keepalive-timeout -1s: must be positive"},
+		{[]string{"-config", "x.yaml", "-keepalive-min-ping-interval", "-1s"}, "-keepalive-min-ping-interval -1s: must be positive"},
+		{[]string{"-config", "x.yaml", "-max-connection-age", "-1s"}, "-max-connection-age -1s: must be 0 (never) or positive"},
+		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
+		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
 	} {
 		out, code := runRLS(t, c.args...)
 		require.Equal(t, exitUsage, code, out)
