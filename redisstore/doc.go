@@ -37,8 +37,10 @@
 // their clocks' difference.
 //
 // The local deny cache remembers keys that Redis refused, with the state Redis returned, so that
-// a blocked client costs no round trip and still gets the Decision Redis would give. It can never
-// refuse what Redis would admit, whatever the skew, for two reasons. First, under server time an
+// a blocked client costs no round trip and still gets the Decision Redis would give. Whatever the
+// skew, it never refuses what Redis would admit as long as other hosts only take from the key
+// (another host's Refund or Reset lowers the count without reaching this cache, which may go on
+// refusing until the entry's retry time), for two reasons. First, under server time an
 // entry reckons the server's time as this process's clock plus the offset measured on the reply
 // that created it; the local clock was read before the request was sent, so the offset is at
 // least the true one and the entry expires no later than the refusal does on the server. The

@@ -13,6 +13,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
@@ -34,8 +35,9 @@ var (
 	// node behind a client that does not follow MOVED or ASK, a server without Lua scripting.
 	// It opens the breaker at once, and is reported once per cause (see WithOnError).
 	ErrMisconfigured = fmt.Errorf("%w: misconfigured", ErrUnavailable)
-	// ErrClosed is returned by Take after Close.
-	ErrClosed = errors.New("redisstore: limiter closed")
+	// ErrClosed is returned by Take after Close. It is the root package's slidelimit.ErrClosed,
+	// the error ReasonClosed.Err() returns, so errors.Is matches it whichever backend was closed.
+	ErrClosed = slidelimit.ErrClosed
 )
 
 // Limiter decides rate limits on Redis (or Valkey) for a fleet of processes: every process that
@@ -77,7 +79,7 @@ type Limiter struct {
 // ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's), and New
 // returns an error naming the option otherwise. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
-	if client == nil {
+	if check.IsNil(client) {
 		return nil, errors.New("redisstore: client is nil")
 	}
 	if err := check.Name("redisstore", "name", name, false, 64); err != nil {
@@ -85,6 +87,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("redisstore: nil option")
+		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
@@ -118,8 +123,11 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 
 // Take decides n units for key and returns the Decision, with the same fields and Reason values
 // as the in-process engine's Take: an admitted request is counted, a refused one writes nothing,
-// n = 0 is a query that is always admitted, a negative n is refused with ReasonNegativeCost
-// (without a round trip), and a cost above the limit is refused with ReasonCostAboveLimit.
+// n = 0 is a query that is admitted (except by the dual bucket, which spends a request on every
+// call and refuses once none is left, as the engine does), a negative n is refused with
+// ReasonNegativeCost (without a round trip), and a cost above the limit is refused with
+// ReasonCostAboveLimit (also when Redis does not decide, except under FailLocal, whose fallback
+// decides).
 //
 // The call to Redis is bounded by ctx and by the limiter's timeout, whichever ends first, and is
 // never retried. When Redis does not decide (timeout, connection error, error reply, or the
@@ -130,7 +138,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
 // failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
 // context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
-// circuit breaker does not count it. A ctx already done on entry costs no round trip.
+// circuit breaker does not count it. Under FailLocal that Decision is the fallback's Peek, so
+// nothing is counted there for a request nobody waits for. A ctx already done on entry costs no
+// round trip and is returned so even while the breaker is open or the deny cache knows the key.
 //
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.
@@ -147,7 +157,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 // The limit is not stored with the key: pass the same one on every call for that key. A changed
 // limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take
 // the difference straight away; lowered below what it has taken, it is refused until its counts
-// decay under the new limit. The deny cache does not answer these calls (its replay knows only
+// decay under the new limit (n = 0 included, with Remaining 0, as in the engine). The deny cache does not answer these calls (its replay knows only
 // the policy's limit), so each costs a round trip. Safe for concurrent use, as Take.
 func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
 	maxLimit := int64(policy.MaxLimit)
@@ -160,6 +170,9 @@ func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64)
 	}
 	if limit < 1 || limit > maxLimit {
 		l.calls.Inc()
+		if l.closed.Load() {
+			return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
+		}
 		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonInvalidLimit}, nil
 	}
 	return l.take(ctx, key, n, limit)
@@ -190,7 +203,12 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 		now += l.offset.Load()
 	}
 	if now < 0 || now > l.algo.maxTime {
-		return l.fail(key, n, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
+		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
+	}
+	if err := ctx.Err(); err != nil {
+		// Before the deny cache and the breaker: a caller that has given up gets its own error,
+		// whatever either would have said.
+		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
 	}
 	sub := shortSubject(key)
 	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
@@ -215,7 +233,7 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 		err = fmt.Errorf("%w: redisstore: script returned %v, not the policy's admission (5 values) or refusal", ErrUnavailable, res)
 	}
 	if err != nil {
-		return l.fail(key, n, wait, err)
+		return l.fail(key, n, lim, wait, err)
 	}
 	r := policy.Result{Allowed: res[0] == 1, Limit: lim, Remaining: res[1], RetryAfterMs: res[2], ResetAtMs: res[3]}
 	if l.cfg.serverTime {
@@ -402,15 +420,30 @@ func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 	return d
 }
 
-// fail returns the failure choice's decision, and err.
-func (l *Limiter) fail(key string, n int64, wait time.Duration, err error) (engine.Decision, error) {
-	switch l.cfg.onFailure {
-	case FailClosed:
-		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonLimited, RetryAfter: max(wait, time.Millisecond)}, err
-	case FailFallback:
+// fail returns the failure choice's decision for a request of n units under limit lim, and err.
+func (l *Limiter) fail(key string, n, lim int64, wait time.Duration, err error) (engine.Decision, error) {
+	if l.cfg.onFailure == FailFallback {
+		if callerErr(err) {
+			// The caller has given up: nothing is to be admitted, so nothing is counted in the
+			// fallback either.
+			return l.cfg.fallback.Peek(key), err
+		}
 		return l.cfg.fallback.Take(key, n), err
 	}
-	return engine.Decision{Allowed: true, Limit: l.algo.limit, Reason: engine.ReasonOK}, err
+	if n > lim {
+		// No answer from Redis can admit it: say so rather than admit what could never pass.
+		return engine.Decision{Limit: lim, Reason: engine.ReasonCostAboveLimit}, err
+	}
+	if l.cfg.onFailure == FailClosed {
+		return engine.Decision{Limit: lim, Reason: engine.ReasonLimited, RetryAfter: max(wait, time.Millisecond)}, err
+	}
+	return engine.Decision{Allowed: true, Limit: lim, Reason: engine.ReasonOK}, err
+}
+
+// callerErr reports whether err is the caller's own cancellation or deadline, as opposed to a
+// failure of Redis (the limiter's own timeout wraps ErrUnavailable).
+func callerErr(err error) bool {
+	return !errors.Is(err, ErrUnavailable) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // Reset deletes key's state on Redis and forgets it locally, so that its next request is decided

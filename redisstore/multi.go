@@ -123,7 +123,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	local := l0.clk.Now()
 	// The offset is 0 under client time.
 	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
-		return l0.fail(key, n, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
+		return l0.fail(key, n, l0.algo.limit, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
 	}
 	sub := shortSubject(key)
 	// A refusal known here decides only for the first limiter: a later one's would leave open
@@ -157,7 +157,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		err = m.check(res)
 	}
 	if err != nil {
-		return l0.fail(key, n, wait, err)
+		return l0.fail(key, n, l0.algo.limit, wait, err)
 	}
 	if l0.cfg.serverTime {
 		at := res[4] // the first limiter's "now", or the refusal's

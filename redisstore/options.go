@@ -16,9 +16,14 @@ type Option func(*config) error
 
 // OnFailure says what Take decides when Redis cannot: on a timeout, a connection error, an error
 // reply, or while the circuit breaker is open. It is the root package's FailureMode:
-//   - FailOpen (the default) admits every request (Reason ReasonOK, Remaining 0);
-//   - FailClosed refuses every request (Reason ReasonLimited), with RetryAfter set to when the
-//     breaker will next try Redis;
+//   - FailOpen (the default) admits every request whose cost is within the limit (Reason
+//     ReasonOK, Remaining 0);
+//   - FailClosed refuses every request (Reason ReasonLimited), with RetryAfter a back-off: while
+//     the breaker is open, the time left until it next tries Redis (a whole cooldown while
+//     another call is that try); otherwise (the breaker is closed, and the next call goes to
+//     Redis) the breaker's cooldown;
+//   - under FailOpen and FailClosed a cost above the limit is refused with
+//     ReasonCostAboveLimit, as Redis would refuse it;
 //   - FailLocal (FailFallback) decides with the in-process engine.Limiter given to WithFallback:
 //     each process then enforces its own limit (size it as the fleet's limit divided by the number
 //     of processes), and the counts it makes are not carried back to Redis.
@@ -243,10 +248,14 @@ func WithBreakerRatio(b BreakerRatio) Option {
 }
 
 // WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
-// 0 turns the cache off. Each takes at most DenyCacheEntryBytes, whatever the subject's length. A remembered key is decided in process, with the state Redis returned
-// when it refused it, until its retry time: the policy is replayed on that state, so the answer is
-// the one Redis would give when no other host touches the key, and with other hosts it can only
-// refuse what Redis would refuse too (their requests only add to the count).
+// 0 turns the cache off. Each takes at most DenyCacheEntryBytes, whatever the subject's length.
+// A remembered key is decided in process, with the state Redis returned when it refused it, until
+// its retry time: the policy is replayed on that state, so the answer is the one Redis would give
+// when no other host touches the key, and while other hosts only take from the key it can only
+// refuse what Redis would refuse too (their requests only add to the count). Another host's
+// Refund or Reset lowers the count on Redis without reaching this cache, which may then refuse,
+// until the entry's retry time, a request Redis would admit (this host's own Refund and Reset
+// forget the entry). The cache is safe for concurrent use and takes no lock on a lookup.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) error {
 		if maxKeys < 0 || maxKeys > 1<<26 {

@@ -142,7 +142,9 @@ const fixedWindowBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local win, count = now - now % w, 0
 if v and s1 >= win then win, count = s1, s2 end
-if cost == 0 or (cost <= limit and count + cost <= limit) then
+-- As the engine: cost 0 too is refused while the count is above the limit (a lowered per-call
+-- limit), and waits for the window's end.
+if cost <= limit and count + cost <= limit then
   if cost > 0 then
     count = count + cost
     write('SET', key, fmt('%d %d', win, count), 'PX', fmt('%d', win + w - now + tonumber(A[5])))
@@ -292,9 +294,12 @@ if cost <= limit then
 end
 local reset = now
 if n > 0 then reset = newest() + w end
-if n == 0 or limit > 32 then return {0, limit - n, retry, reset, now, -2} end
+-- n exceeds a lowered per-call limit: nothing is left, never less.
+local remaining = limit - n
+if remaining < 0 then remaining = 0 end
+if n == 0 or limit > 32 then return {0, remaining, retry, reset, now, -2} end
 -- A small log goes back whole, as (time, count) pairs oldest first, for the deny cache.
-local out = {0, limit - n, retry, reset, now}
+local out = {0, remaining, retry, reset, now}
 local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES')
 local at, cnt = nil, 0
 for j = 2, #e, 2 do

@@ -25,7 +25,8 @@ import (
 // The errors are sentinel values, compared with errors.Is; safe to share between goroutines.
 var (
 	// ErrOffline is returned (wrapping redisstore.ErrUnavailable) with a decision made while Redis
-	// is unreachable: the process decided it alone, with the limit divided by the live fleet size.
+	// is unreachable: the process decided it alone, with the limit divided by the fleet size (see
+	// Take).
 	// The Decision is usable; the units it admitted are charged to Redis when Redis returns.
 	ErrOffline = fmt.Errorf("%w: batched: deciding locally with the limit divided by the fleet size", redisstore.ErrUnavailable)
 	// ErrClosed is returned by Take after Close. It is the root package's ErrClosed.
@@ -96,7 +97,10 @@ type entry struct {
 	// window denyWin: Redis would refuse them as well, since other processes only add to the count
 	// until the window ends.
 	denyWin, denyUntil, denyNeed int64
-	retryAt                      int64 // when the remembered refusal's RetryAfter ends (ms)
+	// The counts Redis returned with the refusal, at denyRedisNow on the script's clock and
+	// denyAt on this one: the wait for a larger need is solved on them.
+	denySt               rules.SlidingCounterState
+	denyAt, denyRedisNow int64
 }
 
 // winRec is what this process knows of its own counts in one window.
@@ -121,7 +125,7 @@ func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uin
 // answer, the limiter starts offline and keeps trying) and starts the exchange goroutine. The
 // Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
-	if client == nil {
+	if check.IsNil(client) {
 		return nil, errors.New("batched: client is nil")
 	}
 	if err := check.Name("batched", "name", name, false, 64); err != nil {
@@ -174,7 +178,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		l.release()
 		return nil, err
 	}
-	l.fleet.Store(1)
+	l.fleet.Store(cfg.fleet0)
 	l.syncMu.Lock()
 	l.heartbeat(l.clk.Now())
 	l.syncMu.Unlock()
@@ -228,10 +232,15 @@ func (l *Limiter) Allow(key string) bool {
 // callers for the same key wait for that one call. Remaining is what this process holds plus the
 // fleet's headroom at the last exchange with Redis; RetryAfter is solved from the fleet's counts.
 //
-// While Redis is unreachable Take decides locally with the limit divided by the live fleet size,
-// and returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). A
-// ctx cancelled before a round trip is returned as ctx's error, with nothing counted; a decision
-// from local quota does not look at ctx. Safe for concurrent use.
+// While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
+// live count at the last answered heartbeat; WithInitialFleetSize's until one has answered), and
+// returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). Its
+// Limit is the policy's; a cost above the share but within the limit is refused with
+// ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again.
+//
+// A ctx already done when the request cannot be decided from local quota is returned as ctx's
+// error with a refusal, and nothing is counted (not even alone while offline); a decision from
+// local quota does not look at ctx. Safe for concurrent use.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
 	if n > 0 {
 		if e, ok := l.entries.Load(key); ok {
@@ -248,7 +257,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Dec
 						l.askRenewal(e)
 					}
 					return slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: int64(rem) + max(e.head.Load(), 0),
-						ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}, nil
+						ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK, Counted: n}, nil
 				}
 			}
 		}
@@ -275,13 +284,16 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonClosed}, ErrClosed
 	case n < 0:
 		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonNegativeCost}, nil
-	case n > l.limit:
-		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonCostAboveLimit}, nil
 	}
 	now := l.clk.Now()
 	idx := l.rule.Index(now)
-	if n == 0 {
-		d := slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit, ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+	if n == 0 || n > l.limit {
+		// A query, or a cost no window can hold: both are answered with the key's window and
+		// what it has left, as the engine answers them, and neither needs Redis.
+		d := slidelimit.Decision{Allowed: n == 0, Limit: l.limit, Remaining: l.limit, ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+		if n > 0 {
+			d.Reason = slidelimit.ReasonCostAboveLimit
+		}
 		if e, ok := l.entries.Load(key); ok {
 			d.Remaining = max(e.head.Load(), 0)
 			if c := e.cell.Load(); uint32(c>>32) == uint32(idx) {
@@ -367,9 +379,9 @@ func addLocal(e *entry, idx, g int64) {
 	}
 }
 
-func (l *Limiter) admitted(e *entry, idx, rem int64) slidelimit.Decision {
+func (l *Limiter) admitted(e *entry, idx, rem, n int64) slidelimit.Decision {
 	return slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: rem + max(e.head.Load(), 0),
-		ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+		ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK, Counted: n}
 }
 
 // decideLocked decides n > 0 units for e, with e.mu held.
@@ -384,19 +396,29 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	start := idx * l.w
 	rem, ok := takeLocal(e, idx, n)
 	if ok {
-		return l.admitted(e, idx, rem), nil
+		return l.admitted(e, idx, rem, n), nil
+	}
+	if err := ctx.Err(); err != nil {
+		// Everything below counts (alone, while offline) or answers for Redis: a caller that has
+		// given up gets its own error back and nothing is counted for it.
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 	}
 	if l.offline.Load() || now < l.quietUntil.Load() {
 		return l.decideOffline(e, n)
 	}
 	need := n - rem
 	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
-		l.refusedLocally.Inc()
-		return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(e.retryAt-now) * time.Millisecond,
-			ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
+		// The remembered refusal was solved for denyNeed units; a larger need waits longer, so
+		// the wait is solved again for this need on the counts Redis returned then (other
+		// processes only add to them until the window ends).
+		st := e.denySt
+		res := l.rule.Take(&st, e.denyRedisNow+max(now-e.denyAt, 0), need)
+		if !res.Allowed {
+			l.refusedLocally.Inc()
+			retry := max(res.RetryAfterMs, e.denyUntil-now, 1)
+			return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
+				ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
+		}
 	}
 	want := l.wantFor(e, now, need)
 	adj := l.adjustments(e, false)
@@ -431,7 +453,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	idx = l.applyGrant(e, idx, now, r)
 	start = idx * l.w
 	if rem, ok := takeLocal(e, idx, n); ok {
-		return l.admitted(e, idx, rem), nil
+		return l.admitted(e, idx, rem, n), nil
 	}
 	// Refused: Redis's counts say need more units do not fit before RetryAfter, which the
 	// policy's own step solves from those counts.
@@ -440,7 +462,8 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	retry := max(res.RetryAfterMs, 1)
 	// Other processes give back unused leases when the window ends, so the refusal is remembered
 	// no further than that.
-	e.denyWin, e.denyUntil, e.denyNeed, e.retryAt = start, min(now+retry, start+l.w), need, now+retry
+	e.denyWin, e.denyUntil, e.denyNeed = start, min(now+retry, start+l.w), need
+	e.denySt, e.denyAt, e.denyRedisNow = rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}, now, r.now
 	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
 }
@@ -460,6 +483,13 @@ func callerGaveUp(ctx context.Context) bool {
 func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
 	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
+	// The share is this process's part of the limit, not the key's limit: a cost above the share
+	// but within the limit is admissible once Redis answers, which the next heartbeat (one sync
+	// interval away) tries.
+	d.Limit = l.limit
+	if d.Reason == slidelimit.ReasonCostAboveLimit && n <= l.limit {
+		d.Reason, d.RetryAfter = slidelimit.ReasonLimited, l.cfg.sync
+	}
 	if d.Allowed {
 		// The engine read the clock again: charge the window it decided in, which may be the next.
 		win := d.ResetAt.UnixMilli() - l.w

@@ -55,6 +55,9 @@ func TestNewRejects(t *testing.T) {
 		want   string
 	}{
 		{"nil client", nil, "a", sc, nil, "client is nil"},
+		{"typed nil client", (*redis.Client)(nil), "a", sc, nil, "client is nil"},
+		{"nil option", c, "a", sc, []Option{nil}, "nil option"},
+		{"initial fleet size", c, "a", sc, []Option{WithInitialFleetSize(0)}, "WithInitialFleetSize(0)"},
 		{"empty name", c, "", sc, nil, "name is empty"},
 		{"colon", c, "a:b", sc, nil, "contains ':'"},
 		{"nil policy", c, "a", nil, nil, "policy is nil"},

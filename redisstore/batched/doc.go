@@ -25,9 +25,12 @@
 // Every sync interval each process also heartbeats into a sorted set of process ids scored by
 // time, which gives the live fleet size N. While Redis is unreachable, a process keeps using the
 // leases it holds (they are counted) and decides everything else alone, with the limit divided by
-// N; when Redis returns it charges what it admitted so. A server that comes back empty is noticed
-// (the fleet's epoch token is gone): every process re-declares the units it counted in the
-// current and previous windows, and none leases again until all live ones have had the time to.
+// N from its last answered heartbeat; a process that has had none (it started during the outage)
+// uses WithInitialFleetSize's N, 1 by default, so give it the most processes that may run at
+// once. When Redis returns each process charges what it admitted so. A server that comes back
+// empty is noticed (the fleet's epoch token is gone): every process re-declares the units it
+// counted in the current and previous windows, and none leases again until all live ones have
+// had the time to.
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

@@ -34,11 +34,12 @@ type config struct {
 	prefix   string
 	id       string
 	onError  func(error)
-	manual   bool // no background goroutine; the tests step the exchange themselves
+	fleet0   int64 // the fleet size assumed until a heartbeat answers
+	manual   bool  // no background goroutine; the tests step the exchange themselves
 }
 
 func defaultConfig() config {
-	return config{sync: DefaultSyncInterval, timeout: DefaultTimeout, prefix: DefaultPrefix}
+	return config{sync: DefaultSyncInterval, timeout: DefaultTimeout, prefix: DefaultPrefix, fleet0: 1}
 }
 
 // WithClock makes the limiter read time from c instead of the process-wide coarse clock
@@ -126,6 +127,23 @@ func WithProcessID(id string) Option {
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f
+		return nil
+	}
+}
+
+// WithInitialFleetSize sets the fleet size N a process assumes until one of its heartbeats is
+// answered (default 1): while Redis is unreachable it decides alone with the limit divided by N,
+// and a process that starts (or restarts) during an outage has never heard N from Redis. Give
+// the largest number of processes that may run at once: with the default, each process started
+// during an outage may admit the whole limit on its own. Once a heartbeat answers, the live count
+// replaces it (the larger of the two for that first heartbeat, while the membership still lacks
+// the processes that have not had one since the outage). n must be in [1, 2^20].
+func WithInitialFleetSize(n int) Option {
+	return func(cfg *config) error {
+		if n < 1 || n > 1<<20 {
+			return fmt.Errorf("batched: WithInitialFleetSize(%d): must be in [1, 2^20]", n)
+		}
+		cfg.fleet0 = int64(n)
 		return nil
 	}
 }

@@ -266,8 +266,8 @@ func runOutageProcesses(t *testing.T, fault string) {
 			limit, _ := strconv.ParseInt(f[5], 10, 64)
 			if offline {
 				offlineCalls += n
-				if phase != "0" && limit != share {
-					t.Errorf("process %d: %d offline decisions with limit %d, want the limit divided by the fleet: %d", tl.Proc, n, limit, share)
+				if phase != "0" && limit != p.Limit {
+					t.Errorf("process %d: %d offline decisions with limit %d, want the policy's: %d", tl.Proc, n, limit, p.Limit)
 				}
 				if allowed && phase != "0" {
 					offAdmitted[key+"|"+f[2]] += n

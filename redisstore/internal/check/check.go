@@ -5,7 +5,9 @@ package check
 
 import (
 	"fmt"
+	"reflect"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,10 +25,34 @@ func Name(pkg, field, v string, isPrefix bool, maxLen int) error {
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c <= ' ' || c > '~' || c == '{' || c == '}' || (c == ':' && !isPrefix) {
-			return fmt.Errorf("%s: %s = %q contains %q (allowed: printable ASCII except space and braces; no ':' in a name)", pkg, field, v, c)
+			// Name the character, not the byte: a byte of a multi-byte character would read as
+			// another character.
+			what := fmt.Sprintf("%q", rune(c))
+			if c >= utf8.RuneSelf {
+				if r, size := utf8.DecodeRuneInString(v[i:]); r != utf8.RuneError || size > 1 {
+					what = fmt.Sprintf("%q", r)
+				} else {
+					what = fmt.Sprintf("byte %#02x", c)
+				}
+			}
+			return fmt.Errorf("%s: %s = %q contains %s (allowed: printable ASCII except space and braces; no ':' in a name)", pkg, field, v, what)
 		}
 	}
 	return nil
+}
+
+// IsNil reports whether c is nil, or a nil pointer (or other nil value) in a non-nil interface:
+// a (*redis.Client)(nil) passed as a UniversalClient is not == nil, and its first method call
+// would panic.
+func IsNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(c); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Client refuses a go-redis client that would not honour the per-call deadline: go-redis applies

@@ -22,6 +22,8 @@ func TestName(t *testing.T) {
 		{"a b", true, `contains ' '`},
 		{"a{b", false, `contains '{'`},
 		{strings.Repeat("x", 65), false, "longer than 64 bytes"},
+		{"é", false, `contains 'é'`},
+		{"a\xff", false, "contains byte 0xff"},
 	} {
 		err := Name("pkg", "name", c.v, c.isPrefix, 64)
 		switch {
@@ -43,5 +45,14 @@ func TestClient(t *testing.T) {
 	defer slow.Close()
 	if err := Client("pkg", slow, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 		t.Errorf("a client that ignores deadlines: %v, want an error naming ContextTimeoutEnabled", err)
+	}
+}
+
+func TestIsNil(t *testing.T) {
+	var typed *redis.Client
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if !IsNil(nil) || !IsNil(typed) || IsNil(c) {
+		t.Fatalf("IsNil: nil %v, typed nil %v, client %v", IsNil(nil), IsNil(typed), IsNil(c))
 	}
 }

@@ -1,0 +1,200 @@
+package batched
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
+)
+
+// TestStartDuringOutage: processes that start while Redis is down have never heard the fleet's
+// size, so they decide alone with WithInitialFleetSize's, and the fleet stays within the limit:
+// three of them, told the fleet is three, admit at most floor(L/3) each. A cost above the share
+// but within the limit is refused as waiting, not as a cost no window can hold, with the
+// policy's Limit; a cancelled ctx counts nothing, even alone. When Redis returns, the first
+// heartbeat keeps the larger size and the live count then takes over.
+func TestStartDuringOutage(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	srv.Kill()
+	const procs = 3
+	p := policy.SlidingCounter{Limit: 30, Window: time.Minute}
+	clk := clock.NewManual(t0)
+	ls := make([]*Limiter, procs)
+	for i := range ls {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		ls[i] = newLimiter(t, c, clk, p, WithInitialFleetSize(procs), WithTimeout(time.Second))
+		var s Stats
+		if ls[i].Stats(&s); !s.Offline || s.Fleet != procs {
+			t.Fatalf("process %d: stats %+v, want offline with the assumed fleet of %d", i, s, procs)
+		}
+	}
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if d, err := ls[0].Take(cancelled, "k", 1); !errors.Is(err, context.Canceled) || errors.Is(err, ErrOffline) || d.Allowed {
+		t.Fatalf("cancelled ctx while offline: %+v %v, want a refusal with context.Canceled", d, err)
+	}
+	d, err := ls[0].Take(ctx, "k", 15)
+	if !errors.Is(err, ErrOffline) || d.Allowed || d.Reason != slidelimit.ReasonLimited || d.Limit != p.Limit || d.RetryAfter != DefaultSyncInterval {
+		t.Fatalf("cost 15 above the share 10 while offline: %+v %v, want ReasonLimited, Limit %d, RetryAfter %v", d, err, p.Limit, DefaultSyncInterval)
+	}
+	var total int64
+	for i, l := range ls {
+		for {
+			d, err := l.Take(ctx, "k", 1)
+			if !errors.Is(err, ErrOffline) {
+				t.Fatalf("process %d: err = %v, want ErrOffline", i, err)
+			}
+			if !d.Allowed {
+				break
+			}
+			total++
+		}
+	}
+	if total > p.Limit {
+		t.Fatalf("the fleet admitted %d units offline on one key, limit %d", total, p.Limit)
+	}
+	if total != procs*(p.Limit/procs) {
+		t.Fatalf("the fleet admitted %d units offline, want each process's share, %d in all", total, procs*(p.Limit/procs))
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for i, l := range ls {
+			l.step()
+			var s Stats
+			if l.Stats(&s); s.Offline || s.Fleet != procs {
+				t.Fatalf("round %d, process %d: stats %+v, want online with a fleet of %d", round, i, s, procs)
+			}
+		}
+	}
+}
+
+// TestInitialFleetSizeYieldsToTheLiveCount: a heartbeat that answers at New replaces the
+// assumed size with the live count.
+func TestInitialFleetSizeYieldsToTheLiveCount(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 30, Window: time.Second}, WithInitialFleetSize(5))
+	var s Stats
+	if l.Stats(&s); s.Offline || s.Fleet != 1 {
+		t.Fatalf("stats %+v, want online with the live fleet of 1", s)
+	}
+	if _, err := New(c, "t", policy.SlidingCounter{Limit: 30, Window: time.Second}, WithInitialFleetSize(0)); err == nil {
+		t.Fatal("WithInitialFleetSize(0) accepted")
+	}
+}
+
+// TestCountedIsTheCost: every admitted Decision reports the units it counted, whether it was
+// decided from local quota or after a lease.
+func TestCountedIsTheCost(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1000, Window: time.Second})
+	ctx := context.Background()
+	var s Stats
+	local := 0
+	for i := range 300 {
+		n := int64(1 + i%3)
+		l.Stats(&s)
+		before := s.Leases
+		d, err := l.Take(ctx, "k", n)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Take %d: %+v %v", i, d, err)
+		}
+		if d.Counted != n {
+			t.Fatalf("Take %d of %d: Counted = %d", i, n, d.Counted)
+		}
+		if l.Stats(&s); s.Leases == before {
+			local++
+		}
+		if i%10 == 9 {
+			clk.Advance(time.Millisecond)
+			l.step()
+		}
+	}
+	if local == 0 {
+		t.Fatal("no decision came from local quota: the test did not exercise the hot path")
+	}
+	if d, _ := l.Take(ctx, "k", 0); d.Counted != 0 {
+		t.Fatalf("n=0: Counted = %d", d.Counted)
+	}
+}
+
+// TestRememberedRefusalWaitsForItsCost: a refusal remembered for a small request must not hand
+// its shorter wait to a larger one: each gets the engine's RetryAfter, and a retry at that time
+// is admitted.
+func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
+	clk := clock.NewManual(t0)
+	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	l := newLimiter(t, c, clk, p)
+	ctx := context.Background()
+	take := func(n int64) slidelimit.Decision {
+		t.Helper()
+		want := ref.Take("k", n)
+		got, err := l.Take(ctx, "k", n)
+		if err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Counted != want.Counted {
+			t.Fatalf("at %d Take(%d) = %+v %v, engine %+v", clk.Now()-t0, n, got, err, want)
+		}
+		return got
+	}
+	take(10)
+	clk.Advance(500 * time.Millisecond)
+	take(1)
+	var s Stats
+	l.Stats(&s)
+	before := s.RefusedLocally
+	d := take(3)
+	if l.Stats(&s); s.RefusedLocally != before+1 {
+		t.Fatalf("Take(3) was not refused from the remembered refusal (RefusedLocally %d → %d)", before, s.RefusedLocally)
+	}
+	clk.Advance(d.RetryAfter)
+	if d := take(3); !d.Allowed {
+		t.Fatalf("retry at RetryAfter refused: %+v", d)
+	}
+}
+
+// TestCostAboveLimitFields: a cost above the limit is refused with the key's window and
+// remaining units, as the engine answers it.
+func TestCostAboveLimitFields(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	p := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	clk := clock.NewManual(t0)
+	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	l := newLimiter(t, c, clk, p)
+	ctx := context.Background()
+	for _, n := range []int64{6, 1, 6} {
+		want := ref.Take("k", n)
+		got, err := l.Take(ctx, "k", n)
+		if err != nil || got != want {
+			t.Fatalf("Take(%d) = %+v %v, engine %+v", n, got, err, want)
+		}
+	}
+}
