@@ -29,9 +29,11 @@ import (
 )
 
 // Limiter decides n units for key now. An admitted request is counted; a refused one consumes
-// nothing. n = 0 is a query that counts nothing and is admitted, except under the dual bucket
-// (policy.DualBucket), where every call spends one request, so that cost 0 is refused once the
-// request bucket is empty; a negative n is refused with ReasonNegativeCost.
+// nothing. n = 0 is a query that counts nothing and is admitted, except where the policy's rule
+// refuses it: the dual bucket (policy.DualBucket) spends one request on every call, so that cost
+// 0 is refused once the request bucket is empty, and the fixed window and the sliding log refuse
+// it for a key already past a per-key limit lowered below its count (TakeWithLimit). A negative n
+// is refused with ReasonNegativeCost.
 //
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
 // slow, the caller's ctx ended, or the limiter is closed). The Decision returned with the error
@@ -147,10 +149,13 @@ func (r Reason) Err() error {
 type FailureMode uint8
 
 const (
-	// FailOpen admits the request: availability over accuracy. The default, since a rate limiter
+	// FailOpen admits the request (a cost above the limit, which no store could admit, is still
+	// refused, with ReasonCostAboveLimit): availability over accuracy. The default, since a rate limiter
 	// that takes the service down with it is usually worse than one that briefly limits nothing.
 	FailOpen FailureMode = iota
-	// FailClosed refuses the request, with RetryAfter set to when the store will next be tried.
+	// FailClosed refuses the request, with a RetryAfter the backend chooses as a back-off
+	// (redisstore: while its circuit breaker is open, the time left until it next tries Redis;
+	// otherwise its cooldown).
 	FailClosed
 	// FailLocal decides with an in-process fallback limiter, which each process applies to its own
 	// share of the limit. A caller given this mode uses the Decision that came with the error.

@@ -45,9 +45,11 @@ func (l *Limiter) Allow(key string) bool { return l.admit(l.hashString(key), 1) 
 func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString(key), n) }
 
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
-// a refused one consumes nothing. n = 0 is a query that counts nothing and is admitted, except under
-// policy.DualBucket, where every call spends one request (so cost 0 is refused once the request
-// bucket is empty); a negative n is refused with ReasonNegativeCost.
+// a refused one consumes nothing. n = 0 is a query that counts nothing and is admitted, except
+// where the policy's rule refuses it: policy.DualBucket spends one request on every call (so cost
+// 0 is refused once the request bucket is empty), and the fixed window and the sliding log refuse
+// it for a key past a per-key limit lowered below its count. A negative n is refused with
+// ReasonNegativeCost.
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
 // Peek reports key's state now, consuming nothing and creating no key. Its Allowed, RetryAfter and

@@ -115,7 +115,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share)")
 	c.redisTimeout = redisstore.DefaultTimeout
 	fs.Var(durationFlag{d: &c.redisTimeout}, "redis-timeout", "the deadline of each Redis call, a `duration` in [1ms, 1m]")
-	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1)")
+	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1); with -redis-mode batched, the size assumed until Redis first answers, the live count after that")
 	fs.BoolVar(&c.shadow, "shadow", false, "decide, count and export metrics, but never refuse a request")
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
@@ -861,7 +861,9 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	}
 	mode, _ := slidelimit.ParseFailureMode(c.onRedisError)
 	if c.redisMode == "batched" {
-		bopts := []batched.Option{batched.WithTimeout(c.redisTimeout)}
+		// -fleet-size is also the size a proxy started while Redis is down assumes until a
+		// heartbeat answers: without it each such proxy would take the whole limit alone.
+		bopts := []batched.Option{batched.WithTimeout(c.redisTimeout), batched.WithInitialFleetSize(c.fleetSize)}
 		if c.clk != nil {
 			bopts = append(bopts, batched.WithClock(c.clk))
 		}

@@ -182,3 +182,20 @@ func TestSeveralRedisLimitsAllOrNothing(t *testing.T) {
 	}
 	t.Fatal("five requests never fell in one second")
 }
+
+// A batched proxy that starts while Redis is down has never heard the fleet's size from it: it
+// assumes -fleet-size proxies, so that a fleet started (or restarted) during an outage still
+// admits at most the limit together. Limit 6 over a fleet of 3 is 2 for this proxy.
+func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
+	addr, stopRedis := startRedis(t)
+	stopRedis() // nothing answers at addr any more
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "6", "-window", "1h", "-redis", "redis://"+addr+"/0",
+		"-redis-mode", "batched", "-redis-timeout", "20ms", "-on-redis-error", "local", "-fleet-size", "3", "-name", "outage-start")
+	c := newClient(t, true)
+	var codes []int
+	for range 4 {
+		codes = append(codes, do(t, c, p.url("/"), nil).status)
+	}
+	assert.Equal(t, []int{200, 200, 429, 429}, codes)
+}
