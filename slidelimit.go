@@ -31,8 +31,9 @@ import (
 // Limiter decides n units for key now. An admitted request is counted; a refused one consumes
 // nothing. n = 0 is a query that counts nothing and is admitted, except where the policy's rule
 // refuses it: the dual bucket (policy.DualBucket) spends one request on every call, so that cost
-// 0 is refused once the request bucket is empty, and the fixed window and the sliding log refuse
-// it for a key already past a per-key limit lowered below its count (TakeWithLimit). A negative n
+// 0 is refused once the request bucket is empty, and the fixed window (and, in redisstore, the
+// sliding log) refuses it for a key already past a per-key limit lowered below its count
+// (TakeWithLimit). A negative n
 // is refused with ReasonNegativeCost.
 //
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
@@ -42,8 +43,9 @@ import (
 //
 // What ctx does is each implementation's to document. redisstore bounds each call to Redis by
 // ctx: when ctx is already done or ends first, Take returns an error wrapping ctx's error (its
-// circuit breaker does not count that as a Redis failure), except where it answers from the
-// arguments and its own state before looking at ctx (a negative cost, a closed limiter). The
+// circuit breaker does not count that as a Redis failure), except where the arguments or its own
+// state answer before ctx is looked at (a negative cost, a closed limiter, for GCRA a cost above
+// the burst: see redisstore's Take). The
 // in-process engine's adapter ((*engine.Limiter).AsLimiter) never waits and ignores ctx: it
 // decides, and counts, even for a ctx already done.
 //

@@ -490,7 +490,7 @@ func TestTakeWithLimitRefusalsReportTheLimit(t *testing.T) {
 		{"negative cost", l.TakeWithLimit("t", -1, 500), ReasonNegativeCost, 500},
 		{"key cap", l.TakeWithLimit("t", 1, 500), ReasonKeyCap, 500},
 		{"key cap, integer key", l.TakeKeyWithLimit(7, 1, 500), ReasonKeyCap, 500},
-		{"cost above every limit", l.TakeWithLimit("other", math.MaxInt64, 500), ReasonCostAboveLimit, 500},
+		{"cost above the limit, refused by the policy", l.TakeWithLimit("other", math.MaxInt64, 500), ReasonCostAboveLimit, 500},
 		{"policy's decision", l.TakeWithLimit("other", 1, 500), ReasonOK, 500},
 		{"invalid limit", l.TakeWithLimit("other", 1, 1001), ReasonInvalidLimit, 100},
 	} {

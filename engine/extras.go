@@ -29,7 +29,7 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 // given; otherwise, or when the policy takes no per-key limits, the request is refused with
 // ReasonInvalidLimit and consumes nothing, and its Decision's Limit is the policy's. For a valid
 // limit every Decision reports limit as its Limit, refusals made before the policy runs (a
-// negative cost, a cost too large for any key, the key cap, Close) included. It is safe for
+// negative cost, the key cap, Close) included. It is safe for
 // concurrent use, as Take is.
 //
 // The limit is not stored with the key: pass the same one on every call for that key. A key's

@@ -47,8 +47,8 @@ func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
 // a refused one consumes nothing. n = 0 is a query that counts nothing and is admitted, except
 // where the policy's rule refuses it: policy.DualBucket spends one request on every call (so cost
-// 0 is refused once the request bucket is empty), and the fixed window and the sliding log refuse
-// it for a key past a per-key limit lowered below its count. A negative n is refused with
+// 0 is refused once the request bucket is empty), and the fixed window refuses it for a key past
+// a per-key limit lowered below its count (TakeWithLimit). A negative n is refused with
 // ReasonNegativeCost.
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 

@@ -39,7 +39,8 @@ type Listener struct {
 	// OnRefused is called with each refused connection before Accept closes it: it may write a
 	// short message to the peer, but must not keep the connection. A connection refused because
 	// the Limiter failed under FailClosed is passed too, after OnError, with the Decision that
-	// came with the error and its Allowed set to false. It runs on the goroutine that called Accept
+	// came with the error and its Allowed set to false (its other fields, Reason included, are as
+	// the Limiter returned them). It runs on the goroutine that called Accept
 	// (on several at once if Accept is called from several), which it holds up. nil means none.
 	OnRefused func(c net.Conn, d engine.Decision)
 

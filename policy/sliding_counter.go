@@ -4,8 +4,9 @@ import (
 	"time"
 )
 
-// SlidingCounter is the sliding window counter, the primary policy: each key may take at most
-// about Limit units in any trailing window of length Window. Per key it keeps the units taken in
+// SlidingCounter is the sliding window counter, the primary policy: each key may take about Limit
+// units per trailing window of length Window (an estimate: at most Limit within one aligned
+// window, and up to about twice Limit in a trailing window across two; see the package doc). Per key it keeps the units taken in
 // the current window and in the one before; the latter count is weighted by the share of the
 // previous window that the trailing window still covers, and a request of n units is admitted
 // when floor(previous × share) + current + n <= Limit. Windows are aligned to the Unix epoch, so

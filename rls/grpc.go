@@ -81,6 +81,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	go func() { served <- g.Serve(lis) }()
 	select {
 	case err := <-served:
+		s.setServing(false) // nothing serves on lis any more
 		g.Stop()
 		if errors.Is(err, grpc.ErrServerStopped) {
 			return nil

@@ -83,17 +83,21 @@ func TestHealthFollowsServe(t *testing.T) {
 		require.NoError(t, err)
 		return res.GetStatus()
 	}
-	// serveOnce starts a Serve, waits until health is want, then ends it and waits for it.
+	// serveOnce starts a Serve, waits until it answers on its own listener (Serve sets the status
+	// before it serves, so the status is then Serve's), checks the status on g, then ends the Serve.
 	serveOnce := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Second) }()
-		deadline := time.Now().Add(failsafe)
-		for check() != want && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		own, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		rctx, rcancel := context.WithTimeout(context.Background(), failsafe)
+		_, err = healthpb.NewHealthClient(own).Check(rctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		rcancel()
+		own.Close()
+		require.NoError(t, err, "Serve never answered")
 		require.Equal(t, want, check())
 		cancel()
 		require.NoError(t, <-done)
