@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -103,4 +104,30 @@ func TestGroup(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -12345: "-12,345"} {
 		assert.Equal(t, want, group(n))
 	}
+}
+
+// The forwarder passes one line per interval, counting the ones it dropped, and hides the
+// password.
+func TestRedisLoggerRateLimits(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	type line struct {
+		msg        string
+		suppressed int
+	}
+	var got []line
+	l := &redisLogger{
+		emit:     func(msg string, n int) { got = append(got, line{msg, n}) },
+		raw:      "redis://:pw123@127.0.0.1:1/0",
+		interval: time.Second,
+		now:      func() time.Time { return now },
+	}
+	ctx := context.Background()
+	l.Printf(ctx, "dial %s failed: auth pw123\n", "redis://:pw123@127.0.0.1:1/0")
+	for range 5 {
+		now = now.Add(100 * time.Millisecond)
+		l.Printf(ctx, "again")
+	}
+	now = now.Add(600 * time.Millisecond)
+	l.Printf(ctx, "later")
+	assert.Equal(t, []line{{"dial redis://:xxxxx@127.0.0.1:1/0 failed: auth xxxxx", 0}, {"later", 5}}, got)
 }

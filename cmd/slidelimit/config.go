@@ -238,17 +238,19 @@ var (
 )
 
 // checkShape checks that the document is made of the fields fileConfig has, each of the right
-// kind, and names the line, the rule and the field of the first that is not.
+// kind, and names the line, the rule and the field of the first that is not. Aliases (*name) are
+// followed and merge keys (<<) read as yaml does, so that a file is checked as it is decoded.
 func checkShape(top *yaml.Node) error {
-	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
+	if top = deref(top); top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
 		return nil
 	}
-	fields, err := mapping(top, "the file", topFields)
+	done := map[mapped]map[string]*yaml.Node{}
+	fields, err := mapping(top, "the file", topFields, done)
 	if err != nil {
 		return err
 	}
 	if n := fields["exempt"]; n != nil {
-		ex, err := mapping(n, "exempt", exemptFields)
+		ex, err := mapping(n, "exempt", exemptFields, done)
 		if err != nil {
 			return err
 		}
@@ -259,22 +261,22 @@ func checkShape(top *yaml.Node) error {
 		}
 	}
 	n := fields["rules"]
-	if n == nil || n.Tag == "!!null" {
+	if n == nil || deref(n).Tag == "!!null" {
 		return nil
 	}
-	if n.Kind != yaml.SequenceNode {
+	if deref(n).Kind != yaml.SequenceNode {
 		return fmt.Errorf("line %d: rules: want a list of rules", n.Line)
 	}
-	for i, rn := range n.Content {
+	for i, rn := range deref(n).Content {
 		where := fmt.Sprintf("rules[%d]", i)
-		if rn.Kind == yaml.MappingNode {
-			for j := 0; j+1 < len(rn.Content); j += 2 {
-				if k, v := rn.Content[j], rn.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && v.Value != "" {
+		if r := deref(rn); r.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(r.Content); j += 2 {
+				if k, v := deref(r.Content[j]), deref(r.Content[j+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && v.Value != "" {
 					where += " (" + v.Value + ")"
 				}
 			}
 		}
-		rf, err := mapping(rn, where, ruleFields)
+		rf, err := mapping(rn, where, ruleFields, done)
 		if err != nil {
 			return err
 		}
@@ -284,7 +286,7 @@ func checkShape(top *yaml.Node) error {
 			}
 		}
 		for _, f := range []string{"name", "policy", "key"} {
-			if v := rf[f]; v != nil && v.Kind != yaml.ScalarNode {
+			if v := rf[f]; v != nil && deref(v).Kind != yaml.ScalarNode {
 				return fmt.Errorf("line %d: %s: %s: want a single value", v.Line, where, f)
 			}
 		}
@@ -292,23 +294,72 @@ func checkShape(top *yaml.Node) error {
 	return nil
 }
 
+// deref follows an alias (*name) to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// mapped is a mapping checked as where's, for mapping's done.
+type mapped struct {
+	n     *yaml.Node
+	where string
+}
+
 // mapping returns n's fields by name, refusing a field not in known (naming the line, where and
-// the field) and a node that is not a mapping.
-func mapping(n *yaml.Node, where string, known []string) (map[string]*yaml.Node, error) {
-	if n.Kind != yaml.MappingNode {
+// the field) and a node that is not a mapping. The fields of a merge key's mappings (<<: *base,
+// or <<: [*a, *b]) are n's too, as yaml decodes them: n's own fields win, then the first mapping
+// that has the field. done holds the mappings already read, so that each is read once however
+// often it is merged, and one that merges itself is refused.
+func mapping(n *yaml.Node, where string, known []string, done map[mapped]map[string]*yaml.Node) (map[string]*yaml.Node, error) {
+	m := deref(n)
+	if m.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("line %d: %s: want a map with %s", n.Line, where, strings.Join(known, ", "))
 	}
+	if fields, ok := done[mapped{m, where}]; ok {
+		if fields == nil {
+			return nil, fmt.Errorf("line %d: %s: <<: merges a map into itself", n.Line, where)
+		}
+		return fields, nil
+	}
+	done[mapped{m, where}] = nil
 	fields := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
+	var merged []*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := deref(m.Content[i]), m.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			if v.Kind == yaml.SequenceNode { // <<: [*a, *b]; yaml refuses an alias to a list here
+				merged = append(merged, v.Content...)
+			} else {
+				merged = append(merged, v)
+			}
+			continue
+		}
 		if !contains(known, k.Value) {
 			return nil, fmt.Errorf("line %d: %s: unknown field %q (want %s)", k.Line, where, k.Value, strings.Join(known, ", "))
 		}
 		if fields[k.Value] != nil {
 			return nil, fmt.Errorf("line %d: %s: field %q given twice", k.Line, where, k.Value)
 		}
-		fields[k.Value] = n.Content[i+1]
+		fields[k.Value] = v
 	}
+	for _, mn := range merged {
+		if deref(mn).Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("line %d: %s: <<: want a map, or a list of maps, to merge", mn.Line, where)
+		}
+		mf, err := mapping(mn, where, known, done)
+		if err != nil {
+			return nil, err
+		}
+		for f, v := range mf {
+			if fields[f] == nil {
+				fields[f] = v
+			}
+		}
+	}
+	done[mapped{m, where}] = fields
 	return fields, nil
 }
 
@@ -317,14 +368,14 @@ var listExamples = map[string]string{"paths": "[/healthz, /ready]", "cidrs": "[1
 
 // list refuses a field that is neither absent nor a list of single values.
 func list(n *yaml.Node, where, example string) error {
-	if n == nil || n.Tag == "!!null" {
+	if n == nil || deref(n).Tag == "!!null" {
 		return nil
 	}
-	if n.Kind != yaml.SequenceNode {
+	if deref(n).Kind != yaml.SequenceNode {
 		return fmt.Errorf("line %d: %s: want a list, like %s", n.Line, where, example)
 	}
-	for _, v := range n.Content {
-		if v.Kind != yaml.ScalarNode {
+	for _, v := range deref(n).Content {
+		if deref(v).Kind != yaml.ScalarNode {
 			return fmt.Errorf("line %d: %s: want a list of single values", v.Line, where)
 		}
 	}

@@ -415,6 +415,44 @@ func TestProxyGracefulShutdown(t *testing.T) {
 	assert.Contains(t, p.stderr(), "stopped")
 }
 
+// SIGTERM with a request still running after -shutdown-timeout: the proxy cuts it off, says so,
+// and exits 0, as asked.
+func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	}))
+	t.Cleanup(up.Close)
+	defer close(release)
+	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "100ms", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	failed := make(chan error, 1)
+	go func() {
+		res, err := c.Get(p.url("/slow"))
+		if err == nil {
+			_, err = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		failed <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(failsafe):
+		t.Fatal("the request never reached the upstream")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatalf("the proxy did not exit after SIGTERM:\n%s", p.stderr())
+	}
+	assert.NoError(t, p.err, "exit status:\n%s", p.stderr())
+	assert.Contains(t, p.stderr(), `level=WARN msg="requests still in flight after -shutdown-timeout 100ms were cut off"`)
+	assert.Contains(t, p.stderr(), "msg=stopped")
+	assert.Error(t, <-failed, "the request in flight was cut off")
+}
+
 // Bad flags: a message naming the flag and the value, and exit status 2 (1 for a port that
 // cannot be listened on).
 func TestProxyBadFlags(t *testing.T) {
@@ -509,4 +547,46 @@ func TestBenchCommand(t *testing.T) {
 	assert.Regexp(t, `(?m)^  keys tracked +1,000$`, out, "every key was warmed and is still live")
 	assert.NotContains(t, stderr.String(), "\r", "no progress bar when stderr is not a terminal")
 	assert.Contains(t, stderr.String(), "measuring for 100ms")
+}
+
+const noRefundWarning = "cannot give units back"
+
+// Several limits that cannot give back are not all or nothing: the proxy says so at start (and
+// serves anyway), for the command line's rule and for a file's rule; limits that can give back,
+// or a single one that cannot, give no warning.
+func TestProxyWarnsLimitsThatCannotGiveBack(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-policy", "sliding-log", "-rate", "100/1h", "-rate", "1/1m")
+	assert.Contains(t, p.stderr(), `level=WARN msg="rule default: 2 of its limits `+noRefundWarning+` (-policy sliding-log): a request refused by a later limit stays counted by the earlier ones"`)
+	c := newClient(t, true)
+	assert.Equal(t, []int{200, 429}, []int{do(t, c, p.url("/"), nil).status, do(t, c, p.url("/"), nil).status})
+
+	for _, args := range [][]string{
+		{"-policy", "sliding-counter", "-rate", "100/1h", "-rate", "1/1m"},
+		{"-policy", "sliding-log", "-rate", "1/1m"},
+	} {
+		q := startProxy(t, append([]string{"-upstream", up.URL}, args...)...)
+		assert.NotContains(t, q.stderr(), noRefundWarning, "%v", args)
+	}
+
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: login\n    paths: [/login]\n    rates: [5/1m, 20/1h]\n    policy: sliding-log\n")
+	f := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0")
+	assert.Contains(t, f.stderr(), "rule login: 2 of its limits "+noRefundWarning+" (policy sliding-log)")
+	assert.NotContains(t, f.stderr(), "rule default:")
+	// And again on a reload that keeps such a rule.
+	require.NoError(t, f.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(f.stderr(), "config reloaded") })
+	assert.Equal(t, 2, strings.Count(f.stderr(), "rule login: 2 of its limits "+noRefundWarning))
+}
+
+// On Redis, exact mode gives units back (no warning) and the batched mode cannot (a warning).
+func TestProxyWarnsBatchedLimits(t *testing.T) {
+	addr, _ := startRedis(t)
+	up := newUpstream(t)
+	base := []string{"-upstream", up.URL, "-redis", "redis://" + addr + "/0", "-redis-timeout", "5s", "-rate", "100/1h", "-rate", "1/1m"}
+	exact := startProxy(t, append(base, "-name", "warn-exact")...)
+	assert.NotContains(t, exact.stderr(), noRefundWarning)
+	batched := startProxy(t, append(base, "-name", "warn-batched", "-redis-mode", "batched")...)
+	assert.Contains(t, batched.stderr(), "rule warn-batched: 2 of its limits "+noRefundWarning+" (-redis-mode batched)")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -223,6 +224,51 @@ rules:
 	}
 }
 
+// -config-poll 0 (SIGHUP only) and -max-delay 0 (refuse at once) start the proxy, and SIGHUP still
+// reloads the file.
+func TestProxyZeroDurationFlags(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: one\n    paths: [/one]\n    rates: [1/1h]\n")
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "0", "-limit", "1", "-window", "1h")
+	c := newClient(t, true)
+	assert.Equal(t, []int{200, 429}, []int{do(t, c, p.url("/"), nil).status, do(t, c, p.url("/"), nil).status}, "-max-delay 0 refuses at once")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+}
+
+// A bad file at start names the file, the line, the rule and the field.
+func TestProxyConfigErrorsNameFileAndRule(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"rules:\n  - name: login\n    rates: [5/1m]\n    ratez: [1/1s]\n":             `: line 4: rules[0] (login): unknown field "ratez" (want name, methods, paths, rates, policy, key)`,
+		"rules:\n  - name: x\n    rates: [5/1m]\n    policy: bogus\n":                 `: rules[0] (x): policy "bogus": unknown policy; one of `,
+		"rules:\n  - name: x\n    rates: [4000000000/1d]\n    policy: token-bucket\n": `: rules[0] (x): rates: 4000000000/1d: policy token-bucket: it needs a burst of 4000000000×27 units`,
+	} {
+		file := filepath.Join(dir, "bad.yaml")
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o644))
+		out, code := runProxy(t, "-upstream", "http://127.0.0.1:1", "-listen", "127.0.0.1:0", "-config", file)
+		assert.Equal(t, exitUsage, code, out)
+		assert.Contains(t, out, "slidelimit proxy: -config "+file+want, body)
+		assert.NotContains(t, out, "main.")
+		assert.NotContains(t, out, "-policy")
+	}
+}
+
+// runProxy runs "slidelimit proxy args..." to completion and returns its combined output and
+// exit code.
+func runProxy(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, append([]string{"proxy"}, args...)...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return string(out), 0
+}
+
 // The private metrics listener: per-rule decisions, the decision-latency histogram and
 // build_info; the public listener forwards /metrics to the upstream.
 func TestProxyMetricsListener(t *testing.T) {
@@ -237,6 +283,47 @@ func TestProxyMetricsListener(t *testing.T) {
 	assert.Contains(t, m, `slidelimit_decisions_total{decision="denied",reason="limited",rule="default"} 1`)
 	assert.Regexp(t, `(?m)^slidelimit_decision_duration_seconds_count\{rule="default"\} 3$`, m)
 	assert.Regexp(t, `(?m)^slidelimit_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`, m)
+}
+
+// Every documented counter, and each documented label value, is exported from the start, at 0.
+func TestMetricsExistBeforeTheirFirstEvent(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+	for _, want := range []string{
+		`slidelimit_exempt_total{why="path"} 0`,
+		`slidelimit_exempt_total{why="cidr"} 0`,
+		`slidelimit_config_reloads_total{result="ok"} 0`,
+		`slidelimit_config_reloads_total{result="error"} 0`,
+		`slidelimit_decisions_total{decision="allowed",reason="ok",rule="default"} 0`,
+		`slidelimit_decisions_total{decision="denied",reason="limited",rule="default"} 0`,
+		`slidelimit_decision_duration_seconds_count{rule="default"} 0`,
+		`slidelimit_limiter_errors_total 0`,
+		`slidelimit_connections_refused_total 0`,
+	} {
+		assert.Contains(t, m, want+"\n")
+	}
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3}\n"), 0o644))
+	r := startRLS(t, "-config", dir, "-metrics-listen", "127.0.0.1:0", "-reload-interval", "50ms")
+	m = do(t, c, "http://"+r.metrics+"/metrics", nil).body
+	for _, want := range []string{
+		`slidelimit_rls_config_reloads_total{result="error"} 0`,
+		`slidelimit_rls_config_reloads_total{result="ok"} 0`,
+		`slidelimit_rls_backend_errors_total 0`,
+	} {
+		assert.Contains(t, m, want+"\n")
+	}
+	// After a reload the real series takes over, once.
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 4}\n"), 0o644))
+	waitFor(t, func() bool { return strings.Contains(r.stderr(), "config reloaded") })
+	m = do(t, c, "http://"+r.metrics+"/metrics", nil).body
+	assert.Contains(t, m, `slidelimit_rls_config_reloads_total{result="ok"} 1`+"\n")
+	assert.Contains(t, m, `slidelimit_rls_config_reloads_total{result="error"} 0`+"\n")
+	assert.Equal(t, 1, strings.Count(m, `slidelimit_rls_config_reloads_total{result="ok"}`))
 }
 
 // A sampled access log in slog's format: rule, decision, status and the key hashed, never the
@@ -265,6 +352,28 @@ func TestProxyAccessLog(t *testing.T) {
 	assert.Regexp(t, `^sha256:[0-9a-f]{12}$`, lines[1]["key"])
 	assert.Equal(t, lines[0]["key"], lines[1]["key"])
 	assert.NotContains(t, p.stderr(), "198.51.100.77")
+}
+
+// go-redis's own lines (dial failures while Redis is down) go through the command's logger: JSON
+// with -log-format json, the password hidden.
+func TestProxyRedisClientLogIsJSON(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-redis", "redis://:s3cretpw@127.0.0.1:1/0", "-limit", "1", "-log-format", "json")
+	c := newClient(t, true)
+	// Each request dials Redis again (the failure mode decides it), until go-redis has logged.
+	waitFor(t, func() bool {
+		do(t, c, p.url("/"), nil)
+		return strings.Contains(p.stderr(), `"msg":"redis client: `)
+	})
+	for _, l := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		var m map[string]any
+		assert.NoError(t, json.Unmarshal([]byte(l), &m), "not JSON: %q", l)
+		if strings.HasPrefix(m["msg"].(string), "redis client: ") {
+			assert.Equal(t, "WARN", m["level"], l)
+			assert.Contains(t, m, "suppressed", l)
+		}
+	}
+	assert.NotContains(t, p.stderr(), "s3cretpw")
 }
 
 // Trusting every address is allowed but loud.

@@ -112,10 +112,10 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals with an RFC 9457 application/problem+json body")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://[:password@]host:port/db), shared by every proxy using it")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one Redis round trip per decision) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
-	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share)")
+	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share; with -redis-mode batched, its share of the fleet last heard from Redis)")
 	c.redisTimeout = redisstore.DefaultTimeout
 	fs.Var(durationFlag{d: &c.redisTimeout}, "redis-timeout", "the deadline of each Redis call, a `duration` in [1ms, 1m]")
-	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1); with -redis-mode batched, the size assumed until Redis first answers, the live count after that")
+	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1); with -redis-mode batched, also the fleet size a proxy assumes until Redis first answers (after that, the count last heard from Redis)")
 	fs.BoolVar(&c.shadow, "shadow", false, "decide, count and export metrics, but never refuse a request")
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
@@ -901,8 +901,9 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 }
 
 // offlineAs applies -on-redis-error to what the batched mode decides while Redis is away: local
-// (the default) keeps its decision, made with the limit divided by the live fleet; open admits;
-// closed refuses. While Redis answers, its decisions stand as they are.
+// (the default) keeps its decision, made with the limit divided by the fleet size last heard from
+// Redis (-fleet-size until Redis first answers); open admits; closed refuses. While Redis answers,
+// its decisions stand as they are.
 type offlineAs struct {
 	l    *batched.Limiter
 	mode slidelimit.FailureMode

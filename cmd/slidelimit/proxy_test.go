@@ -173,6 +173,20 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
+// A bare 0 is zero, as time.ParseDuration reads it and as the help of -config-poll and
+// -max-delay offers it; any other bare number still needs a unit.
+func TestParseDurationZero(t *testing.T) {
+	for _, in := range []string{"0", "+0", "-0"} {
+		d, err := parseDuration(in)
+		require.NoError(t, err, in)
+		assert.Zero(t, d, in)
+	}
+	for _, in := range []string{"5", "0.0", "00"} {
+		_, err := parseDuration(in)
+		assert.ErrorContains(t, err, "has no unit: add a unit, like "+in+"s", in)
+	}
+}
+
 // Each process's share of a limit while Redis is down rounds down, so that the fleet together
 // never admits more than the limit, and is at least 1.
 func TestFleetShare(t *testing.T) {
@@ -243,4 +257,41 @@ func TestParseConfigErrors(t *testing.T) {
 	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
 	assert.False(t, spec.rules[0].matches("POST", "/y"))
 	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
+}
+
+// A -config file with aliases (*name) and merge keys (<<) is the file written out without them.
+func TestParseConfigAliasesAndMerges(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	for in, want := range map[string]string{
+		// An alias for a list, a single value and a whole section.
+		"rules:\n  - name: a\n    rates: &r [5/1m]\n  - name: b\n    rates: *r\n":                                      "rules:\n  - name: a\n    rates: [5/1m]\n  - name: b\n    rates: [5/1m]\n",
+		"rules:\n  - name: a\n    rates: [&one 1/1s]\n    key: &k conn\n  - name: b\n    rates: [*one]\n    key: *k\n": "rules:\n  - name: a\n    rates: [1/1s]\n    key: conn\n  - name: b\n    rates: [1/1s]\n    key: conn\n",
+		"exempt: &e\n  paths: [/healthz]\n":                        "exempt:\n  paths: [/healthz]\n",
+		"exempt:\n  paths: &p [/healthz]\n  cidrs: [10.0.0.0/8]\n": "exempt:\n  paths: [/healthz]\n  cidrs: [10.0.0.0/8]\n",
+		// A merge key: a rule's own fields win over the merged ones, and in a list of maps the
+		// first that has a field gives it.
+		"rules:\n  - &base\n    name: a\n    rates: [5/1m]\n    policy: gcra\n    methods: [GET]\n  - <<: *base\n    name: b\n    methods: [POST]\n": "rules:\n  - name: a\n    rates: [5/1m]\n    policy: gcra\n    methods: [GET]\n  - name: b\n    rates: [5/1m]\n    policy: gcra\n    methods: [POST]\n",
+		"rules:\n  - &x {name: a, rates: [1/1s], key: conn}\n  - &y {name: c, rates: [2/1s], paths: [/y]}\n  - <<: [*x, *y]\n    name: b\n":          "rules:\n  - {name: a, rates: [1/1s], key: conn}\n  - {name: c, rates: [2/1s], paths: [/y]}\n  - {name: b, rates: [1/1s], key: conn, paths: [/y]}\n",
+		"rules:\n  - <<: {rates: [1/1s], <<: {key: conn}}\n    name: a\n":                                                                            "rules:\n  - {name: a, rates: [1/1s], key: conn}\n",
+	} {
+		got, err := parseConfig([]byte(in), def)
+		require.NoError(t, err, "%q", in)
+		plain, err := parseConfig([]byte(want), def)
+		require.NoError(t, err, "%q", want)
+		assert.Equal(t, plain, got, "%q", in)
+	}
+	// What is wrong behind an alias or a merge key is named as it would be without them.
+	for in, want := range map[string]string{
+		"x: &r 5/1m\n": `line 1: the file: unknown field "x"`,
+		"rules:\n  - name: a\n    rates: &r 5/1m\n  - name: b\n    rates: *r\n":  "line 3: rules[0] (a): rates: want a list",
+		"rules:\n  - &b {rates: [1/1s], colour: red}\n  - <<: *b\n    name: c\n": `line 2: rules[0]: unknown field "colour"`,
+		"base: &b {colour: red}\n":                                             `unknown field "base"`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    <<: {colour: red}\n":      `line 4: rules[0] (a): unknown field "colour"`,
+		"rules:\n  - name: a\n    rates: &r [1/1s]\n  - <<: *r\n    name: b\n": "line 4: rules[1] (b): <<: want a map, or a list of maps, to merge",
+		"rules:\n  - &a {name: a, rates: [1/1s], <<: *a}\n":                    "line 2: rules[0] (a): <<: merges a map into itself",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    \"<<\": {key: conn}\n":    `line 4: rules[0] (a): unknown field "<<"`,
+	} {
+		_, err := parseConfig([]byte(in), def)
+		assert.ErrorContains(t, err, want, "%q", in)
+	}
 }

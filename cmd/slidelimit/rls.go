@@ -10,15 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/policy"
@@ -45,7 +39,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8081", "gRPC address to serve envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1 on (port 0 picks a free one)")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://host:port/db), so that every replica shares each limit; default: in process")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one round trip per descriptor) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
-	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse); with -redis-mode batched also local (the limit divided by the live fleet)")
+	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse); with -redis-mode batched also local (the limit divided by the fleet size last heard from Redis; a replica started while Redis is away counts itself alone)")
 	// The durations are read as the proxy reads them (a day unit, "add a unit" for a bare number).
 	dur := func(d *time.Duration, name string, def time.Duration, usage string) {
 		*d = def
@@ -166,7 +160,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			return fmt.Errorf("-metrics-listen %q: %v", c.metricsListen, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(zeroSeries{srv.Registry()}, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", srv.MetricsHandler())
 		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger}
 		go func() { msErr <- ms.Serve(mln) }()
 		logger.Printf("metrics on http://%s/metrics", mln.Addr())
@@ -209,58 +203,4 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		logger.Printf("stopped")
 	}
 	return runErr
-}
-
-// rlsReloadsMetric is the rls package's reload counter, which it creates per result only at the
-// first reload of that result.
-const (
-	rlsReloadsMetric = "slidelimit_rls_config_reloads_total"
-	rlsReloadsHelp   = "Config changes seen by the watcher, by result (ok, error)."
-)
-
-// zeroSeries serves the rls server's registry with slidelimit_rls_config_reloads_total{result}
-// at 0 for each result not yet counted, so that the documented series exist from the start, as
-// the proxy's do. Series the registry has are left as they are.
-type zeroSeries struct{ g prometheus.Gatherer }
-
-func (z zeroSeries) Gather() ([]*dto.MetricFamily, error) {
-	mfs, err := z.g.Gather()
-	var fam *dto.MetricFamily
-	for _, mf := range mfs {
-		if mf.GetName() == rlsReloadsMetric {
-			fam = mf
-		}
-	}
-	if fam == nil {
-		fam = &dto.MetricFamily{Name: proto.String(rlsReloadsMetric), Help: proto.String(rlsReloadsHelp), Type: dto.MetricType_COUNTER.Enum()}
-		mfs = append(mfs, fam)
-	}
-	for _, result := range []string{"error", "ok"} {
-		seen := false
-		for _, m := range fam.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "result" && l.GetValue() == result {
-					seen = true
-				}
-			}
-		}
-		if !seen {
-			fam.Metric = append(fam.Metric, &dto.Metric{
-				Label:   []*dto.LabelPair{{Name: proto.String("result"), Value: proto.String(result)}},
-				Counter: &dto.Counter{Value: proto.Float64(0)},
-			})
-		}
-	}
-	sort.Slice(fam.Metric, func(i, j int) bool { return resultOf(fam.Metric[i]) < resultOf(fam.Metric[j]) })
-	sort.Slice(mfs, func(i, j int) bool { return mfs[i].GetName() < mfs[j].GetName() })
-	return mfs, err
-}
-
-func resultOf(m *dto.Metric) string {
-	for _, l := range m.Label {
-		if l.GetName() == "result" {
-			return l.GetValue()
-		}
-	}
-	return ""
 }

@@ -16,6 +16,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -228,4 +229,20 @@ func TestRLSBatchedSharedLimit(t *testing.T) {
 	}
 	require.Equal(t, 5, ok, "the fleet admits the limit, no more")
 	require.Contains(t, a.stderr(), "deciding on Redis redis://"+addr+"/0 (batched)")
+}
+
+// The same in "slidelimit rls", through its log.Logger.
+func TestRLSRedisClientLogForwarded(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3}\n"), 0o644))
+	p := startRLS(t, "-config", file, "-redis", "redis://:s3cretpw@127.0.0.1:1/0", "-reload-interval", "0")
+	c, _ := rlsClient(t, p.addr)
+	waitFor(t, func() bool {
+		rlsCall(t, c, "edge", "remote_address", "203.0.113.5")
+		return strings.Contains(p.stderr(), "warning: redis client: ")
+	})
+	for _, l := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		assert.True(t, strings.HasPrefix(l, "slidelimit rls: "), "a line not from the command's logger: %q", l)
+	}
+	assert.NotContains(t, p.stderr(), "s3cretpw")
 }
