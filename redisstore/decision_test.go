@@ -16,7 +16,8 @@ import (
 
 // TestLoweredLimitQuery: under a per-call limit lowered below the key's count, a query (n = 0)
 // is refused until the window ends, as the engine refuses it, and no Remaining is negative, for
-// the fixed window (compared with the engine) and the sliding log (a redisstore extension).
+// the fixed window (compared with the engine) and the sliding log (a redisstore extension); the
+// sliding counter admits it, as the engine does.
 func TestLoweredLimitQuery(t *testing.T) {
 	ctx := context.Background()
 	const start = 1_700_000_000_000
@@ -40,6 +41,21 @@ func TestLoweredLimitQuery(t *testing.T) {
 			}
 		}
 	}
+	// The sliding counter admits a query always, under a lowered limit too, as the engine does.
+	sc := policy.SlidingCounter{Limit: 4, Window: time.Second}
+	clk := clock.NewManual(start)
+	eng, err := engine.New(sc, engine.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	lc := mustNew(t, "loweredsc", sc, WithClock(clk))
+	eng.Take("k", 3)
+	must(lc.Take(ctx, "k", 3))
+	want, got := eng.TakeWithLimit("k", 0, 2), must(lc.TakeWithLimit(ctx, "k", 0, 2))
+	if !got.Allowed || !sameDecision(got, want) || got.Remaining != 0 {
+		t.Fatalf("sliding counter TakeWithLimit(0, limit 2) after 3:\n redis  %+v\n engine %+v\nwant admitted with Remaining 0", got, want)
+	}
 	l := mustNew(t, "loweredlog", policy.SlidingLog{Limit: 4, Window: time.Second}, WithClock(clock.NewManual(start)))
 	must(l.Take(ctx, "k", 3))
 	for _, n := range []int64{0, 1} {
@@ -57,19 +73,55 @@ func must(d engine.Decision, err error) engine.Decision {
 }
 
 // TestErrClosedIsTheRoot: after Close every call returns the root package's ErrClosed, the one
-// ReasonClosed.Err() names, whatever its arguments.
+// ReasonClosed.Err() names, whatever its arguments, with the limit the call gave (the policy's
+// for none, or for an invalid one).
 func TestErrClosedIsTheRoot(t *testing.T) {
 	l := mustNew(t, "closed", policy.FixedWindow{Limit: 4, Window: time.Second})
 	_ = l.Close()
 	ctx := context.Background()
-	for _, call := range []func() (engine.Decision, error){
-		func() (engine.Decision, error) { return l.Take(ctx, "k", 1) },
-		func() (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", 1, 2) },
-		func() (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", 1, 0) },
+	for i, tc := range []struct {
+		call  func() (engine.Decision, error)
+		limit int64 // the per-key limit the call gave, or the policy's for none or an invalid one
+	}{
+		{func() (engine.Decision, error) { return l.Take(ctx, "k", 1) }, 4},
+		{func() (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", 1, 2) }, 2},
+		{func() (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", -1, 3) }, 3},
+		{func() (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", 1, 0) }, 4},
 	} {
-		d, err := call()
+		d, err := tc.call()
 		if !errors.Is(err, slidelimit.ErrClosed) || !errors.Is(err, ErrClosed) || d.Reason != slidelimit.ReasonClosed || d.Reason.Err() != err {
-			t.Fatalf("after Close: %+v %v, want ReasonClosed with slidelimit.ErrClosed", d, err)
+			t.Fatalf("call %d after Close: %+v %v, want ReasonClosed with slidelimit.ErrClosed", i, d, err)
+		}
+		if d.Limit != tc.limit {
+			t.Fatalf("call %d after Close: Limit %d, want %d", i, d.Limit, tc.limit)
+		}
+	}
+}
+
+// TestTakeWithLimitEarlyRefusalsReportTheLimit: a refusal made before the policy runs (a
+// negative cost) reports the per-key limit the call gave, as the engine's does; an invalid limit
+// reports the policy's.
+func TestTakeWithLimitEarlyRefusalsReportTheLimit(t *testing.T) {
+	ctx := context.Background()
+	p := policy.FixedWindow{Limit: 10, Window: time.Second}
+	eng, err := engine.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	l := mustNew(t, "early", p)
+	for _, tc := range []struct {
+		n, limit, want int64
+		reason         slidelimit.Reason
+	}{
+		{-1, 3, 3, slidelimit.ReasonNegativeCost},
+		{1, 0, 10, slidelimit.ReasonInvalidLimit},
+		{1, policy.MaxLimit + 1, 10, slidelimit.ReasonInvalidLimit},
+	} {
+		d := must(l.TakeWithLimit(ctx, "k", tc.n, tc.limit))
+		e := eng.TakeWithLimit("k", tc.n, tc.limit)
+		if d.Allowed || d.Reason != tc.reason || d.Limit != tc.want || e.Limit != tc.want {
+			t.Fatalf("TakeWithLimit(%d, limit %d) = %+v (engine %+v), want %v with Limit %d", tc.n, tc.limit, d, e, tc.reason, tc.want)
 		}
 	}
 }
@@ -144,12 +196,17 @@ func TestDoneCtxComesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	for range 2 {
-		_, err := local.Take(cancelled, "k", 1)
+	// Cost 1 is what the fallback's Peek would admit, cost 5 is above the limit: neither may be
+	// admitted, since nothing is counted for them.
+	for _, n := range []int64{1, 1, 5} {
+		d, err := local.Take(cancelled, "k", n)
 		isCallers("FailLocal", err)
+		if d.Allowed || d.Reason != slidelimit.ReasonLimited || d.Counted != 0 || d.Limit != 1 || d.Remaining != 1 {
+			t.Fatalf("FailLocal, ctx done, Take(%d) = %+v, want a refusal (ReasonLimited, Limit 1, Remaining 1 from the fallback's Peek)", n, d)
+		}
 	}
-	if d := fb.Peek("k"); !d.Allowed {
-		t.Fatalf("cancelled calls counted in the fallback: Peek = %+v", d)
+	if d := fb.Take("k", 1); !d.Allowed {
+		t.Fatalf("cancelled calls counted in the fallback: its first unit is refused: %+v", d)
 	}
 }
 

@@ -138,8 +138,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
 // failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
 // context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
-// circuit breaker does not count it. Under FailLocal that Decision is the fallback's Peek, so
-// nothing is counted there for a request nobody waits for. A ctx already done on entry costs no
+// circuit breaker does not count it. Under FailLocal that Decision is a refusal (ReasonLimited,
+// with the call's limit and the fallback's Remaining and ResetAt from its Peek), and nothing is
+// counted in the fallback for a request nobody waits for. A ctx already done on entry costs no
 // round trip and is returned so even while the breaker is open or the deny cache knows the key.
 //
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
@@ -157,8 +158,13 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 // The limit is not stored with the key: pass the same one on every call for that key. A changed
 // limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take
 // the difference straight away; lowered below what it has taken, it is refused until its counts
-// decay under the new limit (n = 0 included, with Remaining 0, as in the engine). The deny cache does not answer these calls (its replay knows only
-// the policy's limit), so each costs a round trip. Safe for concurrent use, as Take.
+// decay under the new limit; for the fixed window and the sliding log n = 0 is refused too (with
+// Remaining 0, as in the engine's fixed window), while the sliding counter admits n = 0 always.
+// Every Decision for a valid limit reports limit as its Limit, refusals made before the policy
+// runs (a negative cost, Close) included; an invalid limit's (ReasonInvalidLimit) reports the
+// policy's. The deny cache does not answer these calls (its replay knows only the policy's
+// limit), so each costs a round trip. Safe for concurrent use, as Take: concurrent calls for one
+// key are made atomic by Redis, whatever limit each gives.
 func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
 	maxLimit := int64(policy.MaxLimit)
 	switch l.algo.kind {
@@ -181,19 +187,22 @@ func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64)
 // take is Take, and TakeWithLimit when perCall > 0.
 func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engine.Decision, error) {
 	l.calls.Inc()
-	if l.closed.Load() {
-		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonClosed}, ErrClosed
-	}
-	if n < 0 {
-		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonNegativeCost}, nil
-	}
-	if l.algo.kind == kindGCRA && n > l.algo.limit {
-		// GCRA refuses a cost above its burst before any lookup (docs/policies.md).
-		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
-	}
+	// The limit this call is held to, first: even a refusal made before the policy runs reports
+	// the per-key limit the call gave, as the root package's Decision.Limit promises.
 	lim := l.algo.limit
 	if perCall > 0 {
 		lim = perCall
+	}
+	if l.closed.Load() {
+		return engine.Decision{Limit: lim, Reason: engine.ReasonClosed}, ErrClosed
+	}
+	if n < 0 {
+		return engine.Decision{Limit: lim, Reason: engine.ReasonNegativeCost}, nil
+	}
+	if l.algo.kind == kindGCRA && n > l.algo.limit {
+		// GCRA refuses a cost above its burst before any lookup (docs/policies.md). It takes no
+		// per-key limits, so lim is its burst here.
+		return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}, nil
 	}
 	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
 	cost := min(n, lim+1)
@@ -424,9 +433,11 @@ func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 func (l *Limiter) fail(key string, n, lim int64, wait time.Duration, err error) (engine.Decision, error) {
 	if l.cfg.onFailure == FailFallback {
 		if callerErr(err) {
-			// The caller has given up: nothing is to be admitted, so nothing is counted in the
-			// fallback either.
-			return l.cfg.fallback.Peek(key), err
+			// The caller has given up: nothing is counted in the fallback for a request nobody
+			// waits for, and since an admitted request must have been counted, the answer is a
+			// refusal. The fallback's Peek says how much the key has left and when it renews.
+			pk := l.cfg.fallback.Peek(key)
+			return engine.Decision{Limit: lim, Remaining: pk.Remaining, ResetAt: pk.ResetAt, Reason: engine.ReasonLimited}, err
 		}
 		return l.cfg.fallback.Take(key, n), err
 	}

@@ -65,6 +65,9 @@ func multiLua(algos []*algo) string {
 type Multi struct {
 	ls     []*Limiter
 	script *script
+	// minLimit is the smallest of the limiters' limits: no All admits a cost above it, so the
+	// failure choice refuses such a cost whichever limiter's limit it exceeds.
+	minLimit int64
 }
 
 // All returns a Multi over ls: at least one, at most 16, all on the same client (one script sees
@@ -96,14 +99,23 @@ func All(ls ...*Limiter) (*Multi, error) {
 		seen[id] = i
 		algos[i] = &l.algo
 	}
-	return &Multi{ls: append([]*Limiter(nil), ls...), script: newScript(multiLua(algos))}, nil
+	minLimit := ls[0].algo.limit
+	for _, l := range ls[1:] {
+		minLimit = min(minLimit, l.algo.limit)
+	}
+	return &Multi{ls: append([]*Limiter(nil), ls...), script: newScript(multiLua(algos)), minLimit: minLimit}, nil
 }
 
 // Take decides n units for key against every limiter, all or nothing. Admitted, it returns the
 // decision of the limiter with the least Remaining (the tightest); refused, the decision of the
 // first limiter, in order, that refuses, and nothing was counted anywhere. When Redis does not
 // decide, it returns the first limiter's failure choice with an error wrapping ErrUnavailable,
-// as Take does. Safe for concurrent use.
+// as Take does. Under FailOpen and FailClosed a cost above the smallest of the limiters' limits
+// is then refused with ReasonCostAboveLimit and that limit, since the limiters together can never
+// admit it, and FailOpen's admissions report that limit too. A ctx done on entry is returned as
+// ctx's error, as Take returns it, before the deny cache or the breaker is consulted. Safe for
+// concurrent use; concurrent calls for one key are made atomic by Redis, which runs one script
+// at a time.
 func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
 	l0 := m.ls[0]
 	for _, l := range m.ls {
@@ -123,7 +135,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	local := l0.clk.Now()
 	// The offset is 0 under client time.
 	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
-		return l0.fail(key, n, l0.algo.limit, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
+		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
 	}
 	sub := shortSubject(key)
 	// A refusal known here decides only for the first limiter: a later one's would leave open
@@ -131,6 +143,11 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	// never admissions).
 	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
 		return gcraOverBurst(l0), nil
+	}
+	if err := ctx.Err(); err != nil {
+		// Where Take looks: before the deny cache and the breaker, so that a caller that has
+		// given up gets its own error, whatever either would have said.
+		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
 	}
 	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
 		if e, ok := l0.deny.get(sub, local); ok {
@@ -157,7 +174,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		err = m.check(res)
 	}
 	if err != nil {
-		return l0.fail(key, n, l0.algo.limit, wait, err)
+		return l0.fail(key, n, m.minLimit, wait, err)
 	}
 	if l0.cfg.serverTime {
 		at := res[4] // the first limiter's "now", or the refusal's

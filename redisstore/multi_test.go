@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
@@ -182,5 +184,95 @@ func TestAllOnCluster(t *testing.T) {
 				t.Fatalf("%s take %d: %+v", key, i, d)
 			}
 		}
+	}
+}
+
+// TestAllDoneCtxComesFirst: as for Take, a ctx done on entry is returned as ctx's error even
+// where the first limiter's deny cache knows the key or its breaker is open.
+func TestAllDoneCtxComesFirst(t *testing.T) {
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	isCallers := func(what string, d engine.Decision, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("%s: %+v, err = %v, want context.Canceled and not ErrUnavailable", what, d, err)
+		}
+	}
+	p := policy.SlidingCounter{Limit: 1, Window: time.Minute}
+
+	client := newClient(t, testAddr)
+	a, err := New(client, "a", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(client, "b", policy.FixedWindow{Limit: 5, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := All(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(m.Take(ctx, "k", 1))
+	if d := must(m.Take(ctx, "k", 1)); d.Allowed || statsOf(a).DenyCacheKeys != 1 {
+		t.Fatalf("second unit: %+v, deny cache %d keys; want refused and remembered", d, statsOf(a).DenyCacheKeys)
+	}
+	d, err := m.Take(cancelled, "k", 1)
+	isCallers("deny cache hit", d, err)
+
+	dead := deadClient(t)
+	oa, err := New(dead, "oa", p, WithBreaker(1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oa.Close()
+	ob, err := New(dead, "ob", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	om, err := All(oa, ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := om.Take(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("dead server: err = %v", err)
+	}
+	if !statsOf(oa).BreakerOpen {
+		t.Fatal("the breaker did not open")
+	}
+	d, err = om.Take(cancelled, "k", 1)
+	isCallers("breaker open", d, err)
+}
+
+// TestAllFailureRefusesCostAboveSmallestLimit: when Redis does not decide, FailOpen and
+// FailClosed refuse a cost above any limiter's limit, not only the first's, with that limit.
+func TestAllFailureRefusesCostAboveSmallestLimit(t *testing.T) {
+	c := deadClient(t)
+	for _, mode := range []OnFailure{FailOpen, FailClosed} {
+		first, err := New(c, "wide", policy.SlidingCounter{Limit: 10, Window: time.Second}, WithOnFailure(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := New(c, "narrow", policy.TokenBucket{Rate: 3, Burst: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := All(first, second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := m.Take(context.Background(), "k", 5)
+		if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit || d.Limit != 3 {
+			t.Fatalf("%v: Take(5) with limits 10 and 3 = %+v %v, want ReasonCostAboveLimit, Limit 3, with ErrUnavailable", mode, d, err)
+		}
+		if d, _ := m.Take(context.Background(), "k", 3); d.Allowed != (mode == FailOpen) {
+			t.Fatalf("%v: Take(3) = %+v", mode, d)
+		}
+		_ = first.Close()
+		_ = second.Close()
 	}
 }

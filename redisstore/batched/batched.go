@@ -478,8 +478,9 @@ func callerGaveUp(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-// decideOffline decides n units for e alone, with the limit divided by the live fleet size, and
-// records what it admitted so that the units are charged to Redis when it returns.
+// decideOffline decides n units for e alone, with the limit divided by the fleet size last heard
+// from Redis (WithInitialFleetSize's until Redis first answers), and records what it admitted so
+// that the units are charged to Redis when it returns.
 func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
 	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
@@ -507,8 +508,8 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	return d, ErrOffline
 }
 
-// share is each process's limit while Redis is away: the limit divided by the live fleet size,
-// at least 1.
+// share is each process's limit while Redis is away: the limit divided by the fleet size last
+// heard from Redis (WithInitialFleetSize's until Redis first answers), at least 1.
 func (l *Limiter) share() int64 { return max(l.limit/max(l.fleet.Load(), 1), 1) }
 
 // maxChunk is the largest lease: WithMaxChunk's, or the limit divided by four times the fleet.

@@ -135,9 +135,16 @@ func WithOnError(f func(error)) Option {
 // answered (default 1): while Redis is unreachable it decides alone with the limit divided by N,
 // and a process that starts (or restarts) during an outage has never heard N from Redis. Give
 // the largest number of processes that may run at once: with the default, each process started
-// during an outage may admit the whole limit on its own. Once a heartbeat answers, the live count
-// replaces it (the larger of the two for that first heartbeat, while the membership still lacks
-// the processes that have not had one since the outage). n must be in [1, 2^20].
+// during an outage may admit the whole limit on its own. When Redis answers at New, the live
+// count replaces N at once. A process that is offline when a heartbeat first answers again (it
+// started during the outage, or lost Redis later) keeps the larger of the live count and the size
+// it held (N, or the last count) for that heartbeat, since the membership still lacks the
+// processes that have not had one since the outage; the live count replaces it from the next
+// heartbeat, one sync interval later, once the process has charged Redis what it admitted alone
+// (until that succeeds, it stays offline and keeps the larger). A process that had heard from
+// Redis before and finds it came back without its data keeps the larger for every heartbeat of
+// the quiet period that follows (the membership's liveness: five sync intervals, at least a
+// second, plus twice the timeout). n must be in [1, 2^20].
 func WithInitialFleetSize(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<20 {
