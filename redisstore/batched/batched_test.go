@@ -17,7 +17,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
@@ -87,16 +86,8 @@ func TestNewRejects(t *testing.T) {
 // admitted is this process's own lease, so the decisions are the engine's, field by field,
 // across windows, with the unused lease given back at each window's end.
 func TestOneProcessIsExact(t *testing.T) {
-	c := newClient(t, testAddr)
-	flushAll(t, c)
 	p := policy.SlidingCounter{Limit: 40, Window: time.Second}
-	clk := clock.NewManual(t0)
-	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	l := newLimiter(t, c, clk, p)
+	l, ref, clk := againstEngine(t, p)
 	r := rand.New(rand.NewPCG(1, 2))
 	ctx := context.Background()
 	var admitted, refused int

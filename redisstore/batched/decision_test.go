@@ -145,16 +145,8 @@ func TestCountedIsTheCost(t *testing.T) {
 // its shorter wait to a larger one: each gets the engine's RetryAfter, and a retry at that time
 // is admitted.
 func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
-	c := newClient(t, testAddr)
-	flushAll(t, c)
 	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
-	clk := clock.NewManual(t0)
-	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	l := newLimiter(t, c, clk, p)
+	l, ref, clk := againstEngine(t, p)
 	ctx := context.Background()
 	take := func(n int64) slidelimit.Decision {
 		t.Helper()
@@ -184,16 +176,8 @@ func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
 // TestCostAboveLimitFields: a cost above the limit is refused with the key's window and
 // remaining units, as the engine answers it.
 func TestCostAboveLimitFields(t *testing.T) {
-	c := newClient(t, testAddr)
-	flushAll(t, c)
 	p := policy.SlidingCounter{Limit: 5, Window: time.Second}
-	clk := clock.NewManual(t0)
-	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	l := newLimiter(t, c, clk, p)
+	l, ref, _ := againstEngine(t, p)
 	ctx := context.Background()
 	for _, n := range []int64{6, 1, 6} {
 		want := ref.Take("k", n)
@@ -202,4 +186,19 @@ func TestCostAboveLimitFields(t *testing.T) {
 			t.Fatalf("Take(%d) = %+v %v, engine %+v", n, got, err, want)
 		}
 	}
+}
+
+// againstEngine returns a limiter for p on the flushed test server, and the engine deciding p on
+// the same manual clock, for tests that compare the two decision by decision.
+func againstEngine(t *testing.T, p policy.SlidingCounter) (*Limiter, *engine.Limiter, *clock.Clock) {
+	t.Helper()
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	ref, err := engine.New(p, engine.WithClock(clk), engine.WithEviction(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	return newLimiter(t, c, clk, p), ref, clk
 }
