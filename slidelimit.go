@@ -33,8 +33,7 @@ import (
 // refuses it: the dual bucket (policy.DualBucket) spends one request on every call, so that cost
 // 0 is refused once the request bucket is empty, and the fixed window (and, in redisstore, the
 // sliding log) refuses it for a key already past a per-key limit lowered below its count
-// (TakeWithLimit). A negative n
-// is refused with ReasonNegativeCost.
+// (TakeWithLimit). A negative n is refused with ReasonNegativeCost.
 //
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
 // slow, the caller's ctx ended, or the limiter is closed). The Decision returned with the error

@@ -12,8 +12,9 @@ import (
 // as l.Take does, ignoring ctx (an in-process decision never waits, so even a ctx already done is
 // decided and counted). Its error is nil, except once l is closed: then every call returns
 // ErrClosed, with the Decision (ReasonClosed), whatever its cost. It also reports l's policy
-// (Policy), from which httplimit derives its RateLimit-Policy field. The adapter holds only l: converting it allocates nothing, and it is
-// safe for concurrent use, as l is. A nil l gives a nil Limiter.
+// (Policy), from which httplimit derives its RateLimit-Policy field. The adapter holds only l:
+// converting it allocates nothing, and it is safe for concurrent use, as l is. A nil l gives a nil
+// Limiter.
 func (l *Limiter) AsLimiter() slidelimit.Limiter {
 	if l == nil {
 		return nil

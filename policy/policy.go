@@ -1,14 +1,14 @@
 // Package policy names the rate-limiting policies slidelimit offers, as plain configuration
 // values that package engine (in process) and redisstore (on Redis) run.
 //
-// A policy decides, per key, whether a request of n units is admitted at a given time. The
-// primary policy, SlidingCounter, holds each key to about Limit units per Window: it keeps the
-// units admitted in the current epoch-aligned window and in the one before, and admits n more
-// when floor(previous × overlap) + current + n is at most Limit, where overlap is the share of the
+// A policy decides, per key, whether a request of n units is admitted at a given time. The primary
+// policy, SlidingCounter, holds each key to about Limit units per Window: it keeps the units
+// admitted in the current epoch-aligned window and in the one before, and admits n more when
+// floor(previous × overlap) + current + n is at most Limit, where overlap is the share of the
 // previous window the trailing window still covers. That is an estimate, as if the previous
 // window's units had been spread evenly over it: at most Limit units are admitted within any one
-// epoch-aligned window, but a trailing window that straddles two of them may hold more (up to
-// about twice Limit, when a whole Limit came at the end of the previous window). SlidingLog keeps every
+// epoch-aligned window, but a trailing window that straddles two of them may hold more (up to about
+// twice Limit, when a whole Limit came at the end of the previous window). SlidingLog keeps every
 // admission's time and is exact over every interval; FixedWindow counts per window; TokenBucket,
 // GCRA and LeakyBucket meter a rate with a burst (or a capacity); DualBucket limits requests and
 // tokens per minute together. docs/policies.md gives every rule exactly.

@@ -6,12 +6,12 @@ import (
 
 // SlidingCounter is the sliding window counter, the primary policy: each key may take about Limit
 // units per trailing window of length Window (an estimate: at most Limit within one aligned
-// window, and up to about twice Limit in a trailing window across two; see the package doc). Per key it keeps the units taken in
-// the current window and in the one before; the latter count is weighted by the share of the
-// previous window that the trailing window still covers, and a request of n units is admitted
-// when floor(previous × share) + current + n <= Limit. Windows are aligned to the Unix epoch, so
-// every process (and Redis) agrees on where they start. docs/policies.md gives the rule exactly,
-// with how Remaining and RetryAfter are derived.
+// window, and up to about twice Limit in a trailing window across two; see the package doc). Per
+// key it keeps the units taken in the current window and in the one before; the latter count is
+// weighted by the share of the previous window that the trailing window still covers, and a
+// request of n units is admitted when floor(previous × share) + current + n <= Limit. Windows
+// are aligned to the Unix epoch, so every process (and Redis) agrees on where they start.
+// docs/policies.md gives the rule exactly, with how Remaining and RetryAfter are derived.
 //
 // It costs one 64-bit word per key in the engine (two for limits of 2^21 and above) and is the
 // right default: SlidingLog when the

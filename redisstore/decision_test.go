@@ -231,3 +231,25 @@ func TestFailureRefusesCostAboveLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestDoneCtxRemainingWithinTheCallsLimit: the refusal a done ctx gets under FailLocal reports
+// the fallback's Remaining, but never more than the limit the call gave.
+func TestDoneCtxRemainingWithinTheCallsLimit(t *testing.T) {
+	p := policy.FixedWindow{Limit: 10, Window: time.Minute}
+	fb, err := engine.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	l, err := New(deadClient(t), "clamp", p, WithFallback(fb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, err := l.TakeWithLimit(cancelled, "k", 1, 3)
+	if !errors.Is(err, context.Canceled) || d.Allowed || d.Limit != 3 || d.Remaining != 3 {
+		t.Fatalf("TakeWithLimit(cancelled, 1, 3) = %+v, %v; want a refusal with Limit 3 and Remaining 3 (the fallback's 10, capped)", d, err)
+	}
+}

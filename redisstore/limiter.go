@@ -139,9 +139,10 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
 // context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
 // circuit breaker does not count it. Under FailLocal that Decision is a refusal (ReasonLimited,
-// with the call's limit and the fallback's Remaining and ResetAt from its Peek), and nothing is
-// counted in the fallback for a request nobody waits for. A ctx already done on entry costs no
-// round trip and is returned so even while the breaker is open or the deny cache knows the key.
+// with the call's limit, and the fallback's Remaining, at most that limit, and ResetAt from its
+// Peek), and nothing is counted in the fallback for a request nobody waits for. A ctx already
+// done on entry costs no round trip and is returned so even while the breaker is open or the
+// deny cache knows the key.
 //
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.
@@ -156,15 +157,16 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 // or a limit out of range, the request is refused with ReasonInvalidLimit and consumes nothing.
 //
 // The limit is not stored with the key: pass the same one on every call for that key. A changed
-// limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take
-// the difference straight away; lowered below what it has taken, it is refused until its counts
-// decay under the new limit; for the fixed window and the sliding log n = 0 is refused too (with
+// limit applies at once, mid-window, as in the engine's TakeWithLimit: raised, the key may take the
+// difference straight away; lowered below what it has taken, it is refused until its counts decay
+// under the new limit; for the fixed window and the sliding log n = 0 is refused too (with
 // Remaining 0, as in the engine's fixed window), while the sliding counter admits n = 0 always.
-// Every Decision for a valid limit reports limit as its Limit, refusals made before the policy
-// runs (a negative cost, Close) included; an invalid limit's (ReasonInvalidLimit) reports the
-// policy's. The deny cache does not answer these calls (its replay knows only the policy's
-// limit), so each costs a round trip. Safe for concurrent use, as Take: concurrent calls for one
-// key are made atomic by Redis, whatever limit each gives.
+// Every Decision for a valid limit reports limit as its Limit, refusals made before the policy runs
+// (a negative cost, Close) included; an invalid limit's (ReasonInvalidLimit) reports the policy's.
+// The exception is FailLocal while Redis fails: the fallback then decides with its own limit (the
+// per-key limit is not applied) and reports it. The deny cache does not answer these calls (its
+// replay knows only the policy's limit), so each costs a round trip. Safe for concurrent use, as
+// Take: concurrent calls for one key are made atomic by Redis, whatever limit each gives.
 func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
 	maxLimit := int64(policy.MaxLimit)
 	switch l.algo.kind {
@@ -437,7 +439,7 @@ func (l *Limiter) fail(key string, n, lim int64, wait time.Duration, err error) 
 			// waits for, and since an admitted request must have been counted, the answer is a
 			// refusal. The fallback's Peek says how much the key has left and when it renews.
 			pk := l.cfg.fallback.Peek(key)
-			return engine.Decision{Limit: lim, Remaining: pk.Remaining, ResetAt: pk.ResetAt, Reason: engine.ReasonLimited}, err
+			return engine.Decision{Limit: lim, Remaining: min(pk.Remaining, lim), ResetAt: pk.ResetAt, Reason: engine.ReasonLimited}, err
 		}
 		return l.cfg.fallback.Take(key, n), err
 	}

@@ -53,20 +53,20 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 // Register adds the rate limit service and the standard gRPC health service (grpc.health.v1,
 // for "" and for envoy.service.ratelimit.v3.RateLimitService) to g. Call it before g serves, as
 // gRPC requires; one Server may be registered on several gRPC servers. The health status is the
-// Server's, the same on each of them: SERVING from NewServer, NOT_SERVING while a Serve call shuts
-// down (until the next Serve begins), and NOT_SERVING for good after Close.
+// Server's, the same on each of them: SERVING from NewServer, NOT_SERVING once a Serve call shuts
+// down or its listener fails (until the next Serve begins), and NOT_SERVING for good after Close.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
 // Serve serves the rate limit and health services on lis until ctx ends, then shuts down
-// gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the
-// replica), the listener closes, and calls in progress have up to grace (default 10s) to finish
-// before their connections are cut (a grace of 0 or less means 10s). It returns nil after a shutdown that ctx asked for, the
-// listener's error otherwise, and an error for a nil lis. It does not Close s: a later Serve (on a
-// new listener) turns health SERVING again. It is safe to call from several goroutines at once,
-// on different listeners; they share the health status (see Register).
+// gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the replica),
+// the listener closes, and calls in progress have up to grace (default 10s) to finish before their
+// connections are cut (a grace of 0 or less means 10s). It returns nil after a shutdown that ctx
+// asked for, the listener's error otherwise, and an error for a nil lis. It does not Close s: a
+// later Serve (on a new listener) turns health SERVING again. It is safe to call from several
+// goroutines at once, on different listeners; they share the health status (see Register).
 func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace time.Duration, opts ...grpc.ServerOption) error {
 	if lis == nil {
 		return errors.New("rls: Serve: nil listener")

@@ -106,6 +106,13 @@ func TestHealthFollowsServe(t *testing.T) {
 	serveOnce(healthpb.HealthCheckResponse_SERVING)
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Serve shut down")
 	serveOnce(healthpb.HealthCheckResponse_SERVING) // a second Serve serves again
+	// A Serve whose listener fails returns its error and leaves health NOT_SERVING.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, lis.Close())
+	require.Error(t, srv.Serve(context.Background(), lis, rls.Keepalive{}, time.Second))
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Serve's listener failed")
+	serveOnce(healthpb.HealthCheckResponse_SERVING)
 	require.NoError(t, srv.Close())
 	serveOnce(healthpb.HealthCheckResponse_NOT_SERVING)
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(), "after Close")

@@ -302,34 +302,43 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// mapped is a mapping checked as where's, for mapping's done.
+// mapped is a mapping checked against one set of known fields, for mapping's done. A mapping's
+// fields depend only on those (an error anywhere ends the whole check), so a map merged by every
+// rule of a file is read once, not once per rule.
 type mapped struct {
 	n     *yaml.Node
-	where string
+	known *string
 }
 
 // mapping returns n's fields by name, refusing a field not in known (naming the line, where and
 // the field) and a node that is not a mapping. The fields of a merge key's mappings (<<: *base,
 // or <<: [*a, *b]) are n's too, as yaml decodes them: n's own fields win, then the first mapping
-// that has the field. done holds the mappings already read, so that each is read once however
-// often it is merged, and one that merges itself is refused.
+// that has the field. done holds the mappings already read, with the known fields they were read
+// against, so that each is read once however often it is merged, and one that merges itself is
+// refused.
 func mapping(n *yaml.Node, where string, known []string, done map[mapped]map[string]*yaml.Node) (map[string]*yaml.Node, error) {
 	m := deref(n)
 	if m.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("line %d: %s: want a map with %s", n.Line, where, strings.Join(known, ", "))
 	}
-	if fields, ok := done[mapped{m, where}]; ok {
+	key := mapped{m, &known[0]}
+	if fields, ok := done[key]; ok {
 		if fields == nil {
 			return nil, fmt.Errorf("line %d: %s: <<: merges a map into itself", n.Line, where)
 		}
 		return fields, nil
 	}
-	done[mapped{m, where}] = nil
+	done[key] = nil
 	fields := map[string]*yaml.Node{}
 	var merged []*yaml.Node
+	sawMerge := false
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := deref(m.Content[i]), m.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" && k.Value == "<<" {
+			if sawMerge {
+				return nil, fmt.Errorf("line %d: %s: <<: given twice (merge several maps with <<: [*a, *b])", k.Line, where)
+			}
+			sawMerge = true
 			if v.Kind == yaml.SequenceNode { // <<: [*a, *b]; yaml refuses an alias to a list here
 				merged = append(merged, v.Content...)
 			} else {
@@ -359,7 +368,7 @@ func mapping(n *yaml.Node, where string, known []string, done map[mapped]map[str
 			}
 		}
 	}
-	done[mapped{m, where}] = fields
+	done[key] = fields
 	return fields, nil
 }
 

@@ -285,11 +285,13 @@ func TestParseConfigAliasesAndMerges(t *testing.T) {
 		"x: &r 5/1m\n": `line 1: the file: unknown field "x"`,
 		"rules:\n  - name: a\n    rates: &r 5/1m\n  - name: b\n    rates: *r\n":  "line 3: rules[0] (a): rates: want a list",
 		"rules:\n  - &b {rates: [1/1s], colour: red}\n  - <<: *b\n    name: c\n": `line 2: rules[0]: unknown field "colour"`,
-		"base: &b {colour: red}\n":                                             `unknown field "base"`,
-		"rules:\n  - name: a\n    rates: [1/1s]\n    <<: {colour: red}\n":      `line 4: rules[0] (a): unknown field "colour"`,
-		"rules:\n  - name: a\n    rates: &r [1/1s]\n  - <<: *r\n    name: b\n": "line 4: rules[1] (b): <<: want a map, or a list of maps, to merge",
-		"rules:\n  - &a {name: a, rates: [1/1s], <<: *a}\n":                    "line 2: rules[0] (a): <<: merges a map into itself",
-		"rules:\n  - name: a\n    rates: [1/1s]\n    \"<<\": {key: conn}\n":    `line 4: rules[0] (a): unknown field "<<"`,
+		"base: &b {colour: red}\n":                                                             `unknown field "base"`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    <<: {colour: red}\n":                      `line 4: rules[0] (a): unknown field "colour"`,
+		"rules:\n  - name: a\n    rates: &r [1/1s]\n  - <<: *r\n    name: b\n":                 "line 4: rules[1] (b): <<: want a map, or a list of maps, to merge",
+		"rules:\n  - &a {name: a, rates: [1/1s], <<: *a}\n":                                    "line 2: rules[0] (a): <<: merges a map into itself",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    \"<<\": {key: conn}\n":                    `line 4: rules[0] (a): unknown field "<<"`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    <<: {key: conn}\n    <<: {paths: [/x]}\n": "line 5: rules[0] (a): <<: given twice",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    !!merge foo: {key: conn}\n":               `line 4: rules[0] (a): unknown field "foo"`,
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
