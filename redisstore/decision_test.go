@@ -186,16 +186,7 @@ func TestDoneCtxComesFirst(t *testing.T) {
 	_, err = cached.Take(cancelled, "k", 1)
 	isCallers("deny cache hit", err)
 
-	fb, err := engine.New(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
-	local, err := New(deadClient(t), "local", p, WithFallback(fb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	local, fb := onDeadRedisWithFallback(t, "local", p)
 	// Cost 1 is what the fallback's Peek would admit, cost 5 is above the limit: neither may be
 	// admitted, since nothing is counted for them.
 	for _, n := range []int64{1, 1, 5} {
@@ -236,20 +227,28 @@ func TestFailureRefusesCostAboveLimit(t *testing.T) {
 // the fallback's Remaining, but never more than the limit the call gave.
 func TestDoneCtxRemainingWithinTheCallsLimit(t *testing.T) {
 	p := policy.FixedWindow{Limit: 10, Window: time.Minute}
-	fb, err := engine.New(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
-	l, err := New(deadClient(t), "clamp", p, WithFallback(fb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := onDeadRedisWithFallback(t, "clamp", p)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	d, err := l.TakeWithLimit(cancelled, "k", 1, 3)
 	if !errors.Is(err, context.Canceled) || d.Allowed || d.Limit != 3 || d.Remaining != 3 {
 		t.Fatalf("TakeWithLimit(cancelled, 1, 3) = %+v, %v; want a refusal with Limit 3 and Remaining 3 (the fallback's 10, capped)", d, err)
 	}
+}
+
+// onDeadRedisWithFallback returns a limiter named name for p whose Redis never answers, with an
+// engine for p as its FailLocal fallback, both closed at the test's end.
+func onDeadRedisWithFallback(t *testing.T, name string, p policy.Policy) (*Limiter, *engine.Limiter) {
+	t.Helper()
+	fb, err := engine.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fb.Close() })
+	l, err := New(deadClient(t), name, p, WithFallback(fb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, fb
 }
