@@ -249,7 +249,7 @@ func checkShape(top *yaml.Node) error {
 	if err != nil {
 		return err
 	}
-	if n := fields["exempt"]; n != nil {
+	if n := fields["exempt"]; n != nil && deref(n).Tag != "!!null" { // exempt: ~ is no exemption, as rules: ~ is no rule
 		ex, err := mapping(n, "exempt", exemptFields, done)
 		if err != nil {
 			return err

@@ -272,7 +272,8 @@ func TestParseConfigAliasesAndMerges(t *testing.T) {
 		// first that has a field gives it.
 		"rules:\n  - &base\n    name: a\n    rates: [5/1m]\n    policy: gcra\n    methods: [GET]\n  - <<: *base\n    name: b\n    methods: [POST]\n": "rules:\n  - name: a\n    rates: [5/1m]\n    policy: gcra\n    methods: [GET]\n  - name: b\n    rates: [5/1m]\n    policy: gcra\n    methods: [POST]\n",
 		"rules:\n  - &x {name: a, rates: [1/1s], key: conn}\n  - &y {name: c, rates: [2/1s], paths: [/y]}\n  - <<: [*x, *y]\n    name: b\n":          "rules:\n  - {name: a, rates: [1/1s], key: conn}\n  - {name: c, rates: [2/1s], paths: [/y]}\n  - {name: b, rates: [1/1s], key: conn, paths: [/y]}\n",
-		"rules:\n  - <<: {rates: [1/1s], <<: {key: conn}}\n    name: a\n":                                                                            "rules:\n  - {name: a, rates: [1/1s], key: conn}\n",
+		"exempt: ~\nrules:\n  - {name: a, rates: [1/1s]}\n":               "rules:\n  - {name: a, rates: [1/1s]}\n", // a null exempt, as a null rules, is none
+		"rules:\n  - <<: {rates: [1/1s], <<: {key: conn}}\n    name: a\n": "rules:\n  - {name: a, rates: [1/1s], key: conn}\n",
 	} {
 		got, err := parseConfig([]byte(in), def)
 		require.NoError(t, err, "%q", in)

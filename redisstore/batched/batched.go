@@ -233,7 +233,8 @@ func (l *Limiter) Allow(key string) bool {
 // fleet's headroom at the last exchange with Redis; RetryAfter is solved from the fleet's counts.
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
-// live count at the last answered heartbeat; WithInitialFleetSize's until one has answered), and
+// size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
+// Redis has answered once), and
 // returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). Its
 // Limit is the policy's; a cost above the share but within the limit is refused with
 // ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again.
