@@ -33,7 +33,10 @@ import (
 // refuses it: the dual bucket (policy.DualBucket) spends one request on every call, so that cost
 // 0 is refused once the request bucket is empty, and the fixed window (and, in redisstore, the
 // sliding log) refuses it for a key already past a per-key limit lowered below its count
-// (TakeWithLimit). A negative n is refused with ReasonNegativeCost.
+// (TakeWithLimit); and in the engine a key not yet tracked is created before it is decided, cost 0
+// included, so at its key cap (engine.WithMaxKeys) cost 0 for a new key is refused with
+// ReasonKeyCap, or under EvictStalest makes room as any new key does. A negative n is refused
+// with ReasonNegativeCost.
 //
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
 // slow, the caller's ctx ended, or the limiter is closed). The Decision returned with the error
@@ -63,7 +66,10 @@ type Decision struct {
 	// the policy runs (a negative cost, the key cap, a closed limiter). A refusal of the per-key
 	// limit itself (ReasonInvalidLimit) reports the policy's.
 	Limit int64
-	// Remaining is how many more units the key could take right now; never negative.
+	// Remaining is how many more units the key could take right now; never negative. A refusal
+	// made before the key's state is read (a negative cost, an invalid per-key limit, the key
+	// cap, a closed limiter, a cost the policy refuses before looking the key up) reports 0, and
+	// a zero ResetAt: it read nothing. Peek reads the state without taking.
 	Remaining int64
 	// RetryAfter is how long to wait before a request of the same cost can be admitted, given no
 	// other traffic; 0 when admitted and when the cost can never be admitted.
@@ -74,7 +80,9 @@ type Decision struct {
 	// Reason says why the request was admitted or refused.
 	Reason Reason
 	// Counted is how many units this decision counted: its cost when admitted, 0 when refused.
-	// It bounds what a refund of this decision can give back.
+	// It bounds what a refund of this decision can give back, so an admission that a backend's
+	// failure mode made without its store reports 0 (redisstore: FailOpen's, which counted
+	// nothing, and FailLocal's fallback's, which counted in the fallback).
 	Counted int64
 }
 
@@ -150,9 +158,12 @@ func (r Reason) Err() error {
 type FailureMode uint8
 
 const (
-	// FailOpen admits the request (a cost above the limit, which no store could admit, is still
-	// refused, with ReasonCostAboveLimit): availability over accuracy. The default, since a rate limiter
-	// that takes the service down with it is usually worse than one that briefly limits nothing.
+	// FailOpen admits the request: availability over accuracy. A backend given it (redisstore)
+	// still refuses a cost above the limit, which no store could admit, with
+	// ReasonCostAboveLimit; a caller given it (httplimit, the proxy) serves every request whose
+	// Take returned an error, whatever its cost (httplimit still refuses a negative cost, the
+	// programming error it is). The default, since a rate limiter that takes the service down
+	// with it is usually worse than one that briefly limits nothing.
 	FailOpen FailureMode = iota
 	// FailClosed refuses the request, with a RetryAfter the backend chooses as a back-off
 	// (redisstore: while its circuit breaker is open, the time left until it next tries Redis;

@@ -59,6 +59,7 @@ type Limiter struct {
 	ownsClock bool
 	sweeper   *evict.Sweeper
 	closeOnce sync.Once
+	done      chan struct{} // closed by Close, to wake the calls blocked in Wait
 
 	_            cpu.CacheLinePad
 	closed       satomic.Bool
@@ -104,6 +105,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 		maxKeys: int64(cfg.maxKeys),
 		atCap:   cfg.atCap,
 		clk:     cfg.clock,
+		done:    make(chan struct{}),
 	}
 	if l.clk == nil {
 		l.clk, l.ownsClock = clock.Acquire(), true
@@ -595,6 +597,7 @@ func (l *Limiter) Stats(s *Stats) {
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		close(l.done)
 		l.sweeper.Stop()
 		if l.ownsClock {
 			clock.Release(l.clk)

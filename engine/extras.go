@@ -145,7 +145,7 @@ var (
 // sooner than the next possible admission it returns context.DeadlineExceeded at once. A request
 // that waiting cannot help (a cost above the limit, a negative cost, the key cap, a closed
 // limiter) returns the matching error at once; a closed limiter returns ErrClosed before ctx is
-// looked at. Waiters are not queued: under contention a waiter
+// looked at, and Close wakes a waiter that is asleep, which then returns ErrClosed. Waiters are not queued: under contention a waiter
 // may be overtaken by requests that arrive while it sleeps, as with any rate limiter that
 // decides on arrival.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
@@ -192,6 +192,8 @@ func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.done:
+			return ErrClosed
 		case <-timer.C:
 		}
 	}

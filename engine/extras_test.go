@@ -439,6 +439,25 @@ func TestWait(t *testing.T) {
 	})
 }
 
+// TestWaitWokenByClose: a waiter asleep until its key's window ends returns ErrClosed as soon as
+// the limiter is closed, not when its timer fires an hour later.
+func TestWaitWokenByClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewCoarse(time.Millisecond)
+		defer clk.Stop()
+		l, err := New(policy.FixedWindow{Limit: 1, Window: time.Hour}, WithClock(clk))
+		require.NoError(t, err)
+		require.True(t, l.Allow("k"))
+		errc := make(chan error, 1)
+		go func() { errc <- l.Wait(context.Background(), "k", 1) }()
+		synctest.Wait() // the waiter is asleep
+		begin := time.Now()
+		require.NoError(t, l.Close())
+		require.ErrorIs(t, <-errc, ErrClosed)
+		require.Less(t, time.Since(begin), time.Second, "woken by Close, not by its timer")
+	})
+}
+
 func TestMulti(t *testing.T) {
 	clk := clock.NewManual(start)
 	perSecond, err := New(policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clk))

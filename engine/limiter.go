@@ -18,8 +18,10 @@
 //
 // New returns a *Limiter whose methods are all safe for concurrent use by any number of
 // goroutines. A decision for a key that is already tracked takes no lock for every policy but the
-// sliding log (which locks that key's own entry), and allocates nothing whatever the key is made
-// of: no method retains its key, so a key converted from bytes (Allow(string(b))) or built in a
+// sliding log (which locks that key's own entry), except that a two-word cell (a state that does
+// not fit one 64-bit word, for large limits; see docs/design.md) is updated under a striped lock
+// on every GOARCH but amd64, and under -tags purego; and it allocates nothing whatever the key is
+// made of: no method retains its key, so a key converted from bytes (Allow(string(b))) or built in a
 // stack buffer stays where the caller put it. The decision: hash the key (64 bits on every
 // platform), pick a shard, probe its table, load the key's packed cell, run the policy's pure
 // step, and compare-and-swap the new state (recomputing on conflict). Time comes from a coarse
@@ -48,8 +50,10 @@ func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString
 // a refused one consumes nothing. n = 0 is a query that counts nothing and is admitted, except
 // where the policy's rule refuses it: policy.DualBucket spends one request on every call (so cost
 // 0 is refused once the request bucket is empty), and the fixed window refuses it for a key past
-// a per-key limit lowered below its count (TakeWithLimit). A negative n is refused with
-// ReasonNegativeCost.
+// a per-key limit lowered below its count (TakeWithLimit). A key not yet tracked is created
+// before it is decided, cost 0 included: at the key cap (WithMaxKeys) cost 0 for a new key is
+// refused with ReasonKeyCap, or under WithAtCap(EvictStalest) evicts to make room as any new key
+// does (Peek reads a key without creating it). A negative n is refused with ReasonNegativeCost.
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
 // Peek reports key's state now, consuming nothing and creating no key. Its Allowed, RetryAfter and

@@ -104,14 +104,15 @@ func WithEviction(on bool) Option {
 
 // WithSweepInterval sets how often the sweeper wakes to take one bounded step over the shards
 // (default 100ms). It visits every key about once per sweep period P or once per interval d,
-// whichever is longer. P is the time after which an untouched key is certainly dead, clamped to
-// [2s, 1min]: the window for the window policies, the time to fill (drain) the bucket for the
+// whichever is longer. P is clamped to [2s, 1min]: the window for the window policies (a
+// fixed-window or sliding-log key is dead one window after its last request, a sliding-counter
+// key two, so it is gone within about three periods), the time to fill (drain) the bucket for the
 // buckets, a minute for the dual bucket. So with d at most P each key is visited about once per P
-// (the steps share out the slots); with d above P (say 90s for a 1s window) the sweeper still
-// wakes only every d, and visits every key once per d: the option sets how often the sweeper
-// runs, and it never runs more often than asked. Either way it paces itself to at most
-// evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so tables
-// of more slots than that pace covers in the period take longer. d must be at least 1ms.
+// (each step visits a d/P share of the slots); with d above P (say 90s for a 1s window) the
+// sweeper still wakes only every d, and visits every key once per d: the option sets how often
+// the sweeper runs, and it never runs more often than asked. Either way it paces itself to at
+// most evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so
+// tables of more slots than that pace covers in the period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {

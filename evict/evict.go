@@ -15,6 +15,7 @@
 package evict
 
 import (
+	"math"
 	"sync"
 	satomic "sync/atomic"
 	"time"
@@ -89,9 +90,11 @@ func (s *Sweeper) budget() uint64 {
 	for i := range s.shards {
 		slots += s.shards[i].Table().Slots()
 	}
-	ticks := uint64(s.period / s.interval)
+	// slots × interval/period, rounded up. Dividing by the whole ticks per period instead would
+	// visit every slot each tick for any period under twice the interval (2s over 1.1s is 1).
+	share := uint64(math.Ceil(float64(slots) * float64(s.interval) / float64(s.period)))
 	limit := uint64(MaxSlotsPerSecond * s.interval / time.Second)
-	return max(min((slots+ticks-1)/ticks, limit), minBudget)
+	return max(min(share, limit), minBudget)
 }
 
 // MaxSlotsPerSecond bounds the sweeper's pace. A visit costs a few nanoseconds, most of it the

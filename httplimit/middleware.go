@@ -18,7 +18,8 @@ import (
 
 // ErrorMode says what the middleware (or the Listener) does with a request (or a connection) when
 // the Limiter returns an error: the root package's FailureMode. FailOpen (the default) serves the
-// request as if it were admitted, without a RateLimit field, after calling OnError. FailClosed
+// request as if it were admitted, without a RateLimit field, after calling OnError (a negative
+// cost excepted: see Middleware.Cost). FailClosed
 // answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter rounded up, at least
 // 1 second), after calling OnError. FailLocal (TrustDecision) uses the Decision returned with the
 // error as if there had been no error, after calling OnError: right for a Limiter that decides
@@ -101,7 +102,8 @@ type Middleware struct {
 	KeyFunc func(r *http.Request) string
 
 	// Cost returns how many units a request takes. nil means 1 for every request. A negative
-	// cost is a programming error: it is refused with 500 and ReasonNegativeCost.
+	// cost is a programming error: it is refused with 500 and ReasonNegativeCost, in every
+	// ErrorMode, also when the Limiter returns an error (a closed or unreachable one).
 	Cost func(r *http.Request) int64
 
 	// Skip reports requests that bypass the limiter: not counted, no field added (health checks,
@@ -113,8 +115,9 @@ type Middleware struct {
 	// the limit (ReasonLimited) from the others. nil means the default: 429 Too Many Requests for
 	// ReasonLimited and ReasonCostAboveLimit (the latter without Retry-After: waiting never
 	// helps), 503 Service Unavailable with Retry-After: 1 for ReasonKeyCap (the limiter tracks as
-	// many keys as it may), 500 Internal Server Error for ReasonNegativeCost and
-	// ReasonInvalidLimit; each with a short body naming the reason (see Problem).
+	// many keys as it may) and ReasonClosed (a closed limiter's Decision, used under FailLocal),
+	// 500 Internal Server Error for ReasonNegativeCost and ReasonInvalidLimit; each with a short
+	// body naming the reason (see Problem).
 	OnLimited func(w http.ResponseWriter, r *http.Request, d engine.Decision)
 
 	// Problem makes the default refusal bodies RFC 9457 problem details
@@ -495,6 +498,11 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	for _, i := range h.order {
 		e := &h.limits[i]
 		di, err := e.lim.Take(r.Context(), f.key, f.cost)
+		if err != nil && f.cost < 0 {
+			// The caller's own error, refused as an open limiter refuses it, whatever the error
+			// mode: serving it (FailOpen) or blaming the limiter (503) would hide the bug.
+			di, err = engine.Decision{Limit: di.Limit, Reason: engine.ReasonNegativeCost}, nil
+		}
 		if err != nil {
 			if h.onError != nil {
 				h.onError(r, f.key, err)
@@ -629,7 +637,7 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 
 // refuse answers a refused request; name is the refusing limit's.
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d engine.Decision, name string) {
-	if d.Reason == engine.ReasonKeyCap {
+	if d.Reason == engine.ReasonKeyCap || d.Reason == engine.ReasonClosed {
 		w.Header().Set(hdrRetryAfter, "1")
 	}
 	if h.onLimited != nil {
@@ -642,6 +650,10 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d engine.Decisi
 		detail = "request cost exceeds the limit"
 	case engine.ReasonKeyCap:
 		status, detail = http.StatusServiceUnavailable, "rate limiter at its key capacity"
+	case engine.ReasonClosed:
+		// A closed limiter's Decision, trusted under FailLocal: the limiter is unavailable, not
+		// the client over its limit.
+		status, detail = http.StatusServiceUnavailable, "rate limiter unavailable"
 	case engine.ReasonNegativeCost, engine.ReasonInvalidLimit:
 		status, detail = http.StatusInternalServerError, "rate limiter: "+d.Reason.String()
 	}

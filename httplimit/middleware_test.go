@@ -433,3 +433,45 @@ func TestRateLimitFieldNeverNegative(t *testing.T) {
 	assert.Equal(t, `"default";r=1;t=0`, get(t, ts.Client(), ts.URL, nil).rateLimit)
 	assert.False(t, strings.Contains(get(t, ts.Client(), ts.URL, nil).rateLimit, "-"))
 }
+
+// A negative cost is the caller's bug: 500 in every error mode, even when the limiter is closed
+// or failing, and the limiter's error is not reported as a store failure.
+func TestNegativeCostRefusedInEveryErrorMode(t *testing.T) {
+	closedLim, err := engine.New(policy.SlidingCounter{Limit: 5, Window: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, closedLim.Close())
+	for name, lim := range map[string]httplimit.Limiter{
+		"closed":  httplimit.Local(closedLim),
+		"failing": failing{engine.Decision{Limit: 5, Reason: engine.ReasonLimited}, errors.New("store down")},
+	} {
+		for _, mode := range []httplimit.ErrorMode{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailLocal} {
+			t.Run(name+"/"+mode.String(), func(t *testing.T) {
+				var errs int
+				mw := &httplimit.Middleware{
+					Limiter: lim, ErrorMode: mode,
+					Cost:    func(*http.Request) int64 { return -1 },
+					OnError: func(*http.Request, string, error) { errs++ },
+				}
+				ts := serve(t, mw.Wrap(ok))
+				got := get(t, ts.Client(), ts.URL, nil)
+				assert.Equal(t, http.StatusInternalServerError, got.status)
+				assert.Equal(t, "rate limiter: negative cost\n", got.body)
+				assert.Zero(t, errs, "not a limiter failure")
+			})
+		}
+	}
+}
+
+// Under FailLocal a closed limiter's Decision is trusted: the answer is 503 with Retry-After,
+// as for a limiter that cannot decide, not 429 as if the client were over its limit.
+func TestFailLocalClosedLimiterIsUnavailable(t *testing.T) {
+	lim, err := engine.New(policy.SlidingCounter{Limit: 5, Window: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, lim.Close())
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), ErrorMode: httplimit.FailLocal}
+	ts := serve(t, mw.Wrap(ok))
+	got := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, got.status)
+	assert.Equal(t, "1", got.retryAfter)
+	assert.Equal(t, "rate limiter unavailable\n", got.body)
+}

@@ -187,27 +187,43 @@ func TestDoneCtxComesFirst(t *testing.T) {
 	isCallers("deny cache hit", err)
 
 	local, fb := onDeadRedisWithFallback(t, "local", p)
-	// Cost 1 is what the fallback's Peek would admit, cost 5 is above the limit: neither may be
-	// admitted, since nothing is counted for them.
-	for _, n := range []int64{1, 1, 5} {
-		d, err := local.Take(cancelled, "k", n)
+	// Cost 1 is what the fallback's Peek would admit: it may not be admitted, since nothing is
+	// counted for it.
+	for range 2 {
+		d, err := local.Take(cancelled, "k", 1)
 		isCallers("FailLocal", err)
 		if d.Allowed || d.Reason != slidelimit.ReasonLimited || d.Counted != 0 || d.Limit != 1 || d.Remaining != 1 {
-			t.Fatalf("FailLocal, ctx done, Take(%d) = %+v, want a refusal (ReasonLimited, Limit 1, Remaining 1 from the fallback's Peek)", n, d)
+			t.Fatalf("FailLocal, ctx done, Take(1) = %+v, want a refusal (ReasonLimited, Limit 1, Remaining 1 from the fallback's Peek)", d)
 		}
+	}
+	// Cost 5 can never pass: it says so, as in the other modes, rather than call it a wait.
+	d, err := local.Take(cancelled, "k", 5)
+	isCallers("FailLocal", err)
+	if d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit || d.Counted != 0 || d.Limit != 1 {
+		t.Fatalf("FailLocal, ctx done, Take(5) = %+v, want ReasonCostAboveLimit with Limit 1", d)
 	}
 	if d := fb.Take("k", 1); !d.Allowed {
 		t.Fatalf("cancelled calls counted in the fallback: its first unit is refused: %+v", d)
 	}
 }
 
-// TestFailureRefusesCostAboveLimit: when Redis does not decide, FailOpen and FailClosed refuse a
-// cost above the limit as Redis (and GCRA, before any lookup) would, with the error.
+// TestFailureRefusesCostAboveLimit: when Redis does not decide, every failure mode refuses a cost
+// above the limit as Redis (and GCRA, before any lookup) would, with the error; FailLocal's
+// fallback is not asked.
 func TestFailureRefusesCostAboveLimit(t *testing.T) {
 	c := deadClient(t)
-	for _, mode := range []OnFailure{FailOpen, FailClosed} {
+	for _, mode := range []OnFailure{FailOpen, FailClosed, FailLocal} {
 		for _, p := range []policy.Policy{policy.SlidingCounter{Limit: 5, Window: time.Second}, policy.TokenBucket{Rate: 5, Burst: 5}} {
-			l, err := New(c, "down", p, WithOnFailure(mode))
+			opts := []Option{WithOnFailure(mode)}
+			if mode == FailLocal {
+				fb, err := engine.New(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer fb.Close()
+				opts = []Option{WithFallback(fb)}
+			}
+			l, err := New(c, "down", p, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +231,7 @@ func TestFailureRefusesCostAboveLimit(t *testing.T) {
 			if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit || d.Limit != 5 {
 				t.Fatalf("%v, %s: Take(6) = %+v %v, want ReasonCostAboveLimit with ErrUnavailable", mode, p.ID(), d, err)
 			}
-			if d, _ := l.Take(context.Background(), "k", 5); d.Allowed != (mode == FailOpen) {
+			if d, _ := l.Take(context.Background(), "k", 5); d.Allowed != (mode != FailClosed) {
 				t.Fatalf("%v, %s: Take(5) = %+v", mode, p.ID(), d)
 			}
 			_ = l.Close()
@@ -251,4 +267,91 @@ func onDeadRedisWithFallback(t *testing.T, name string, p policy.Policy) (*Limit
 	}
 	t.Cleanup(func() { l.Close() })
 	return l, fb
+}
+
+// TestFallbackAdmissionRefundsNothingOnRedis: an admission FailLocal's fallback made was counted
+// in the fallback, not on Redis. It reports Counted 0, so Refund gives nothing back on Redis
+// (where it would free units other requests counted) and makes no round trip for it.
+func TestFallbackAdmissionRefundsNothingOnRedis(t *testing.T) {
+	l, fb := onDeadRedisWithFallback(t, "fbrefund", policy.SlidingCounter{Limit: 10, Window: time.Minute})
+	d, err := l.Take(context.Background(), "k", 3)
+	if !errors.Is(err, ErrUnavailable) || !d.Allowed || d.Counted != 0 {
+		t.Fatalf("Take(3) on a dead Redis = %+v, %v; want the fallback's admission with Counted 0", d, err)
+	}
+	if got := fb.Peek("k").Remaining; got != 7 {
+		t.Fatalf("the fallback holds %d of 10 left, want 7: it counted the admission", got)
+	}
+	if n, err := l.Refund(context.Background(), "k", 3, d); n != 0 || err != nil {
+		t.Fatalf("Refund of the fallback's admission = %d, %v; want 0 and no round trip (no error)", n, err)
+	}
+}
+
+// TestDoneCtxBeforeTheClocksRange: a done ctx is the caller's error even when the clock is out of
+// the scripts' range, and counts nothing in the fallback; the range error itself is a failure to
+// decide through Redis, wrapping ErrUnavailable.
+func TestDoneCtxBeforeTheClocksRange(t *testing.T) {
+	p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	clk := clock.NewManual(MaxTimeMs + 1000)
+	fb, err := engine.New(p, engine.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	c := deadClient(t)
+	local, err := New(c, "range", p, WithClock(clk), WithFallback(fb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	open, err := New(c, "range-open", p, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, l := range []*Limiter{local, open} {
+		m, err := All(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, take := range map[string]func(context.Context) (engine.Decision, error){
+			"Take": func(ctx context.Context) (engine.Decision, error) { return l.Take(ctx, "k", 3) },
+			"All":  func(ctx context.Context) (engine.Decision, error) { return m.Take(ctx, "k", 3) },
+		} {
+			// The failure choice's Decision (FailOpen's admission, FailLocal's refusal), counted
+			// nowhere, with the caller's own error.
+			if d, err := take(cancelled); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) || d.Allowed != (l == open) || d.Counted != 0 {
+				t.Fatalf("%s %s, done ctx, clock out of range = %+v, %v; want the failure choice with context.Canceled", l.Name(), name, d, err)
+			}
+			if got := fb.Peek("k").Remaining; got != 10 {
+				t.Fatalf("%s %s: the fallback counted a request whose caller had given up: %d of 10 left", l.Name(), name, got)
+			}
+			if l == open {
+				if _, err := take(context.Background()); !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("%s %s: clock out of range: err = %v, want ErrUnavailable", l.Name(), name, err)
+				}
+			}
+		}
+	}
+}
+
+// TestNilCtxIsBackground: a nil ctx is a caller's slip that neither panics nor fails the call.
+func TestNilCtxIsBackground(t *testing.T) {
+	l := mustNew(t, "nilctx", policy.SlidingCounter{Limit: 10, Window: time.Minute})
+	m, err := All(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context
+	d, err := l.Take(nilCtx, "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Take(nil ctx) = %+v, %v", d, err)
+	}
+	if d, err := m.Take(nilCtx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("All.Take(nil ctx) = %+v, %v", d, err)
+	}
+	if n, err := l.Refund(nilCtx, "k", 1, d); err != nil || n != 1 {
+		t.Fatalf("Refund(nil ctx) = %d, %v; want 1", n, err)
+	}
 }

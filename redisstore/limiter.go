@@ -126,8 +126,8 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // n = 0 is a query that is admitted (except by the dual bucket, which spends a request on every
 // call and refuses once none is left, as the engine does), a negative n is refused with
 // ReasonNegativeCost (without a round trip), and a cost above the limit is refused with
-// ReasonCostAboveLimit (also when Redis does not decide, except under FailLocal, whose fallback
-// decides).
+// ReasonCostAboveLimit (also when Redis does not decide, in every failure mode). A nil ctx is
+// taken as context.Background().
 //
 // The call to Redis is bounded by ctx and by the limiter's timeout, whichever ends first, and is
 // never retried. When Redis does not decide (timeout, connection error, error reply, or the
@@ -140,7 +140,10 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // context.DeadlineExceeded), not ErrUnavailable: the caller gave up, Redis did not fail, so the
 // circuit breaker does not count it. Under FailLocal that Decision is a refusal (ReasonLimited,
 // with the call's limit, and the fallback's Remaining, at most that limit, and ResetAt from its
-// Peek), and nothing is counted in the fallback for a request nobody waits for. A ctx already
+// Peek), and nothing is counted in the fallback for a request nobody waits for. Otherwise, under
+// FailLocal, the fallback decides, and an admission it makes reports Counted 0: its units are
+// counted in the fallback, not on Redis, so Refund, which gives back on Redis, gives none back for
+// it (the fallback's own Refund can). A ctx already
 // done on entry costs no round trip and is returned so even while the breaker is open or the
 // deny cache knows the key.
 //
@@ -189,6 +192,9 @@ func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64)
 // take is Take, and TakeWithLimit when perCall > 0.
 func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engine.Decision, error) {
 	l.calls.Inc()
+	if ctx == nil {
+		ctx = context.Background() // as documented: a nil ctx is a programming error, not a panic
+	}
 	// The limit this call is held to, first: even a refusal made before the policy runs reports
 	// the per-key limit the call gave, as the root package's Decision.Limit promises.
 	lim := l.algo.limit
@@ -213,13 +219,13 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	if l.cfg.serverTime {
 		now += l.offset.Load()
 	}
-	if now < 0 || now > l.algo.maxTime {
-		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, l.algo.maxTime))
-	}
 	if err := ctx.Err(); err != nil {
-		// Before the deny cache and the breaker: a caller that has given up gets its own error,
-		// whatever either would have said.
+		// Before the deny cache, the breaker and the clock's range: a caller that has given up
+		// gets its own error, whatever any of them would have said.
 		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
+	}
+	if now < 0 || now > l.algo.maxTime {
+		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, l.algo.maxTime))
 	}
 	sub := shortSubject(key)
 	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
@@ -433,6 +439,11 @@ func (l *Limiter) decision(r policy.Result, cost, limit int64) engine.Decision {
 
 // fail returns the failure choice's decision for a request of n units under limit lim, and err.
 func (l *Limiter) fail(key string, n, lim int64, wait time.Duration, err error) (engine.Decision, error) {
+	if n > lim {
+		// No answer from Redis can admit it: say so rather than admit what could never pass, or
+		// (FailLocal) call it a wait.
+		return engine.Decision{Limit: lim, Reason: engine.ReasonCostAboveLimit}, err
+	}
 	if l.cfg.onFailure == FailFallback {
 		if callerErr(err) {
 			// The caller has given up: nothing is counted in the fallback for a request nobody
@@ -441,11 +452,11 @@ func (l *Limiter) fail(key string, n, lim int64, wait time.Duration, err error) 
 			pk := l.cfg.fallback.Peek(key)
 			return engine.Decision{Limit: lim, Remaining: min(pk.Remaining, lim), ResetAt: pk.ResetAt, Reason: engine.ReasonLimited}, err
 		}
-		return l.cfg.fallback.Take(key, n), err
-	}
-	if n > lim {
-		// No answer from Redis can admit it: say so rather than admit what could never pass.
-		return engine.Decision{Limit: lim, Reason: engine.ReasonCostAboveLimit}, err
+		// Counted in the fallback, not on Redis: Counted 0 keeps Refund, which gives back on
+		// Redis, from giving back units other requests counted there.
+		d := l.cfg.fallback.Take(key, n)
+		d.Counted = 0
+		return d, err
 	}
 	if l.cfg.onFailure == FailClosed {
 		return engine.Decision{Limit: lim, Reason: engine.ReasonLimited, RetryAfter: max(wait, time.Millisecond)}, err

@@ -133,22 +133,25 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		return engine.Decision{Limit: l0.algo.limit, Reason: engine.ReasonNegativeCost}, nil
 	}
 	local := l0.clk.Now()
+	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
+		return gcraOverBurst(l0), nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := ctx.Err(); err != nil {
+		// Where Take looks: before the deny cache, the breaker and the clock's range, so that a
+		// caller that has given up gets its own error, whatever any of them would have said.
+		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
+	}
 	// The offset is 0 under client time.
 	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
-		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: time %d ms outside [0, %d]", now, int64(MaxTimeMs)))
+		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, int64(MaxTimeMs)))
 	}
 	sub := shortSubject(key)
 	// A refusal known here decides only for the first limiter: a later one's would leave open
 	// whether an earlier one refuses first, which only Redis knows (the deny cache knows refusals,
 	// never admissions).
-	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
-		return gcraOverBurst(l0), nil
-	}
-	if err := ctx.Err(); err != nil {
-		// Where Take looks: before the deny cache and the breaker, so that a caller that has
-		// given up gets its own error, whatever either would have said.
-		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
-	}
 	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
 		if e, ok := l0.deny.get(sub, local); ok {
 			if r := l0.algo.replay(e, local+e.off, cost); !r.Allowed {

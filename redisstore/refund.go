@@ -144,9 +144,13 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Deci
 	if l.closed.Load() {
 		return 0, ErrClosed
 	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	s, ok := refundScripts[l.algo.kind]
 	// A decision counts what it admitted on Redis (Counted); one decided by the failure mode
-	// counted nothing there, and so gives nothing back.
+	// (FailOpen's admission, FailLocal's fallback) counted nothing there, reports Counted 0, and
+	// so gives nothing back.
 	n = min(n, d.Counted)
 	if !ok || !d.Allowed || n <= 0 {
 		return 0, nil

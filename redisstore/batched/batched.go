@@ -59,7 +59,7 @@ type Limiter struct {
 	local *engine.Limiter
 
 	members, epochK string
-	fleet           atomic.Int64 // live processes at the last heartbeat, at least 1
+	fleet           atomic.Int64 // the size shares are divided by, at least 1 (see WithInitialFleetSize)
 	offline         atomic.Bool
 	quietUntil      atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
 
@@ -241,7 +241,8 @@ func (l *Limiter) Allow(key string) bool {
 //
 // A ctx already done when the request cannot be decided from local quota is returned as ctx's
 // error with a refusal, and nothing is counted (not even alone while offline); a decision from
-// local quota does not look at ctx. Safe for concurrent use.
+// local quota does not look at ctx. A nil ctx is taken as context.Background(). Safe for
+// concurrent use.
 func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
 	if n > 0 {
 		if e, ok := l.entries.Load(key); ok {
@@ -303,17 +304,28 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 		}
 		return d, nil
 	}
+	if ctx == nil {
+		ctx = context.Background() // as documented: a nil ctx is a programming error, not a panic
+	}
 	for {
 		e, _ := l.entries.LoadOrCompute(key, func() *entry { return l.newEntry(key, idx) })
-		e.mu.Lock()
-		if e.dead {
-			e.mu.Unlock()
-			continue
+		if d, live, err := l.decideEntry(ctx, e, n); live {
+			return d, err
 		}
-		d, err := l.decideLocked(ctx, e, n)
-		e.mu.Unlock()
-		return d, err
 	}
+}
+
+// decideEntry decides under e's lock, unless e has been dropped (live false). The deferred unlock
+// keeps a panic below (a caller's recovered one included) from leaving the key locked for good,
+// and with it the exchange that flushes the key, and Close.
+func (l *Limiter) decideEntry(ctx context.Context, e *entry, n int64) (d slidelimit.Decision, live bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead {
+		return d, false, nil
+	}
+	d, err = l.decideLocked(ctx, e, n)
+	return d, true, err
 }
 
 func (l *Limiter) newEntry(key string, idx int64) *entry {
@@ -659,6 +671,12 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
 		l.holding.Store(e, struct{}{})
 	}
 	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
+	if e.denyWin == r.win {
+		// A remembered refusal solves the waits of larger needs on the counts it saw, and Redis
+		// has counted more since (this grant, other processes'): it solves them on these. The
+		// refusal itself still holds, as counts only grow within a window.
+		e.denySt, e.denyAt, e.denyRedisNow = st, now, r.now
+	}
 	res, _ := l.rule.Peek(st, r.now)
 	e.head.Store(res.Remaining)
 	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx), max(now, 1)
@@ -697,7 +715,7 @@ type Stats struct {
 	OfflineDecisions int64 // decisions made alone while Redis was unreachable
 	RefusedLocally   int64 // refusals decided from a remembered refusal, without a round trip
 	Failures         int64 // calls to Redis that failed
-	Fleet            int64 // live processes at the last heartbeat
+	Fleet            int64 // the fleet size shares are divided by: the live count at the last answered heartbeat, or as WithInitialFleetSize keeps it
 	Offline          bool  // whether the limiter is deciding alone now
 	Keys             int   // keys with a local lease entry
 }

@@ -173,6 +173,55 @@ func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
 	}
 }
 
+// TestRememberedRefusalAfterALaterLease: a refusal is remembered with the counts Redis returned;
+// a smaller request then takes a lease in the same window, and a larger one refused from memory
+// must wait as long as those larger counts say, as the engine does, so that a retry then is
+// admitted.
+func TestRememberedRefusalAfterALaterLease(t *testing.T) {
+	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
+	l, ref, clk := againstEngine(t, p)
+	ctx := context.Background()
+	take := func(n int64) slidelimit.Decision {
+		t.Helper()
+		want := ref.Take("k", n)
+		got, err := l.Take(ctx, "k", n)
+		if err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter {
+			t.Fatalf("at +%dms Take(%d) = %+v %v, engine %+v", clk.Now()-t0, n, got, err, want)
+		}
+		return got
+	}
+	take(8)
+	clk.Advance(10 * time.Millisecond)
+	if d := take(5); d.Allowed {
+		t.Fatalf("Take(5) after 8 of 10 admitted: %+v", d)
+	}
+	clk.Advance(10 * time.Millisecond)
+	take(2) // a lease: Redis now counts 10
+	clk.Advance(10 * time.Millisecond)
+	d := take(5)
+	clk.Advance(d.RetryAfter)
+	if d := take(5); !d.Allowed {
+		t.Fatalf("retry at RetryAfter refused: %+v", d)
+	}
+}
+
+// TestNilCtxIsBackground: a nil ctx neither panics nor leaves the key locked (which would hang the
+// key's later calls, the exchange that flushes it, and Close).
+func TestNilCtxIsBackground(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 100, Window: time.Second})
+	var nilCtx context.Context
+	for _, n := range []int64{1, 50} { // a lease, then a request past it
+		if d, err := l.Take(nilCtx, "k", n); err != nil || !d.Allowed {
+			t.Fatalf("Take(nil ctx, %d) = %+v, %v", n, d, err)
+		}
+	}
+	if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take after nil-ctx calls = %+v, %v", d, err)
+	}
+}
+
 // TestCostAboveLimitFields: a cost above the limit is refused with the key's window and
 // remaining units, as the engine answers it.
 func TestCostAboveLimitFields(t *testing.T) {
