@@ -36,8 +36,45 @@ func TestBudgetIsTheIntervalsShareOfThePeriod(t *testing.T) {
 		s := New(shards, cfg, clock.NewManual(0))
 		s.interval, s.period = tc.interval, tc.period
 		want := (slots*tc.num + tc.den - 1) / tc.den
-		if got := s.budget(); got != want {
+		if got := s.budget(s.slots()); got != want {
 			t.Errorf("interval %v, period %v, %d slots: budget %d, want %d", tc.interval, tc.period, slots, got, want)
+		}
+	}
+}
+
+// An idle limiter (no key, every table at its smallest) is not swept: its shards' horizons are
+// left to pass, a decision there would sweep its own shard. Once a key arrives the sweeper runs
+// again and renews them.
+func TestIdleLimiterIsNotSwept(t *testing.T) {
+	cfg := &shard.Config{
+		// A limit of 21 bits leaves a window index of 20, so the horizon is finite (about 6 days).
+		Codec: slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
+		Evict: true,
+		Keys:  new(atomic.Int64),
+	}
+	shards := make([]shard.Shard, 4)
+	for i := range shards {
+		shards[i].Init(cfg, 0)
+	}
+	clk := clock.NewManual(0)
+	late := cfg.Codec.Horizon() + 1
+	clk.Set(late) // every shard's horizon has passed
+	s := Start(shards, cfg, clk, time.Millisecond, 2*time.Second)
+	defer s.Stop()
+	time.Sleep(50 * time.Millisecond) // about 50 ticks
+	for i := range shards {
+		if !shards[i].Due(late) {
+			t.Fatalf("shard %d was swept while the limiter held no key", i)
+		}
+	}
+	shards[0].Acquire(cfg, 42, late)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range shards {
+		for shards[i].Due(late) {
+			if time.Now().After(deadline) {
+				t.Fatalf("shard %d not swept with a key in the limiter", i)
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 }

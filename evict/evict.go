@@ -53,7 +53,8 @@ const minBudget = 4096
 // Start begins sweeping: every interval it visits about a (interval/P) share of all slots, where P
 // is max(period, interval), so every key is visited about once per P: once per period, or once per
 // interval when the interval is the longer. A tick visits at most MaxSlotsPerSecond × interval
-// slots (but at least 4,096), so larger tables take longer. Stop ends it.
+// slots (but at least 4,096), so larger tables take longer. A tick that finds no key and every
+// table at its smallest does nothing, and the next comes a period later. Stop ends it.
 func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
 	s := &Sweeper{
 		shards: shards, cfg: cfg, clk: clk, interval: interval, period: max(period, interval),
@@ -67,15 +68,32 @@ func (s *Sweeper) run() {
 	defer close(s.done)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
+	idle := false
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+			if s.cfg.Keys.Load() == 0 && s.slots() == uint64(len(s.shards))*shard.MinSlots {
+				// Nothing to evict and no table to shrink. An idle limiter sweeps nothing and
+				// looks again only once a period, so that a process holding thousands of them (a
+				// proxy's rules) idles; a key that arrives meanwhile waits at most that long for
+				// its first visit, and a decision in a shard whose horizon passed sweeps that
+				// shard itself, as it always may.
+				if !idle {
+					idle = true
+					t.Reset(s.period)
+				}
+				continue
+			}
+			if idle {
+				idle = false
+				t.Reset(s.interval)
+			}
 			// The budget never falls within a round, so that shards shrunk early in a round do
 			// not slow the rest of it down (dead keys would otherwise go in ever smaller steps);
 			// it still rises at once when tables grow.
-			b := s.budget()
+			b := s.budget(s.slots())
 			if s.cur == 0 && s.table == nil {
 				s.round = b
 			}
@@ -85,11 +103,17 @@ func (s *Sweeper) run() {
 	}
 }
 
-func (s *Sweeper) budget() uint64 {
+// slots returns the slots of every shard's table.
+func (s *Sweeper) slots() uint64 {
 	var slots uint64
 	for i := range s.shards {
 		slots += s.shards[i].Table().Slots()
 	}
+	return slots
+}
+
+// budget returns the slots a tick visits when the shards' tables hold slots in all.
+func (s *Sweeper) budget(slots uint64) uint64 {
 	// slots × interval/period, rounded up. Dividing by the whole ticks per period instead would
 	// visit every slot each tick for any period under twice the interval (2s over 1.1s is 1).
 	share := uint64(math.Ceil(float64(slots) * float64(s.interval) / float64(s.period)))

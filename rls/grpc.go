@@ -63,7 +63,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // Serve serves the rate limit and health services on lis until ctx ends, then shuts down
 // gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the replica),
 // the listener closes, and calls in progress have up to grace (default 10s) to finish before their
-// connections are cut (a grace of 0 or less means 10s). It returns nil after a shutdown that ctx
+// connections are cut (a grace of 0 or less means 10s); it returns once their handlers have, so a
+// handler blocked in a call that does not end with its ctx (a Redis read, until its own deadline)
+// holds Serve past grace until that call returns. It returns nil after a shutdown that ctx
 // asked for, the listener's error otherwise, and an error for a nil lis. It does not Close s: a
 // later Serve (on a new listener) turns health SERVING again. It is safe to call from several
 // goroutines at once, on different listeners; they share the health status (see Register).

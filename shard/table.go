@@ -37,6 +37,9 @@ type Table struct {
 	words     []uint64 // the memory behind slots
 }
 
+// MinSlots is the size of an empty shard's table, and the smallest a rebuild makes.
+const MinSlots = minSlots
+
 const (
 	minSlots = 8
 	// Rebuild when more than 7/8 of the slots hold keys; size a rebuild for 4/5, so that the load

@@ -273,6 +273,7 @@ func checkShape(top *yaml.Node) error {
 			for j := 0; j+1 < len(r.Content); j += 2 {
 				if k, v := deref(r.Content[j]), deref(r.Content[j+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && v.Value != "" {
 					where += " (" + v.Value + ")"
+					break // a second name is refused below, as any field given twice
 				}
 			}
 		}
@@ -285,9 +286,19 @@ func checkShape(top *yaml.Node) error {
 				return err
 			}
 		}
+		for _, f := range []string{"methods", "paths"} {
+			// Read as "no restriction", an empty list would make the rule take every request:
+			// the opposite of what it says.
+			if v := deref(rf[f]); v != nil && v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+				return fmt.Errorf("line %d: %s: %s: an empty list; leave the field out to match every %s", v.Line, where, f, strings.TrimSuffix(f, "s"))
+			}
+		}
 		for _, f := range []string{"name", "policy", "key"} {
 			if v := rf[f]; v != nil && deref(v).Kind != yaml.ScalarNode {
 				return fmt.Errorf("line %d: %s: %s: want a single value", v.Line, where, f)
+			}
+			if err := text(rf[f], where+": "+f); err != nil {
+				return err
 			}
 		}
 	}
@@ -387,6 +398,26 @@ func list(n *yaml.Node, where, example string) error {
 		if deref(v).Kind != yaml.ScalarNode {
 			return fmt.Errorf("line %d: %s: want a list of single values", v.Line, where)
 		}
+		if deref(v).Tag == "!!null" {
+			// yaml drops it, and a list left empty would match everything.
+			return fmt.Errorf("line %d: %s: an empty item (~ or null); remove it or give a value", v.Line, where)
+		}
+		if err := text(v, where); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// text refuses a single value that does not decode as text (a tag such as !!float on a value
+// that is not one), naming the line and where, which yaml's own error does not.
+func text(n *yaml.Node, where string) error {
+	if n == nil || deref(n).Tag == "!!null" {
+		return nil
+	}
+	var s string
+	if err := deref(n).Decode(&s); err != nil {
+		return fmt.Errorf("line %d: %s: %q is not a value this field takes (%s)", n.Line, where, deref(n).Value, yamlError(err))
 	}
 	return nil
 }

@@ -234,13 +234,26 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 	return p, nil
 }
 
+// checkListenAddrs checks the main listener's address, which must be given (an empty one would
+// listen on every interface, most likely from an unset variable), and the metrics listener's,
+// where empty means none.
+func checkListenAddrs(listen, metrics string) error {
+	if listen == "" {
+		return errors.New("-listen: empty; give host:port (port 0 picks a free one)")
+	}
+	if err := checkListenAddr("-listen", listen); err != nil {
+		return err
+	}
+	return checkListenAddr("-metrics-listen", metrics)
+}
+
 // checkListenAddr refuses an address that net.Listen could never use whatever the machine:
 // no port, a port that is not a number in [0, 65535] or a service name, or a host that is
 // meant as an IP address but is not one (256.0.0.1). Such an address is a bad command line;
 // one that parses but cannot be bound (in use, not local) stays a failure while running.
 func checkListenAddr(flagName, addr string) error {
 	if addr == "" {
-		return nil // net.Listen's own default: every interface, a free port
+		return nil // a listener that is off (-metrics-listen)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -382,11 +382,12 @@ type proxy struct {
 	built  map[string]*builtLimit
 	closed bool
 
-	retired      []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
-	retiring     []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
-	errLogged    atomic.Uint64
-	admittedSeen atomic.Uint64
-	refusedSeen  atomic.Uint64
+	retired        []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
+	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
+	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
+	errLogged      atomic.Uint64
+	admittedSeen   atomic.Uint64
+	refusedSeen    atomic.Uint64
 }
 
 // proxyState is one configuration, built and then only read; a reload swaps in a new one.
@@ -563,7 +564,17 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
 		Transport: upstreamTransport(),
-		ErrorLog:  slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				// The client went away, or shutdown cut the request off: no fault of the
+				// upstream's, and nobody reads the answer. At ERROR it would fire alerts on every
+				// rollout.
+				logger.Debug("request cancelled before the upstream answered", "path", r.URL.Path)
+			} else {
+				logger.Error("http: proxy error: " + err.Error())
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	px.rp = rp
 	if c.unlimited {
@@ -656,49 +667,66 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 }
 
 func (px *proxy) registerRedisMetrics() {
-	sum := func(f func(redisstore.Stats) float64) func() float64 {
+	// Each metric sums over every Redis limiter built so far, of either mode: exact's stats, and
+	// batched's for the same event (a failed call; a decision made without Redis, which batched
+	// makes alone while offline; a limiter not deciding through Redis now).
+	sum := func(exact func(redisstore.Stats) float64, fleet func(batched.Stats) float64) func() float64 {
 		return func() float64 {
 			px.mu.Lock()
 			defer px.mu.Unlock()
 			var total float64
-			for _, b := range px.allRedis() {
+			rs, bs := px.allRedis()
+			for _, b := range rs {
 				var s redisstore.Stats
 				b.Stats(&s)
-				total += f(s)
+				total += exact(s)
+			}
+			for _, b := range bs {
+				var s batched.Stats
+				b.Stats(&s)
+				total += fleet(s)
 			}
 			return total
 		}
+	}
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
 	}
 	px.m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_errors_total",
 			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
-		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures) })),
+		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures) },
+			func(s batched.Stats) float64 { return float64(s.Failures) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
-			Help: "Requests decided by -on-redis-error because Redis failed or its circuit breaker was open.",
-		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) })),
+			Help: "Requests decided without Redis: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable.",
+		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) },
+			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_redis_breaker_open",
-			Help: "How many Redis limiters have their circuit breaker open now (0 when Redis is healthy).",
-		}, sum(func(s redisstore.Stats) float64 {
-			if s.BreakerOpen {
-				return 1
-			}
-			return 0
-		})),
+			Help: "How many Redis limiters are not deciding through Redis now: their circuit breaker is open (exact mode), or they are offline (batched mode); 0 when Redis is healthy.",
+		}, sum(func(s redisstore.Stats) float64 { return one(s.BreakerOpen) },
+			func(s batched.Stats) float64 { return one(s.Offline) })),
 	)
 }
 
-// allRedis lists the Redis limiters built so far; px.mu must be held.
-func (px *proxy) allRedis() []*redisstore.Limiter {
-	var out []*redisstore.Limiter
+// allRedis lists the Redis limiters built so far, exact and batched; px.mu must be held.
+func (px *proxy) allRedis() ([]*redisstore.Limiter, []*batched.Limiter) {
+	var rs []*redisstore.Limiter
+	var bs []*batched.Limiter
 	for _, b := range px.built {
 		if b.rs != nil {
-			out = append(out, b.rs)
+			rs = append(rs, b.rs)
+		}
+		if b.bl != nil {
+			bs = append(bs, b.bl)
 		}
 	}
-	return append(out, px.retired...)
+	return append(rs, px.retired...), append(bs, px.retiredBatched...)
 }
 
 // apply builds spec's rules and swaps them in. Limits the new configuration keeps keep their
@@ -744,6 +772,9 @@ func (px *proxy) apply(spec *configSpec) error {
 			retire = append(retire, b)
 			if b.rs != nil {
 				px.retired = append(px.retired, b.rs)
+			}
+			if b.bl != nil {
+				px.retiredBatched = append(px.retiredBatched, b.bl)
 			}
 		}
 	}
@@ -1298,10 +1329,8 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	}
 	c.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
-	for _, a := range []struct{ flag, addr string }{{"-listen", c.listen}, {"-metrics-listen", c.metricsListen}} {
-		if err := checkListenAddr(a.flag, a.addr); err != nil {
-			return usageErr(fs, "%v", err)
-		}
+	if err := checkListenAddrs(c.listen, c.metricsListen); err != nil {
+		return usageErr(fs, "%v", err)
 	}
 	logger := newLogger(c, stderr)
 	if c.redisURL != "" {

@@ -259,6 +259,28 @@ func TestParseConfigErrors(t *testing.T) {
 	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
 }
 
+// A list item yaml would drop or cannot read as text, an empty methods or paths list (which would
+// match everything), and a name given twice are refused with the line, the rule and the field.
+func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	for in, want := range map[string]string{
+		"rules:\n  - {name: a, rates: [5/1m], methods: [~]}\n":                 "line 2: rules[0] (a): methods: an empty item (~ or null); remove it or give a value",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/x, null]\n":      "line 4: rules[0] (a): paths: an empty item (~ or null)",
+		"exempt:\n  paths: [~]\n":                                              "line 2: exempt.paths: an empty item (~ or null)",
+		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                    "line 2: rules[0] (a): paths: an empty list; leave the field out to match every path",
+		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                  "line 2: rules[0] (a): methods: an empty list; leave the field out to match every method",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n": `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
+		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":          `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
+		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                `line 3: rules[0] (a): field "name" given twice`,
+	} {
+		_, err := parseConfig([]byte(in), def)
+		assert.ErrorContains(t, err, want, "%q", in)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "(a) (b)", "%q", in)
+		}
+	}
+}
+
 // A -config file with aliases (*name) and merge keys (<<) is the file written out without them.
 func TestParseConfigAliasesAndMerges(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}

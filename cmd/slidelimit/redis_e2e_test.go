@@ -191,11 +191,17 @@ func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
 	stopRedis() // nothing answers at addr any more
 	up := newUpstream(t)
 	p := startProxy(t, "-upstream", up.URL, "-limit", "6", "-window", "1h", "-redis", "redis://"+addr+"/0",
-		"-redis-mode", "batched", "-redis-timeout", "20ms", "-on-redis-error", "local", "-fleet-size", "3", "-name", "outage-start")
+		"-redis-mode", "batched", "-redis-timeout", "20ms", "-on-redis-error", "local", "-fleet-size", "3", "-name", "outage-start",
+		"-metrics-listen", "127.0.0.1:0")
 	c := newClient(t, true)
 	var codes []int
 	for range 4 {
 		codes = append(codes, do(t, c, p.url("/"), nil).status)
 	}
 	assert.Equal(t, []int{200, 200, 429, 429}, codes)
+	// The Redis metrics count batched mode's failures and offline decisions too.
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+	assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
+	assert.Equal(t, 4.0, metric(t, m, "slidelimit_redis_fallbacks_total"), "every request was decided alone")
+	assert.Equal(t, 1.0, metric(t, m, "slidelimit_redis_breaker_open"), "offline")
 }

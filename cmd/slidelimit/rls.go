@@ -45,7 +45,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 		*d = def
 		fs.Var(durationFlag{d: d}, name, usage)
 	}
-	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis (a `duration`)")
+	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis, a `duration` in [1ms, 1m]")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
 	dur(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (a `duration`; 0: never)")
@@ -65,8 +65,10 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	switch {
 	case c.config == "":
 		return usageErr(fs, "-config is required")
-	case c.redisTimeout <= 0:
-		return usageErr(fs, "-redis-timeout %v: must be positive", c.redisTimeout)
+	case c.redisTimeout < time.Millisecond || c.redisTimeout > time.Minute:
+		// The range both Redis backends take, checked here so that the flag is named (and the
+		// exit is 2) rather than blamed on the first rule of the config that needs Redis.
+		return usageErr(fs, "-redis-timeout %v: must be in [1ms, 1m]", c.redisTimeout)
 	case c.reloadInterval < 0:
 		return usageErr(fs, "-reload-interval %v: must be 0 (never) or positive, like 1s", c.reloadInterval)
 	case c.shutdown <= 0:
@@ -95,10 +97,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err != nil || (onError == slidelimit.FailLocal && c.redisMode != "batched") {
 		return usageErr(fs, "-on-redis-error %q: want open or closed (or local, with -redis-mode batched)", c.onError)
 	}
-	for _, a := range []struct{ flag, addr string }{{"-listen", c.listen}, {"-metrics-listen", c.metricsListen}} {
-		if err := checkListenAddr(a.flag, a.addr); err != nil {
-			return usageErr(fs, "%v", err)
-		}
+	if err := checkListenAddrs(c.listen, c.metricsListen); err != nil {
+		return usageErr(fs, "%v", err)
 	}
 	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
 	if c.redisURL != "" {

@@ -69,7 +69,11 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-redis-mode", "batched"}, "-redis-mode batched: needs -redis URL"},
 		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
 		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
-		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be positive"},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]"},
+		// The range the Redis backends take, named here rather than blamed on a rule.
+		{[]string{"-config", "x.yaml", "-redis-timeout", "500us"}, "-redis-timeout 500µs: must be in [1ms, 1m]"},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "1d"}, "-redis-timeout 24h0m0s: must be in [1ms, 1m]"},
+		{[]string{"-config", "x.yaml", "-listen", ""}, "-listen: empty; give host:port"},
 		// The proxy's duration parsing: a bare number gets the unit hint, and d is a day.
 		{[]string{"-config", "x.yaml", "-reload-interval", "5"}, "-reload-interval 5: 5 has no unit: add a unit, like 5s"},
 		{[]string{"-config", "x.yaml", "-redis-timeout", "60"}, "-redis-timeout 60: 60 has no unit: add a unit, like 60s"},
