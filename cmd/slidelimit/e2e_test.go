@@ -454,6 +454,34 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 	assert.Error(t, <-failed, "the request in flight was cut off")
 }
 
+// A SIGTERM while the limiters of a large -config are still being built stops the proxy (exit 0),
+// as one after it listens does, rather than killing it with the signal's default action.
+func TestProxySIGTERMWhileStarting(t *testing.T) {
+	var rules strings.Builder
+	rules.WriteString("rules:\n")
+	for i := range 4000 {
+		fmt.Fprintf(&rules, "  - {name: r%d, paths: [/p%d/], rates: [10/1s, 1000/1h]}\n", i, i)
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(rules.String()), 0o644))
+	cmd := exec.Command(binary, "proxy", "-listen", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-config", file)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	time.Sleep(300 * time.Millisecond) // past the runtime's start, and (on 2 cores) well before listening
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "exit status:\n%s", stderr.String())
+	case <-time.After(failsafe):
+		cmd.Process.Kill()
+		t.Fatalf("the proxy did not stop:\n%s", stderr.String())
+	}
+	assert.Regexp(t, `msg="?stopped`, stderr.String())
+}
+
 // Bad flags: a message naming the flag and the value, and exit status 2 (1 for a port that
 // cannot be listened on).
 func TestProxyBadFlags(t *testing.T) {

@@ -1338,11 +1338,24 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 			logger.Warn("redis client: "+msg, "suppressed", suppressed)
 		}, c.redisURL)
 	}
+	// Caught before the limiters are built, which takes seconds for a file of thousands of rules:
+	// a stop asked for meanwhile is a stop, exit 0, not a kill by the signal's default action.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// SIGHUP reloads -config and never stops the proxy; one that comes while the limiters are
+	// built is held, and reloads once the proxy runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	px, err := buildProxy(c, logger)
 	if err != nil {
 		return usageErr(fs, "%v", err)
 	}
 	defer px.close()
+	if ctx.Err() != nil {
+		logger.Info("stopped before listening")
+		return nil
+	}
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -1363,14 +1376,9 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		listeners = append(listeners, mln)
 		logger.Info(fmt.Sprintf("metrics on http://%s/metrics", mln.Addr()))
 	}
-	// SIGHUP reloads -config and never stops the proxy; SIGTERM and SIGINT drain and stop it.
-	// The handlers are in place before "listening on" is logged, so that a signal sent as soon
-	// as the proxy says it is up is not taken with its default action (SIGHUP's kills).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	// SIGTERM and SIGINT drain and stop the proxy. Their handlers, and SIGHUP's, were in place
+	// before the limiters were built, so that no signal is taken with its default action
+	// (SIGHUP's kills).
 	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s", ln.Addr(), c.upstream, px.describe))
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})

@@ -138,18 +138,24 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 		describe = "on Redis " + redactURL(c.redisURL) + " (" + c.redisMode + ")"
 	}
+	// Caught before the limiters are built, which takes a while for a large config: a stop asked
+	// for meanwhile is a stop (exit 0), not a kill by the signal's default action.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	srv, err := rls.NewServer(cfg, opts...)
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)
 	}
 	defer srv.Close()
+	if ctx.Err() != nil {
+		logger.Printf("stopped before listening")
+		return nil
+	}
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("-listen %q: %v", c.listen, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 
 	var ms *http.Server
 	msErr := make(chan error, 1)
