@@ -76,3 +76,22 @@ func TestWatchAppliesEditsAndKeepsLastGood(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// ReloadFile applies the file at once and counts the outcome; a file that does not load is
+// returned as the error, and the last good config stays.
+func TestReloadFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "app.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644))
+	cfg, err := rls.LoadConfig(file)
+	require.NoError(t, err)
+	s := serve(t, cfg)
+	require.NoError(t, os.WriteFile(file, []byte("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 4}\n"), 0o644))
+	require.NoError(t, s.srv.ReloadFile(file))
+	require.Equal(t, uint32(4), s.call(t, "app", 0, desc("k", "x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	require.NoError(t, os.WriteFile(file, []byte("domain: app\ndescriptors:\n  - key: [k]\n"), 0o644))
+	require.ErrorContains(t, s.srv.ReloadFile(file), "key is a list")
+	require.Equal(t, uint32(4), s.call(t, "app", 0, desc("k", "x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="ok"} 1`)
+	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="error"} 1`)
+}

@@ -51,18 +51,27 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		// fp was taken before the files are read, so an edit made while they are read is seen
 		// at the next poll.
 		last = fp
-		cfg, err := LoadConfig(path)
-		if err == nil {
-			err = s.Reload(cfg)
-		}
-		if err != nil {
-			s.metrics.reloads.WithLabelValues("error").Inc()
-			s.logger.Printf("rls: config change in %s not applied, keeping the last good config: %v", path, err)
-			continue
-		}
-		s.metrics.reloads.WithLabelValues("ok").Inc()
-		s.logger.Printf("rls: config reloaded from %s: domains %s", path, strings.Join(cfg.Domains(), ", "))
+		_ = s.ReloadFile(path) // logged and counted; the last good config stays on an error
 	}
+}
+
+// ReloadFile loads the config at path (see LoadConfig) and applies it (see Reload) at once, for a
+// reload on demand (the command's SIGHUP), and counts and logs the outcome as Watch does. On an
+// error, which it returns, the last good config stays in use. Safe to call alongside calls, Watch
+// and itself.
+func (s *Server) ReloadFile(path string) error {
+	cfg, err := LoadConfig(path)
+	if err == nil {
+		err = s.Reload(cfg)
+	}
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("error").Inc()
+		s.logger.Printf("rls: config change in %s not applied, keeping the last good config: %v", path, err)
+		return err
+	}
+	s.metrics.reloads.WithLabelValues("ok").Inc()
+	s.logger.Printf("rls: config reloaded from %s: domains %s", path, strings.Join(cfg.Domains(), ", "))
+	return nil
 }
 
 // fingerprint hashes the names and contents of the files LoadConfig would read, so that any

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -142,6 +143,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	// for meanwhile is a stop (exit 0), not a kill by the signal's default action.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP reloads -config at once, as in "slidelimit proxy", whatever -reload-interval; one
+	// that comes during start-up is held until the server runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv, err := rls.NewServer(cfg, opts...)
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)
@@ -177,6 +183,18 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	} else {
 		close(watched)
 	}
+	hupDone := make(chan struct{})
+	go func() {
+		defer close(hupDone)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = srv.ReloadFile(c.config) // logged and counted; an error keeps the last good config
+			}
+		}
+	}()
 	logger.Printf("listening on %s, domains %s, deciding %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe)
 
 	serveErr := make(chan error, 1)
@@ -198,6 +216,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	stop()
 	<-watched
+	<-hupDone
 	if ms != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
 		if err := ms.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {

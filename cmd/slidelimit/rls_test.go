@@ -188,6 +188,43 @@ func TestRLSServesReloadsAndStops(t *testing.T) {
 	require.Contains(t, p.stderr(), "stopped")
 }
 
+// SIGHUP reloads -config at once, with polling off (-reload-interval 0) too, and a broken edit is
+// logged and changes nothing; it never stops the command.
+func TestRLSReloadsOnSIGHUP(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	write := func(body string) { require.NoError(t, os.WriteFile(file, []byte(body), 0o644)) }
+	limit := func(perHour int) string {
+		return "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + strconv.Itoa(perHour) + "\n"
+	}
+	write(limit(2))
+	p := startRLS(t, "-config", file, "-reload-interval", "0")
+	c, _ := rlsClient(t, p.addr)
+	perUnit := func() uint32 {
+		return rlsCall(t, c, "edge", "remote_address", "198.51.100.1").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	require.Equal(t, uint32(2), perUnit())
+	write(limit(5))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	deadline := time.Now().Add(failsafe)
+	for !strings.Contains(p.stderr(), "config reloaded from "+file) {
+		require.True(t, time.Now().Before(deadline), "SIGHUP did not reload:\n%s", p.stderr())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, uint32(5), perUnit())
+	write("domain: edge\ndescriptors:\n  - key: [remote_address]\n")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	for !strings.Contains(p.stderr(), "not applied, keeping the last good config") {
+		require.True(t, time.Now().Before(deadline), "broken edit not logged:\n%s", p.stderr())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, uint32(5), perUnit())
+	select {
+	case <-p.exited:
+		t.Fatalf("SIGHUP stopped rls:\n%s", p.stderr())
+	default:
+	}
+}
+
 // With -redis, two processes share each limit.
 func TestRLSRedisSharedLimit(t *testing.T) {
 	addr, _ := startRedis(t)
