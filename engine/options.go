@@ -110,7 +110,9 @@ func WithEviction(on bool) Option {
 // buckets, a minute for the dual bucket. So with d at most P each key is visited about once per P
 // (each step visits a d/P share of the slots); with d above P (say 90s for a 1s window) the
 // sweeper still wakes only every d, and visits every key once per d: the option sets how often
-// the sweeper runs, and it never runs more often than asked. Either way it paces itself to at
+// the sweeper runs, and it never runs more often than asked. A limiter with no key (and its tables
+// at their smallest) is not swept, and its sweeper looks again only once per max(P, d), so a key
+// that arrives then waits up to that long for its first visit. Either way it paces itself to at
 // most evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so
 // tables of more slots than that pace covers in the period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {

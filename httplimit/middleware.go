@@ -23,7 +23,9 @@ import (
 // answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter rounded up, at least
 // 1 second), after calling OnError. FailLocal (TrustDecision) uses the Decision returned with the
 // error as if there had been no error, after calling OnError: right for a Limiter that decides
-// something sensible itself when its store fails, such as redisstore with a fallback limiter.
+// something sensible itself when its store fails, such as redisstore with a fallback limiter. A
+// closed limiter's Decision (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed
+// does.
 type ErrorMode = slidelimit.FailureMode
 
 // The error modes, as in the root package.
@@ -115,7 +117,7 @@ type Middleware struct {
 	// the limit (ReasonLimited) from the others. nil means the default: 429 Too Many Requests for
 	// ReasonLimited and ReasonCostAboveLimit (the latter without Retry-After: waiting never
 	// helps), 503 Service Unavailable with Retry-After: 1 for ReasonKeyCap (the limiter tracks as
-	// many keys as it may) and ReasonClosed (a closed limiter's Decision, used under FailLocal),
+	// many keys as it may) and ReasonClosed (a Limiter that says it is closed without an error),
 	// 500 Internal Server Error for ReasonNegativeCost and ReasonInvalidLimit; each with a short
 	// body naming the reason (see Problem).
 	OnLimited func(w http.ResponseWriter, r *http.Request, d engine.Decision)
@@ -491,7 +493,7 @@ func anyDecided(st []entryState) bool {
 
 // decide asks every limit in h.order. It returns the request's Decision and, when a limit
 // refused, its index (else -1), having given back what the others counted; closed reports a
-// Limiter error under FailClosed, everything given back.
+// Limiter error under FailClosed (or a closed limiter's under FailLocal), everything given back.
 func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int, closed bool) {
 	idx = -1
 	tightest := -1
@@ -511,7 +513,10 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 				f.st[i] = failed
 				continue
 			}
-			if h.mode == FailClosed {
+			if h.mode == FailClosed || di.Reason == engine.ReasonClosed {
+				// A closed limiter's Decision, even under FailLocal, says only that it cannot
+				// decide: answered as FailClosed answers, with no RateLimit field that would
+				// tell the client its quota is spent.
 				f.giveBackOwn(r.Context())
 				return di, -1, true
 			}

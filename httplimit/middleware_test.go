@@ -474,4 +474,6 @@ func TestFailLocalClosedLimiterIsUnavailable(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, got.status)
 	assert.Equal(t, "1", got.retryAfter)
 	assert.Equal(t, "rate limiter unavailable\n", got.body)
+	assert.Empty(t, got.rateLimit, "no quota is reported spent")
+	assert.Empty(t, got.policy)
 }

@@ -166,8 +166,9 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (engine.Decisio
 // Remaining 0, as in the engine's fixed window), while the sliding counter admits n = 0 always.
 // Every Decision for a valid limit reports limit as its Limit, refusals made before the policy runs
 // (a negative cost, Close) included; an invalid limit's (ReasonInvalidLimit) reports the policy's.
-// The exception is FailLocal while Redis fails: the fallback then decides with its own limit (the
-// per-key limit is not applied) and reports it. The deny cache does not answer these calls (its
+// The exception is FailLocal while Redis fails: a cost above the call's limit is still refused
+// with ReasonCostAboveLimit and that limit, but any other request is decided by the fallback with
+// its own limit (the per-key limit is not applied), which it reports. The deny cache does not answer these calls (its
 // replay knows only the policy's limit), so each costs a round trip. Safe for concurrent use, as
 // Take: concurrent calls for one key are made atomic by Redis, whatever limit each gives.
 func (l *Limiter) TakeWithLimit(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {

@@ -110,10 +110,11 @@ func All(ls ...*Limiter) (*Multi, error) {
 // decision of the limiter with the least Remaining (the tightest); refused, the decision of the
 // first limiter, in order, that refuses, and nothing was counted anywhere. When Redis does not
 // decide, it returns the first limiter's failure choice with an error wrapping ErrUnavailable,
-// as Take does. Under FailOpen and FailClosed a cost above the smallest of the limiters' limits
-// is then refused with ReasonCostAboveLimit and that limit, since the limiters together can never
-// admit it, and FailOpen's admissions report that limit too. A ctx done on entry is returned as
-// ctx's error, as Take returns it, before the deny cache or the breaker is consulted. Safe for
+// as Take does. In every failure mode a cost above the smallest of the limiters' limits is then
+// refused with ReasonCostAboveLimit and that limit, since the limiters together can never admit
+// it (FailLocal's fallback is not asked), and FailOpen's admissions report that limit too. A ctx
+// done on entry is returned as ctx's error, as Take returns it, before the deny cache, the
+// breaker or the clock's range is consulted. Safe for
 // concurrent use; concurrent calls for one key are made atomic by Redis, which runs one script
 // at a time.
 func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {

@@ -22,11 +22,12 @@ type Option func(*config) error
 //     the breaker is open, the time left until it next tries Redis (a whole cooldown while
 //     another call is that try); otherwise (the breaker is closed, and the next call goes to
 //     Redis) the breaker's cooldown;
-//   - under FailOpen and FailClosed a cost above the limit is refused with
-//     ReasonCostAboveLimit, as Redis would refuse it;
+//   - in every mode a cost above the limit (the call's, for TakeWithLimit) is refused with
+//     ReasonCostAboveLimit, as Redis would refuse it, and FailLocal's fallback is not asked;
 //   - FailLocal (FailFallback) decides with the in-process engine.Limiter given to WithFallback:
 //     each process then enforces its own limit (size it as the fleet's limit divided by the number
-//     of processes), and the counts it makes are not carried back to Redis.
+//     of processes), and the counts it makes are not carried back to Redis (its admissions report
+//     Counted 0, so Refund gives nothing back for them on Redis).
 type OnFailure = slidelimit.FailureMode
 
 // The failure modes, as in the root package.

@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_rls_config_reloads_total",
-			Help: "Config changes seen by the watcher, by result (ok, error).",
+			Help: "Config reloads, by the watcher (Watch) or on demand (ReloadFile, the command's SIGHUP), by result (ok, error).",
 		}, []string{"result"}),
 	}
 	for _, r := range []string{"ok", "error"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +95,29 @@ func TestReloadFile(t *testing.T) {
 	m := scrape(t, s.srv)
 	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="ok"} 1`)
 	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="error"} 1`)
+}
+
+// A reload on demand is where a running Watch starts from: the edit it applied is not applied and
+// counted a second time by the next polls.
+func TestReloadFileAlongsideWatch(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "app.yaml")
+	body := func(n int) []byte {
+		return []byte("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n")
+	}
+	require.NoError(t, os.WriteFile(file, body(1), 0o644))
+	cfg, err := rls.LoadConfig(file)
+	require.NoError(t, err)
+	s := serve(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	// Polls far enough apart that the edit below is applied by ReloadFile, not by Watch, which
+	// waits two polls for a file to hold still.
+	go func() { s.srv.Watch(ctx, file, 200*time.Millisecond); close(watched) }()
+	defer func() { cancel(); <-watched }()
+	require.NoError(t, os.WriteFile(file, body(3), 0o644))
+	require.NoError(t, s.srv.ReloadFile(file))
+	time.Sleep(1200 * time.Millisecond) // six polls
+	require.Equal(t, uint32(3), s.call(t, "app", 0, desc("k", "x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_config_reloads_total{result="ok"} 1`)
+	require.Equal(t, 1, strings.Count(s.log.String(), "config reloaded from"), s.log.String())
 }

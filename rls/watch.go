@@ -25,8 +25,9 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 	// Start from what the current config was read from, so that an edit made between its
 	// loading and this call is applied rather than taken as the starting point.
 	last := fingerprint(path)
+	var applied [32]byte // the fingerprint of the config in use, when it came from path
 	if cfg := s.Config(); cfg != nil && cfg.source == path {
-		last = cfg.fp
+		last, applied = cfg.fp, cfg.fp
 	}
 	pending := last
 	t := time.NewTicker(interval)
@@ -36,6 +37,11 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if cfg := s.Config(); cfg != nil && cfg.source == path && cfg.fp != applied {
+			// ReloadFile (the command's SIGHUP) loaded path meanwhile: what it loaded is where
+			// this starts from, not an edit to apply and count a second time.
+			last, pending, applied = cfg.fp, cfg.fp, cfg.fp
 		}
 		fp := fingerprint(path)
 		if fp == last {
@@ -51,7 +57,11 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		// fp was taken before the files are read, so an edit made while they are read is seen
 		// at the next poll.
 		last = fp
-		_ = s.ReloadFile(path) // logged and counted; the last good config stays on an error
+		if s.ReloadFile(path) == nil { // logged and counted; the last good config stays on an error
+			if cfg := s.Config(); cfg != nil && cfg.source == path {
+				applied = cfg.fp
+			}
+		}
 	}
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures what an idle `slidelimit proxy` with many rules costs: it writes a -config file of RULES
 # rules (4,000 by default), each with two limits (8,000 limiters), starts the proxy on it, waits
-# until it listens, and prints how long that took and the CPU time it used over SECONDS seconds
-# (10) with no request at all.
+# until it listens, and prints how long that took and the CPU time it used over SECONDS_IDLE seconds
+# (10 by default) with no request at all.
 #
 #   bench/scripts/idle-rules.sh [SLIDELIMIT_BINARY]
 #

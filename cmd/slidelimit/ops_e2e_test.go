@@ -478,3 +478,33 @@ func TestVersionOverride(t *testing.T) {
 	assert.Equal(t, exitOK, run([]string{"--version"}, &stdout, &stderr))
 	assert.Regexp(t, regexp.MustCompile(`^slidelimit v9\.8\.7\n`), stdout.String())
 }
+
+// What the reverse proxy logs goes through the command's log in its format: an upstream that
+// cuts its body short is a JSON line at ERROR with -log-format json, not a plain line beside them.
+func TestProxyUpstreamErrorsInTheLogFormat(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100))
+		buf.Flush()
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-log-format", "json")
+	c := newClient(t, true)
+	res, err := c.Get(p.url("/short"))
+	if err == nil {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "ReverseProxy read error during body copy") })
+	for _, l := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), "a line outside the log format: %q", l)
+		if strings.Contains(l, "ReverseProxy read error") {
+			assert.Equal(t, "ERROR", m["level"])
+		}
+	}
+}

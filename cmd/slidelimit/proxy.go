@@ -564,6 +564,9 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
 		Transport: upstreamTransport(),
+		// What the ReverseProxy logs beside its ErrorHandler (a body cut short) goes through the
+		// command's log too, in its format.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				// The client went away, or shutdown cut the request off: no fault of the

@@ -269,6 +269,8 @@ func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
 		"exempt:\n  paths: [~]\n":                                              "line 2: exempt.paths: an empty item (~ or null)",
 		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                    "line 2: rules[0] (a): paths: an empty list; leave the field out to match every path",
 		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                  "line 2: rules[0] (a): methods: an empty list; leave the field out to match every method",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths:\n#     - /admin\n": "line 4: rules[0] (a): paths: an empty list; leave the field out to match every path",
+		"rules:\n  - {name: a, rates: [5/1m], methods: ~}\n":                   "line 2: rules[0] (a): methods: an empty list",
 		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n": `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
 		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":          `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
 		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                `line 3: rules[0] (a): field "name" given twice`,
