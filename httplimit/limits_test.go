@@ -108,6 +108,29 @@ func TestStackedMiddlewares(t *testing.T) {
 	assert.Equal(t, reply{429, `"server";q=5;w=60`, `"server";r=0;t=60`, "60", "rate limit exceeded\n"}, get(t, c, ts.URL+"/other", nil))
 }
 
+// A stack whose inner limiter is closed: 503 under FailClosed and FailLocal, the outer limit's unit
+// given back, and no field left from the outer middleware, whose count the answer no longer
+// includes.
+func TestStackedOverAClosedLimiter(t *testing.T) {
+	for _, mode := range []httplimit.ErrorMode{httplimit.FailClosed, httplimit.FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			clk := clock.NewManual(w0)
+			outerLim := &countingRefunder{l: newOn(t, policy.FixedWindow{Limit: 5, Window: time.Minute}, clk)}
+			closed := newOn(t, policy.FixedWindow{Limit: 1, Window: time.Minute}, clk)
+			require.NoError(t, closed.Close())
+			key := func(*http.Request) string { return "k" }
+			inner := &httplimit.Middleware{Limiter: httplimit.Local(closed), KeyFunc: key, Quota: httplimit.Quota{Name: "route"}, Now: nowOf(clk), ErrorMode: mode}
+			outer := &httplimit.Middleware{Limiter: outerLim, KeyFunc: key, Quota: httplimit.Quota{Name: "server", Limit: 5, Window: time.Minute}, Now: nowOf(clk)}
+			ts := serve(t, outer.Wrap(inner.Wrap(ok)))
+			assert.Equal(t, reply{status: 503, retryAfter: "1", body: "rate limiter unavailable\n"}, get(t, ts.Client(), ts.URL, nil))
+			assert.Equal(t, 1, outerLim.refunds)
+			assert.Equal(t, int64(5), outerLim.l.Peek("k").Remaining, "the outer limit holds all 5")
+			_, tracked := outerLim.l.Inspect("k")
+			assert.True(t, tracked, "the outer limit did count the request, then gave it back")
+		})
+	}
+}
+
 func TestSkip(t *testing.T) {
 	lim, clk := newEngine(t, 1, time.Minute, w0)
 	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk), Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }}

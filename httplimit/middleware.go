@@ -445,6 +445,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.next.ServeHTTP(w, r)
 				return
 			}
+			// An outer middleware's fields said what it had counted, and it has given that back:
+			// no field describes this answer.
+			delete(w.Header(), hdrRateLimit)
+			delete(w.Header(), hdrPolicy)
 			w.Header().Set(hdrRetryAfter, strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
 			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return

@@ -14,7 +14,9 @@ import (
 // applies each change once the files have stayed the same for one interval (so within two
 // intervals of the edit): a config that loads replaces the server's (see Reload); one that does
 // not is logged with its reason, and the last good config stays in use until the files change
-// again.
+// again. A config read from path and applied by other means (ReloadFile, the command's SIGHUP,
+// or Reload of a LoadConfig(path)) is where Watch goes on from: if path no longer holds what that
+// config was read from, Watch applies the files, as it applies any edit.
 // Polling rather than file events works the same on every filesystem, and for Kubernetes
 // ConfigMaps, whose files are swapped by renaming a symbolic link. Watch blocks; run it in its own
 // goroutine. Safe to run alongside calls.
@@ -59,7 +61,9 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		last = fp
 		if s.ReloadFile(path) == nil { // logged and counted; the last good config stays on an error
 			if cfg := s.Config(); cfg != nil && cfg.source == path {
-				applied = cfg.fp
+				// What was read: an edit made between this poll and the read is then not loaded
+				// a second time, and one made during the read is seen at the next poll.
+				last, pending, applied = cfg.fp, cfg.fp, cfg.fp
 			}
 		}
 	}

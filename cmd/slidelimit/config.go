@@ -287,10 +287,12 @@ func checkShape(top *yaml.Node) error {
 			}
 		}
 		for _, f := range []string{"methods", "paths"} {
-			// Read as "no restriction", an empty list, or none (paths: with every item commented
-			// out, or ~), would make the rule take every request: the opposite of what it says.
-			if v := deref(rf[f]); v != nil && (v.Kind == yaml.SequenceNode && len(v.Content) == 0 || v.Tag == "!!null") {
-				return fmt.Errorf("line %d: %s: %s: an empty list; leave the field out to match every %s", rf[f].Line, where, f, strings.TrimSuffix(f, "s"))
+			// Read as "no restriction", an empty list, or a field left with no value (every item
+			// commented out), would make the rule take every request: the opposite of what it
+			// seems to say. An explicit ~ says "any" on purpose, as a rule that merges another's
+			// fields needs to say it.
+			if v := deref(rf[f]); v != nil && (v.Kind == yaml.SequenceNode && len(v.Content) == 0 || v.Tag == "!!null" && v.Value == "") {
+				return fmt.Errorf("line %d: %s: %s: an empty list; leave the field out, or write ~, to match every %s", rf[f].Line, where, f, strings.TrimSuffix(f, "s"))
 			}
 		}
 		for _, f := range []string{"name", "policy", "key"} {

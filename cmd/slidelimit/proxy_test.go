@@ -267,10 +267,9 @@ func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
 		"rules:\n  - {name: a, rates: [5/1m], methods: [~]}\n":                 "line 2: rules[0] (a): methods: an empty item (~ or null); remove it or give a value",
 		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/x, null]\n":      "line 4: rules[0] (a): paths: an empty item (~ or null)",
 		"exempt:\n  paths: [~]\n":                                              "line 2: exempt.paths: an empty item (~ or null)",
-		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                    "line 2: rules[0] (a): paths: an empty list; leave the field out to match every path",
-		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                  "line 2: rules[0] (a): methods: an empty list; leave the field out to match every method",
-		"rules:\n  - name: a\n    rates: [5/1m]\n    paths:\n#     - /admin\n": "line 4: rules[0] (a): paths: an empty list; leave the field out to match every path",
-		"rules:\n  - {name: a, rates: [5/1m], methods: ~}\n":                   "line 2: rules[0] (a): methods: an empty list",
+		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                    "line 2: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
+		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                  "line 2: rules[0] (a): methods: an empty list; leave the field out, or write ~, to match every method",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths:\n#     - /admin\n": "line 4: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
 		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n": `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
 		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":          `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
 		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                `line 3: rules[0] (a): field "name" given twice`,
@@ -298,6 +297,8 @@ func TestParseConfigAliasesAndMerges(t *testing.T) {
 		"rules:\n  - &x {name: a, rates: [1/1s], key: conn}\n  - &y {name: c, rates: [2/1s], paths: [/y]}\n  - <<: [*x, *y]\n    name: b\n":          "rules:\n  - {name: a, rates: [1/1s], key: conn}\n  - {name: c, rates: [2/1s], paths: [/y]}\n  - {name: b, rates: [1/1s], key: conn, paths: [/y]}\n",
 		"exempt: ~\nrules:\n  - {name: a, rates: [1/1s]}\n":               "rules:\n  - {name: a, rates: [1/1s]}\n", // a null exempt, as a null rules, is none
 		"rules:\n  - <<: {rates: [1/1s], <<: {key: conn}}\n    name: a\n": "rules:\n  - {name: a, rates: [1/1s], key: conn}\n",
+		// An explicit ~ drops what a merge key gives: any method again.
+		"rules:\n  - &b {name: a, rates: [1/1s], methods: [POST]}\n  - <<: *b\n    name: c\n    methods: ~\n": "rules:\n  - {name: a, rates: [1/1s], methods: [POST]}\n  - {name: c, rates: [1/1s]}\n",
 	} {
 		got, err := parseConfig([]byte(in), def)
 		require.NoError(t, err, "%q", in)
