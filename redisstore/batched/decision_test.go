@@ -145,18 +145,8 @@ func TestCountedIsTheCost(t *testing.T) {
 // its shorter wait to a larger one: each gets the engine's RetryAfter, and a retry at that time
 // is admitted.
 func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
-	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
-	l, ref, clk := againstEngine(t, p)
-	ctx := context.Background()
-	take := func(n int64) slidelimit.Decision {
-		t.Helper()
-		want := ref.Take("k", n)
-		got, err := l.Take(ctx, "k", n)
-		if err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Counted != want.Counted {
-			t.Fatalf("at %d Take(%d) = %+v %v, engine %+v", clk.Now()-t0, n, got, err, want)
-		}
-		return got
-	}
+	l, ref, clk := againstEngine(t, policy.SlidingCounter{Limit: 10, Window: time.Second})
+	take := takeBoth(t, l, ref, clk)
 	take(10)
 	clk.Advance(500 * time.Millisecond)
 	take(1)
@@ -178,18 +168,8 @@ func TestRememberedRefusalWaitsForItsCost(t *testing.T) {
 // must wait as long as those larger counts say, as the engine does, so that a retry then is
 // admitted.
 func TestRememberedRefusalAfterALaterLease(t *testing.T) {
-	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
-	l, ref, clk := againstEngine(t, p)
-	ctx := context.Background()
-	take := func(n int64) slidelimit.Decision {
-		t.Helper()
-		want := ref.Take("k", n)
-		got, err := l.Take(ctx, "k", n)
-		if err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter {
-			t.Fatalf("at +%dms Take(%d) = %+v %v, engine %+v", clk.Now()-t0, n, got, err, want)
-		}
-		return got
-	}
+	l, ref, clk := againstEngine(t, policy.SlidingCounter{Limit: 10, Window: time.Second})
+	take := takeBoth(t, l, ref, clk)
 	take(8)
 	clk.Advance(10 * time.Millisecond)
 	if d := take(5); d.Allowed {
@@ -234,6 +214,20 @@ func TestCostAboveLimitFields(t *testing.T) {
 		if err != nil || got != want {
 			t.Fatalf("Take(%d) = %+v %v, engine %+v", n, got, err, want)
 		}
+	}
+}
+
+// takeBoth returns a step that takes n units for key "k" from l and from the engine ref, and fails
+// the test unless l decides as ref does (Allowed, RetryAfter, Counted).
+func takeBoth(t *testing.T, l *Limiter, ref *engine.Limiter, clk *clock.Clock) func(n int64) slidelimit.Decision {
+	return func(n int64) slidelimit.Decision {
+		t.Helper()
+		want := ref.Take("k", n)
+		got, err := l.Take(context.Background(), "k", n)
+		if err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Counted != want.Counted {
+			t.Fatalf("at +%dms Take(%d) = %+v %v, engine %+v", clk.Now()-t0, n, got, err, want)
+		}
+		return got
 	}
 }
 
