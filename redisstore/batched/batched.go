@@ -671,11 +671,10 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
 		l.holding.Store(e, struct{}{})
 	}
 	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
-	if e.denyWin == r.win {
-		// A remembered refusal solves the waits of larger needs on the counts it saw, and Redis
-		// has counted more since (this grant, other processes'): it solves them on these. The
-		// refusal itself still holds, as counts only grow within a window.
-		e.denySt, e.denyAt, e.denyRedisNow = st, now, r.now
+	if e.denyWin == r.win && r.grant > 0 {
+		// A remembered refusal solves a larger need's wait on the counts it saw, which this grant
+		// has passed: the next such request asks Redis, whose counts give its exact wait.
+		e.denyUntil = 0
 	}
 	res, _ := l.rule.Peek(st, r.now)
 	e.head.Store(res.Remaining)
