@@ -74,7 +74,8 @@ func (s *Sweeper) run() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if s.cfg.Keys.Load() == 0 && s.slots() == uint64(len(s.shards))*shard.MinSlots {
+			slots := s.slots()
+			if s.cfg.Keys.Load() == 0 && slots == uint64(len(s.shards))*shard.MinSlots {
 				// Nothing to evict and no table to shrink. An idle limiter sweeps nothing and
 				// looks again only once a period, so that a process holding thousands of them (a
 				// proxy's rules) idles; a key that arrives meanwhile waits at most that long for
@@ -93,7 +94,7 @@ func (s *Sweeper) run() {
 			// The budget never falls within a round, so that shards shrunk early in a round do
 			// not slow the rest of it down (dead keys would otherwise go in ever smaller steps);
 			// it still rises at once when tables grow.
-			b := s.budget(s.slots())
+			b := s.budget(slots)
 			if s.cur == 0 && s.table == nil {
 				s.round = b
 			}

@@ -41,8 +41,10 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		case <-t.C:
 		}
 		if cfg := s.Config(); cfg != nil && cfg.source == path && cfg.fp != applied {
-			// ReloadFile (the command's SIGHUP) loaded path meanwhile: what it loaded is where
-			// this starts from, not an edit to apply and count a second time.
+			// path was loaded since the last poll, by the reload below or by ReloadFile (the
+			// command's SIGHUP): what was read is where this goes on from, so an edit made
+			// between a poll and the read is not loaded a second time, and one made during the
+			// read is seen now.
 			last, pending, applied = cfg.fp, cfg.fp, cfg.fp
 		}
 		fp := fingerprint(path)
@@ -59,13 +61,7 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 		// fp was taken before the files are read, so an edit made while they are read is seen
 		// at the next poll.
 		last = fp
-		if s.ReloadFile(path) == nil { // logged and counted; the last good config stays on an error
-			if cfg := s.Config(); cfg != nil && cfg.source == path {
-				// What was read: an edit made between this poll and the read is then not loaded
-				// a second time, and one made during the read is seen at the next poll.
-				last, pending, applied = cfg.fp, cfg.fp, cfg.fp
-			}
-		}
+		_ = s.ReloadFile(path) // logged and counted; the last good config stays on an error
 	}
 }
 

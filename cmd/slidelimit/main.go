@@ -234,6 +234,15 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 	return p, nil
 }
 
+// checkRedisTimeout refuses a -redis-timeout outside the range both Redis backends take
+// (redisstore.WithTimeout, batched.WithTimeout).
+func checkRedisTimeout(d time.Duration) error {
+	if d < time.Millisecond || d > time.Minute {
+		return fmt.Errorf("-redis-timeout %v: must be in [1ms, 1m]", d)
+	}
+	return nil
+}
+
 // checkListenAddrs checks the main listener's address, which must be given (an empty one would
 // listen on every interface, most likely from an unset variable), and the metrics listener's,
 // where empty means none.

@@ -226,8 +226,8 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if _, err := slidelimit.ParseFailureMode(c.onRedisError); err != nil {
 		return def, nil, fmt.Errorf("-on-redis-error %q: must be open, closed or local", c.onRedisError)
 	}
-	if c.redisTimeout < time.Millisecond || c.redisTimeout > time.Minute {
-		return def, nil, fmt.Errorf("-redis-timeout %v: must be in [1ms, 1m]", c.redisTimeout)
+	if err := checkRedisTimeout(c.redisTimeout); err != nil {
+		return def, nil, err
 	}
 	if c.fleetSize < 1 || c.fleetSize > 1<<20 {
 		return def, nil, fmt.Errorf("-fleet-size %d: must be in [1, %d]", c.fleetSize, 1<<20)

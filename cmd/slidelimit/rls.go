@@ -66,10 +66,6 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	switch {
 	case c.config == "":
 		return usageErr(fs, "-config is required")
-	case c.redisTimeout < time.Millisecond || c.redisTimeout > time.Minute:
-		// The range both Redis backends take, checked here so that the flag is named (and the
-		// exit is 2) rather than blamed on the first rule of the config that needs Redis.
-		return usageErr(fs, "-redis-timeout %v: must be in [1ms, 1m]", c.redisTimeout)
 	case c.reloadInterval < 0:
 		return usageErr(fs, "-reload-interval %v: must be 0 (never) or positive, like 1s", c.reloadInterval)
 	case c.shutdown <= 0:
@@ -77,6 +73,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "-shutdown-timeout %v: must be positive, like 10s", c.shutdown)
 	case c.keepalive.MaxConnectionAge < 0:
 		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", c.keepalive.MaxConnectionAge)
+	}
+	if err := checkRedisTimeout(c.redisTimeout); err != nil {
+		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
+		// first rule of the config that needs Redis.
+		return usageErr(fs, "%v", err)
 	}
 	// gRPC reads a keepalive of 0 as its own default, not this flag's, and a negative one as
 	// nothing sensible.
