@@ -137,13 +137,16 @@ func (c *gcraWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bool) {
 
 // Stale reports, for want of a last-update time (the TAT does not keep one), the ms of refill the
 // bucket holds, (Burst*1000 - lag) / Rate: it grows by one for every ms a key is left alone, and
-// is largest for the fullest bucket, whose eviction changes the least. The lag is what the key
-// has taken, 1000 a permit: evictable while it is below half the burst. No overflow: the decoded
-// lag lies in [-2^61, 2^61).
+// is largest for the fullest bucket, whose eviction changes the least. What the key holds is
+// judged in whole permits, Burst minus the whole tokens left, as the token bucket judges it and
+// as Inspect reports it: the lag (1000 a permit) rounded up. Judged on the exact lag, a key that
+// took half its burst would turn evictable a millisecond later, with Inspect still showing half
+// taken. No overflow: the decoded lag lies in [-2^61, 2^61).
 func (c *gcraWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 	tat, sc := c.decode(w0, now)
 	lag := int64(tat - sc)
-	return (c.p.Burst*1000 - lag) / c.p.Rate, underHalf(lag, c.p.Burst*1000)
+	tokens := max(c.p.Burst*1000-max(lag, 0), 0) / 1000
+	return (c.p.Burst*1000 - lag) / c.p.Rate, underHalf(c.p.Burst-tokens, c.p.Burst)
 }
 
 // Refund moves the TAT back for the permits that rules.GCRA.Refund finds exact. Their lag stays

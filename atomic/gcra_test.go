@@ -93,9 +93,11 @@ func TestGCRAStale(t *testing.T) {
 	require.False(t, ok)
 	_, ok = codec.Stale(w, 0, epoch+100, 0)
 	require.False(t, ok, "one permit of two taken: half the burst")
-	age, ok = codec.Stale(w, 0, epoch+101, 0)
-	require.Equal(t, int64(101), age)
-	require.True(t, ok)
+	age, ok = codec.Stale(w, 0, epoch+199, 0)
+	require.Equal(t, int64(199), age)
+	require.False(t, ok, "0.01 of a permit still taken: one whole permit held, half the burst")
+	_, ok = codec.Stale(w, 0, epoch+200, 0)
+	require.True(t, ok, "a full bucket")
 }
 
 func ExampleNewGCRA() {

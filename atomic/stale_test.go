@@ -37,3 +37,35 @@ func TestSlidingCounterStale(t *testing.T) {
 		require.Equal(t, int64(1500), age, "since the start of the window it last counted in")
 	}
 }
+
+// TestGCRAStaleInWholePermits: GCRA judges what a key holds in whole permits, as the token bucket
+// (which decides identically) does: a key that took half its burst is not evictable while less
+// than one permit has come back, though its exact lag is already below half.
+func TestGCRAStaleInWholePermits(t *testing.T) {
+	gcra := NewGCRA(policy.GCRA{Rate: 1, Burst: 10})
+	tb := NewTokenBucket(policy.TokenBucket{Rate: 1, Burst: 10})
+	gc, tc := aligned(), aligned()
+	for _, c := range []struct {
+		codec Codec
+		cell  *uint64
+	}{{gcra, gc}, {tb, tc}} {
+		f0, f1 := c.codec.Fresh(epoch)
+		Store(c.cell, c.codec.Words(), f0, f1)
+		c.codec.Take(c.cell, epoch, 5)
+	}
+	// One permit a second: 5 held until 1000 ms on, 4 (evictable) from then.
+	for _, c := range []struct {
+		after     int64
+		evictable bool
+	}{{0, false}, {1, false}, {999, false}, {1000, true}, {4000, true}} {
+		for name, codec := range map[string]Codec{"gcra": gcra, "token-bucket": tb} {
+			cell := gc
+			if name == "token-bucket" {
+				cell = tc
+			}
+			w0, w1 := Load(cell, codec.Words())
+			_, ok := codec.Stale(w0, w1, epoch+c.after, 0)
+			require.Equal(t, c.evictable, ok, "%s, %d ms after taking 5 of 10", name, c.after)
+		}
+	}
+}
