@@ -280,3 +280,19 @@ func TestStats(t *testing.T) {
 	require.LessOrEqual(t, st.TableBytes, uint64(1000*16*10/7+8*2*16*8))
 	require.Zero(t, testing.AllocsPerRun(100, func() { l.Stats(&st) }))
 }
+
+// TestEvictionOffAtTheCap: with eviction off a dead key is never reclaimed, not even by a new key
+// at the cap, which is refused; WithAtCap(EvictStalest) still evicts it to make room.
+func TestEvictionOffAtTheCap(t *testing.T) {
+	for _, c := range []struct {
+		atCap AtCap
+		want  Reason
+	}{{RefuseNewKeys, ReasonKeyCap}, {EvictStalest, ReasonOK}} {
+		l, _ := newSC(t, 5, time.Second, WithEviction(false), WithMaxKeys(1), WithShards(1), WithAtCap(c.atCap))
+		require.True(t, l.AllowN("old", 5))
+		l.clk.Set(start + 5000) // "old" is long dead
+		d := l.Take("new", 1)
+		require.Equal(t, c.want, d.Reason, "at cap %d", c.atCap)
+		require.Equal(t, 1, l.Len())
+	}
+}

@@ -25,8 +25,8 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 
 // TakeWithLimit is Take for a key whose limit is limit rather than the policy's: premium tenants,
 // internal services. Keys taken at the default limit pay nothing for this; a call here costs what
-// Take costs. limit must be at least 1 and at most the policy's limit, or WithMaxLimit's when
-// given; otherwise, or when the policy takes no per-key limits, the request is refused with
+// Take costs. limit must be at least 1 and at most the larger of the policy's limit and
+// WithMaxLimit's; otherwise, or when the policy takes no per-key limits, the request is refused with
 // ReasonInvalidLimit and consumes nothing, and its Decision's Limit is the policy's. For a valid
 // limit every Decision reports limit as its Limit, refusals made before the policy runs (a
 // negative cost, the key cap, Close) included. It is safe for

@@ -93,8 +93,10 @@ func WithSeed(seed uint64) Option {
 }
 
 // WithEviction switches the background sweeper that removes dead keys (keys whose state is
-// identical to a new key's) on or off; it is on by default. With eviction off, keys are never
-// forgotten and Len counts every key ever seen, as the registry's stateSize does.
+// identical to a new key's) on or off; it is on by default. With eviction off, dead keys are
+// never forgotten (nor reclaimed at the key cap, see WithMaxKeys) and Len counts every key ever
+// seen, as the registry's stateSize does. The one exception is WithAtCap(EvictStalest), which
+// still evicts a key at the cap to make room for a new one.
 func WithEviction(on bool) Option {
 	return func(cfg *config) error {
 		cfg.eviction = on
@@ -126,9 +128,9 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithMaxKeys caps the number of live keys (default DefaultMaxKeys); n must be at least 1. A new
-// key at the cap first sweeps 64 slots of its own shard, from that shard's cursor, for dead keys,
-// and takes the room that makes (sweeping again, up to 8 times in all, when racing inserts take
-// it first). Dead keys in other shards are not looked for: they go when the background sweeper
+// key at the cap first sweeps 64 slots of its own shard, from that shard's cursor, for dead keys
+// (with eviction on; see WithEviction), and takes the room that makes (sweeping again, up to 8
+// times in all, when racing inserts take it first). Dead keys in other shards are not looked for: they go when the background sweeper
 // passes, so with many shards and few keys a new key can be refused while every tracked key is
 // dead. When the sweep makes no room, the WithAtCap choice applies (RefuseNewKeys by default).
 // The cap is exact: a new key's place is reserved under its shard's lock before it is inserted,
