@@ -354,4 +354,7 @@ func TestNilCtxIsBackground(t *testing.T) {
 	if n, err := l.Refund(nilCtx, "k", 1, d); err != nil || n != 1 {
 		t.Fatalf("Refund(nil ctx) = %d, %v; want 1", n, err)
 	}
+	if err := l.Reset(nilCtx, "k"); err != nil {
+		t.Fatalf("Reset(nil ctx) = %v", err)
+	}
 }

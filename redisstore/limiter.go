@@ -473,8 +473,12 @@ func callerErr(err error) bool {
 
 // Reset deletes key's state on Redis and forgets it locally, so that its next request is decided
 // as a new key's. Other processes' deny caches may still refuse it until their retry times.
-// Safe for concurrent use; a Take racing with Reset may count before or after it.
+// Safe for concurrent use; a Take racing with Reset may count before or after it. A nil ctx is
+// taken as context.Background(), as Take takes it.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	sub := shortSubject(key)
 	if l.deny != nil {
 		l.deny.forget(sub)
