@@ -87,8 +87,8 @@ type entry struct {
 	key  string
 	rkey string
 
-	mu   sync.Mutex // serializes everything below, and every exchange for this key
-	dead bool       // forgotten: removed from the table, to be looked up again
+	mu   keyLock // serializes everything below, and every exchange for this key
+	dead bool    // forgotten: removed from the table, to be looked up again
 	// rec[0] is the window of the cell, rec[1] the one before.
 	rec [2]winRec
 	// Rate tracking: units used up to markWin/mark at the last exchange, at time lastAt.
@@ -114,6 +114,35 @@ type winRec struct {
 }
 
 const cellMask = 1<<32 - 1
+
+// keyLock is an entry's mutex: a one-slot channel, so that a request waiting for it behind
+// another call for the same key (a lease, or an exchange's pipeline, each up to a timeout) can
+// give up when its ctx is done. It is not on the path of a decision from local quota.
+type keyLock chan struct{}
+
+func newKeyLock() keyLock { return make(keyLock, 1) }
+
+// Lock waits for the lock.
+func (k keyLock) Lock() { k <- struct{}{} }
+
+// LockCtx waits for the lock until ctx is done, and reports whether it got it. A lock free now is
+// taken even if ctx is already done.
+func (k keyLock) LockCtx(ctx context.Context) bool {
+	select {
+	case k <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case k <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Unlock releases the lock, which must be held.
+func (k keyLock) Unlock() { <-k }
 
 func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uint32(rem)) }
 
@@ -229,7 +258,9 @@ func (l *Limiter) Allow(key string) bool {
 //
 // With quota leased for key's current window, Take decides in process without allocating.
 // Otherwise it leases with one script call bounded by ctx and the limiter's timeout; concurrent
-// callers for the same key wait for that one call. Remaining is what this process holds plus the
+// callers for the same key wait for that one call (or for an exchange's pipeline that holds the
+// key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
+// the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. Remaining is what this process holds plus the
 // fleet's headroom at the last exchange with Redis; RetryAfter is solved from the fleet's counts.
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
@@ -319,7 +350,17 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 // keeps a panic below (a caller's recovered one included) from leaving the key locked for good,
 // and with it the exchange that flushes the key, and Close.
 func (l *Limiter) decideEntry(ctx context.Context, e *entry, n int64) (d slidelimit.Decision, live bool, err error) {
-	e.mu.Lock()
+	if !e.mu.LockCtx(ctx) {
+		// The caller gave up waiting behind another call for the key. The lock holder may have
+		// leased meanwhile, so local quota is tried once more, as the fast path would.
+		if !l.closed.Load() {
+			idx := l.rule.Index(l.clk.Now())
+			if rem, ok := takeLocal(e, idx, n); ok {
+				return l.admitted(e, idx, rem, n), true, nil
+			}
+		}
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, true, ctx.Err()
+	}
 	defer e.mu.Unlock()
 	if e.dead {
 		return d, false, nil
@@ -329,7 +370,7 @@ func (l *Limiter) decideEntry(ctx context.Context, e *entry, n int64) (d slideli
 }
 
 func (l *Limiter) newEntry(key string, idx int64) *entry {
-	e := &entry{key: key, rkey: stateKey(l.cfg.prefix, l.name, key), markWin: -1}
+	e := &entry{key: key, rkey: stateKey(l.cfg.prefix, l.name, key), markWin: -1, mu: newKeyLock()}
 	e.rec[0].win, e.rec[1].win = -1, -1
 	e.cell.Store(cellOf(idx-1, 0))
 	e.head.Store(l.limit)
@@ -382,12 +423,27 @@ func takeLocal(e *entry, idx, n int64) (int64, bool) {
 	}
 }
 
-// addLocal adds g leased units to e's cell for window idx (the cell is on idx: e.mu is held).
-func addLocal(e *entry, idx, g int64) {
+// addLocal adds g leased units to e's cell for window idx (the cell is on idx: e.mu is held),
+// and returns the units it holds then.
+func addLocal(e *entry, idx, g int64) int64 {
 	for {
 		c := e.cell.Load()
-		if e.cell.CompareAndSwap(c, cellOf(idx, int64(uint32(c))+g)) {
-			return
+		left := int64(uint32(c)) + g
+		if g == 0 || e.cell.CompareAndSwap(c, cellOf(idx, left)) {
+			return left
+		}
+	}
+}
+
+// takeAll takes every unit e's cell holds for window idx, and returns how many.
+func takeAll(e *entry, idx int64) int64 {
+	for {
+		c := e.cell.Load()
+		if uint32(c>>32) != uint32(idx) || uint32(c) == 0 {
+			return 0
+		}
+		if e.cell.CompareAndSwap(c, cellOf(idx, 0)) {
+			return int64(uint32(c))
 		}
 	}
 }
@@ -419,7 +475,11 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	if l.offline.Load() || now < l.quietUntil.Load() {
 		return l.decideOffline(e, n)
 	}
-	need := n - rem
+	// What the lease has left is set aside for this request while Redis is asked for the rest.
+	// Left in the cell, it could be taken by a decision on the fast path meanwhile, and this
+	// request refused with the units Redis has just granted it.
+	held := takeAll(e, idx)
+	need := n - held
 	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
 		// The remembered refusal was solved for denyNeed units; a larger need waits longer, so
 		// the wait is solved again for this need on the counts Redis returned then (other
@@ -427,9 +487,10 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		st := e.denySt
 		res := l.rule.Take(&st, e.denyRedisNow+max(now-e.denyAt, 0), need)
 		if !res.Allowed {
+			addLocal(e, idx, held)
 			l.refusedLocally.Inc()
 			retry := max(res.RetryAfterMs, e.denyUntil-now, 1)
-			return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
+			return slidelimit.Decision{Limit: l.limit, Remaining: held + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 				ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
 		}
 	}
@@ -444,6 +505,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		r, err = parseReply(cmd)
 	}
 	if err != nil {
+		addLocal(e, idx, held)
 		l.failed(e, adj)
 		if callerGaveUp(ctx) {
 			// The caller gave up (cancelled, or its own deadline passed first): that says nothing
@@ -463,9 +525,18 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		return d, err
 	}
 	l.acked(e, adj)
-	idx = l.applyGrant(e, idx, now, r)
+	if r.grant >= need && r.win == start {
+		// Granted in this window: the request takes what it set aside and need units of the
+		// grant, which never enter the cell.
+		_, left := l.applyGrant(e, idx, now, r, need, n)
+		return l.admitted(e, idx, left, n), nil
+	}
+	// Refused, or granted in a later window than this clock's (see applyGrant), whose lease
+	// what was set aside is not part of: it goes back to its own window's lease first.
+	addLocal(e, idx, held)
+	idx, _ = l.applyGrant(e, idx, now, r, 0, 0)
 	start = idx * l.w
-	if rem, ok := takeLocal(e, idx, n); ok {
+	if rem, ok = takeLocal(e, idx, n); ok {
 		return l.admitted(e, idx, rem, n), nil
 	}
 	// Refused: Redis's counts say need more units do not fit before RetryAfter, which the
@@ -655,8 +726,12 @@ func (l *Limiter) leaseArgs(now, want, need int64, a adj) []any {
 	return []any{now, l.limit, l.w, want, need, a.win[0], a.delta[0], a.win[1], a.delta[1], l.ttl}
 }
 
-// applyGrant adds r's grant to e's lease for window idx and notes the exchange.
-func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
+// applyGrant adds r's grant to e's lease for window idx, but for keep units that the caller uses
+// at once (only for a grant of at least keep units in window idx), and notes the exchange. taking
+// is what the caller's request takes in all (keep and what it set aside): those units count
+// toward the rate measured at the next exchange, as units taken after this one do. It returns the
+// lease's window and the units the lease holds then.
+func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int64) (int64, int64) {
 	if r.win > idx*l.w {
 		// Redis already counts in a later window (a process whose clock runs a little ahead
 		// rolled it): the grant is counted there, so it is that window's lease, and what is left
@@ -665,8 +740,9 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
 		idx = r.win / l.w
 		l.roll(e, idx)
 	}
+	left := int64(uint32(e.cell.Load()))
 	if r.grant > 0 {
-		addLocal(e, idx, r.grant)
+		left = addLocal(e, idx, r.grant-keep)
 		e.rec[0].granted += r.grant
 		l.holding.Store(e, struct{}{})
 	}
@@ -678,9 +754,12 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply) int64 {
 	}
 	res, _ := l.rule.Peek(st, r.now)
 	e.head.Store(res.Remaining)
-	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx), max(now, 1)
-	e.low.Store(uint32(min(l.wantFor(e, now, 1)/2, cellMask)))
-	return idx
+	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx)-taking, max(now, 1)
+	// Renewed in the background once below half of what it held as granted (the caller's kept
+	// units included); not half of wantFor, which measures the rate since the mark just set,
+	// nothing yet.
+	e.low.Store(uint32(min((left+keep)/2, cellMask)))
+	return idx, left
 }
 
 func (l *Limiter) reportErr(err error) {
@@ -730,8 +809,10 @@ func (l *Limiter) Stats(s *Stats) {
 }
 
 // Close stops the exchange goroutine, gives back every unused lease and charges what was admitted
-// offline (one pipeline, bounded by the timeout, skipped while Redis is unreachable), leaves the
-// fleet's membership, and makes every later Take return ErrClosed. It does not close the client.
+// offline (one pipeline per 1,024 keys, skipped while Redis is unreachable), leaves the fleet's
+// membership, and makes every later Take return ErrClosed. Each call to Redis is bounded by the
+// timeout, and an exchange already running finishes first, so while Redis hangs Close can take a
+// few timeouts. It does not close the client.
 // Idempotent and safe for concurrent use; a Take running concurrently with Close may still
 // complete.
 func (l *Limiter) Close() error {

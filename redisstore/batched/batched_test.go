@@ -429,3 +429,133 @@ func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitForKeyHonoursCtx: a request that must wait behind another call for the same key (here
+// the key's lock is held, as a lease or an exchange's pipeline holds it for up to a timeout) gives
+// up when its ctx is done, with ctx's error, a refusal and nothing counted; local quota that the
+// holder leased meanwhile is still used.
+func TestWaitForKeyHonoursCtx(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second})
+	bg := context.Background()
+	if d, err := l.Take(bg, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first Take: %+v %v", d, err)
+	}
+	e, _ := l.entries.Load("k")
+	e.mu.Lock()
+	type result struct {
+		d   slidelimit.Decision
+		err error
+	}
+	take := func(n int64) result {
+		ch := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+			defer cancel()
+			d, err := l.Take(ctx, "k", n)
+			ch <- result{d, err}
+		}()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(10 * time.Second):
+			e.mu.Unlock()
+			t.Fatal("Take waited for the key's lock past its ctx's deadline")
+			return result{}
+		}
+	}
+	r := take(1)
+	if !errors.Is(r.err, context.DeadlineExceeded) || r.d.Allowed || r.d.Counted != 0 {
+		t.Fatalf("Take behind a held lock: %+v %v, want a refusal with context.DeadlineExceeded", r.d, r.err)
+	}
+	// The holder leased two units meanwhile: a waiter whose ctx ends takes from them.
+	addLocal(e, l.rule.Index(t0), 2)
+	if r := take(2); r.err != nil || !r.d.Allowed || r.d.Counted != 2 {
+		t.Fatalf("Take behind a held lock, with quota leased: %+v %v, want admitted from it", r.d, r.err)
+	}
+	e.mu.Unlock()
+	if v, err := c.Get(bg, l.Key("k")).Result(); err != nil || !strings.HasSuffix(v, " 1 0") {
+		t.Fatalf("Redis counts %q (%v), want the first Take's 1 unit only", v, err)
+	}
+	if d, err := l.Take(bg, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take after the lock is free: %+v %v", d, err)
+	}
+}
+
+// TestLeaseLeftIsSetAside: a request that needs more than the key's lease has left sets what is
+// left aside while it asks Redis for the rest. Left in the lease, a decision on the fast path
+// could take it during the round trip, and the request would then be refused although Redis
+// granted everything it asked for. The server is paused so that the round trip lasts.
+func TestLeaseLeftIsSetAside(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := newClient(t, srv.Addr)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 100, Window: time.Second},
+		WithMaxChunk(1), WithTimeout(5*time.Second))
+	bg := context.Background()
+	if d, err := l.Take(bg, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first Take: %+v %v", d, err)
+	}
+	e, _ := l.entries.Load("k")
+	e.mu.Lock()
+	addLocal(e, l.rule.Index(t0), 2) // two units left, as if from an earlier lease
+	e.mu.Unlock()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		d   slidelimit.Decision
+		err error
+	}
+	three, two := make(chan result, 1), make(chan result, 1)
+	go func() { d, err := l.Take(bg, "k", 3); three <- result{d, err} }() // needs 1 more: leases 1
+	time.Sleep(200 * time.Millisecond)                                    // in its round trip
+	go func() { d, err := l.Take(bg, "k", 2); two <- result{d, err} }()
+	time.Sleep(100 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan result{"Take(3)": three, "Take(2)": two} {
+		if r := <-ch; r.err != nil || !r.d.Allowed {
+			t.Errorf("%s, with Redis's headroom at 97 of 100: %+v %v, want admitted", name, r.d, r.err)
+		}
+	}
+}
+
+// TestHotKeyRenewsInTheBackground: a lease that falls below half of what it held when granted is
+// renewed by the next exchange, so a hot key keeps deciding from local quota instead of waiting
+// on Redis when the lease runs out.
+func TestHotKeyRenewsInTheBackground(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1000, Window: time.Second}, WithMaxChunk(20))
+	ctx := context.Background()
+	take := func(what string) {
+		t.Helper()
+		if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v %v", what, d, err)
+		}
+	}
+	take("first request") // a new key leases what it needs: 1
+	clk.Advance(time.Millisecond)
+	take("second request") // hot now: a lease of 20, of which 19 are left
+	for i := range 10 {
+		take(fmt.Sprintf("from the lease, %d", i)) // 9 left: below half
+	}
+	clk.Advance(time.Millisecond)
+	l.step()
+	var s Stats
+	l.Stats(&s)
+	leases := s.Leases
+	for i := range 15 {
+		take(fmt.Sprintf("after the exchange, %d", i))
+	}
+	if l.Stats(&s); s.Leases != leases {
+		t.Fatalf("%d requests waited on Redis after the exchange: the lease was not renewed", s.Leases-leases)
+	}
+}

@@ -143,7 +143,7 @@ func (l *Limiter) send(ps []pending) bool {
 		} else {
 			l.acked(p.e, p.a)
 			if p.need > 0 || r.grant > 0 {
-				_ = l.applyGrant(p.e, p.idx, p.now, r)
+				_, _ = l.applyGrant(p.e, p.idx, p.now, r, 0, 0)
 			}
 		}
 		p.e.mu.Unlock()
