@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"net"
@@ -244,10 +245,18 @@ func parseHop(s string) netip.Addr {
 
 func canon(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 
+// ErrShortMappedPrefix is wrapped by ParsePrefixes's error for an IPv4-mapped range shorter than
+// /96: it reaches past the mapped addresses into plain IPv6 ones, so it has no IPv4 form to be
+// compared as. A sentinel, compared with errors.Is.
+var ErrShortMappedPrefix = errors.New("an IPv4-mapped IPv6 range must be /96 or longer")
+
 // ParsePrefixes parses a comma-separated list of CIDR ranges or single addresses ("10.0.0.0/8,
-// 192.0.2.7, 2001:db8::/32"); a single address stands for itself alone (/32 or /128). The empty
-// string gives an empty list. An entry that is neither is an error that names it. ParsePrefixes is
-// a pure function, safe to call from any goroutine.
+// 192.0.2.7, 2001:db8::/32"); a single address stands for itself alone (/32 or /128). An
+// IPv4-mapped range (::ffff:10.0.0.0/104) is read as the IPv4 range it names (10.0.0.0/8), since
+// clients are compared by their unmapped address, which a mapped range kept as IPv6 would never
+// contain; one shorter than /96 is an error wrapping ErrShortMappedPrefix. The empty string gives
+// an empty list. An entry that is neither is an error that names it. ParsePrefixes is a pure
+// function, safe to call from any goroutine.
 func ParsePrefixes(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for part := range strings.SplitSeq(s, ",") {
@@ -259,6 +268,14 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 			p, err := netip.ParsePrefix(part)
 			if err != nil {
 				return nil, fmt.Errorf("httplimit: trusted proxy %q is not a CIDR range: %v", part, err)
+			}
+			// Checked before masking: a short mask would turn ::ffff:0:0/95 into ::fffe:0:0/95,
+			// no longer mapped, and so let it through.
+			if p.Addr().Is4In6() {
+				if p.Bits() < 96 {
+					return nil, fmt.Errorf("httplimit: %q: %w", part, ErrShortMappedPrefix)
+				}
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 			}
 			out = append(out, p.Masked())
 			continue

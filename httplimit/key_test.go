@@ -110,4 +110,17 @@ func TestParsePrefixes(t *testing.T) {
 	}
 	_, err = httplimit.ParsePrefixes("10.0.0.0/8,nope")
 	assert.ErrorContains(t, err, `"nope"`)
+
+	// An IPv4-mapped range is the IPv4 range it names, which a client's unmapped address is in.
+	mapped, err := httplimit.ParsePrefixes("::ffff:127.0.0.0/104, ::ffff:0.0.0.0/96, ::ffff:192.0.2.9/128")
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("0.0.0.0/0"),
+		netip.MustParsePrefix("192.0.2.9/32"),
+	}, mapped)
+	assert.True(t, mapped[0].Contains(netip.MustParseAddr("127.0.0.1")))
+	_, err = httplimit.ParsePrefixes("::ffff:0:0/95")
+	assert.ErrorIs(t, err, httplimit.ErrShortMappedPrefix)
+	assert.ErrorContains(t, err, `"::ffff:0:0/95"`)
 }

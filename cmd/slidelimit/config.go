@@ -103,6 +103,9 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 	}
 	for _, c := range fc.Exempt.CIDRs {
 		ps, err := httplimit.ParsePrefixes(c)
+		if errors.Is(err, httplimit.ErrShortMappedPrefix) {
+			return nil, fmt.Errorf("exempt.cidrs: %v", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("exempt.cidrs: %q is neither an address nor a CIDR range", c)
 		}

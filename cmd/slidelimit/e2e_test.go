@@ -454,6 +454,120 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 	assert.Error(t, <-failed, "the request in flight was cut off")
 }
 
+// newUpgradeUpstream answers "Upgrade: echo" with 101 and then echoes each line back until the
+// connection closes, as a WebSocket server holds its connection.
+func newUpgradeUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			brw.WriteString(line)
+			brw.Flush()
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// upgraded is a connection switched to the echo protocol through the proxy.
+type upgraded struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func dialUpgraded(t *testing.T, p *proc) *upgraded {
+	t.Helper()
+	conn, err := net.Dial("tcp", p.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", p.addr)
+	u := &upgraded{conn: conn, br: bufio.NewReader(conn)}
+	res, err := http.ReadResponse(u.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	return u
+}
+
+func (u *upgraded) echo(msg string) (string, error) {
+	if _, err := io.WriteString(u.conn, msg+"\n"); err != nil {
+		return "", err
+	}
+	line, err := u.br.ReadString('\n')
+	return strings.TrimSuffix(line, "\n"), err
+}
+
+// SIGTERM gives an upgraded connection (a WebSocket), which http.Server.Shutdown does not track,
+// the same -shutdown-timeout as a request: it keeps working until it closes, and the proxy then
+// exits 0 without a warning; one still open at the deadline is cut off, with the warning.
+func TestProxyShutdownWaitsForUpgradedConnections(t *testing.T) {
+	up := newUpgradeUpstream(t)
+	t.Run("closed in time", func(t *testing.T) {
+		p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "1h")
+		ws := dialUpgraded(t, p)
+		got, err := ws.echo("before")
+		require.NoError(t, err)
+		require.Equal(t, "before", got)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		waitFor(t, func() bool {
+			select {
+			case <-p.exited:
+				return true
+			default:
+				return strings.Contains(p.stderr(), "waiting for upgraded connections")
+			}
+		})
+		require.Contains(t, p.stderr(), `msg="waiting for upgraded connections (WebSockets) to close" open=1`)
+		got, err = ws.echo("after SIGTERM")
+		require.NoError(t, err, "the upgraded connection works on after SIGTERM")
+		assert.Equal(t, "after SIGTERM", got)
+		select {
+		case <-p.exited:
+			t.Fatal("the proxy exited with an upgraded connection open")
+		default:
+		}
+		ws.conn.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(failsafe):
+			t.Fatalf("the proxy did not exit once the upgraded connection closed:\n%s", p.stderr())
+		}
+		assert.NoError(t, p.err, "exit status:\n%s", p.stderr())
+		assert.Contains(t, p.stderr(), "msg=stopped")
+		assert.NotContains(t, p.stderr(), "cut off")
+	})
+	t.Run("cut off at the deadline", func(t *testing.T) {
+		p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "100ms")
+		ws := dialUpgraded(t, p)
+		_, err := ws.echo("before")
+		require.NoError(t, err)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case <-p.exited:
+		case <-time.After(failsafe):
+			t.Fatalf("the proxy did not exit after SIGTERM:\n%s", p.stderr())
+		}
+		assert.NoError(t, p.err, "exit status:\n%s", p.stderr())
+		assert.Contains(t, p.stderr(), `level=WARN msg="requests still in flight after -shutdown-timeout 100ms were cut off"`)
+		assert.NotContains(t, p.stderr(), "level=ERROR")
+		_, err = ws.br.ReadString('\n')
+		assert.Error(t, err, "the upgraded connection was closed")
+	})
+}
+
 // A SIGTERM while the limiters of a large -config are still being built stops the proxy (exit 0),
 // as one after it listens does, rather than killing it with the signal's default action.
 func TestProxySIGTERMWhileStarting(t *testing.T) {
@@ -529,6 +643,8 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-key", "cookie"}, `-key "cookie": must be ip, header:NAME, conn or path`, 2},
 		{[]string{"-upstream", up, "-key", "header:"}, `-key "header:"`, 2},
 		{[]string{"-upstream", up, "-trusted-proxies", "10.0.0.0/33"}, `-trusted-proxies "10.0.0.0/33"`, 2},
+		{[]string{"-upstream", up, "-trusted-proxies", "10.0.0.1,::ffff:0:0/95"}, `-trusted-proxies "10.0.0.1,::ffff:0:0/95": httplimit: "::ffff:0:0/95": an IPv4-mapped IPv6 range must be /96 or longer`, 2},
+		{[]string{"-upstream", up, "-exempt-cidrs", "::ffff:10.0.0.0/88"}, `-exempt-cidrs "::ffff:10.0.0.0/88": httplimit: "::ffff:10.0.0.0/88": an IPv4-mapped IPv6 range must be /96 or longer`, 2},
 		{[]string{"-upstream", up, "-forwarded-header", "x-real-ip"}, `-forwarded-header "x-real-ip"`, 2},
 		{[]string{"-upstream", up, "-conn-limit", "-1"}, "-conn-limit -1", 2},
 		{[]string{"-upstream", up, "-ipv6-prefix", "129"}, "-ipv6-prefix 129", 2},

@@ -51,7 +51,8 @@ func (u *headerUpstream) last() http.Header {
 // From a trusted load balancer, X-Forwarded-Proto, X-Forwarded-Host, Forwarded and X-Real-IP
 // reach the upstream as the balancer wrote them, the chains extended by this hop. From anyone
 // else, the client-address headers are dropped and the forwarding headers say what this proxy
-// saw.
+// saw. Their underscore spellings, which CGI and WSGI servers read as the same variables, are
+// dropped from both.
 func TestProxyForwardingHeaders(t *testing.T) {
 	up := newHeaderUpstream(t)
 	sent := map[string]string{
@@ -61,6 +62,20 @@ func TestProxyForwardingHeaders(t *testing.T) {
 		"Forwarded":         `for=203.0.113.5;host=shop.example;proto=https`,
 		"X-Real-Ip":         "203.0.113.5",
 		"True-Client-Ip":    "203.0.113.5",
+		"X_Real_IP":         "6.6.6.6",
+		"X_FORWARDED_FOR":   "6.6.6.6",
+		"X-Forwarded_Host":  "evil.example",
+		"Cf_Connecting_Ip":  "6.6.6.6",
+		"X_Api_Key":         "kept",
+	}
+	underscored := func(h http.Header) []string {
+		var names []string
+		for name := range h {
+			if strings.Contains(name, "_") {
+				names = append(names, name)
+			}
+		}
+		return names
 	}
 	trusted := startProxy(t, "-upstream", up.URL, "-trusted-proxies", "127.0.0.1")
 	c := newClient(t, false)
@@ -73,6 +88,7 @@ func TestProxyForwardingHeaders(t *testing.T) {
 	assert.Equal(t, `for=203.0.113.5;host=shop.example;proto=https, for=127.0.0.1;host="`+host+`";proto=http`, h.Get("Forwarded"))
 	assert.Equal(t, "203.0.113.5", h.Get("X-Real-Ip"))
 	assert.Equal(t, "203.0.113.5", h.Get("True-Client-Ip"))
+	assert.Equal(t, []string{"X_api_key"}, underscored(h), "only a header that is no forwarding header keeps its underscores")
 
 	untrusted := startProxy(t, "-upstream", up.URL)
 	require.Equal(t, 200, do(t, c, untrusted.url("/"), sent).status)
@@ -83,6 +99,7 @@ func TestProxyForwardingHeaders(t *testing.T) {
 	assert.Equal(t, `for=127.0.0.1;host="`+untrusted.addr+`";proto=http`, h.Get("Forwarded"))
 	assert.Empty(t, h.Values("X-Real-Ip"), "a forged X-Real-IP never reaches the upstream")
 	assert.Empty(t, h.Values("True-Client-Ip"))
+	assert.Equal(t, []string{"X_api_key"}, underscored(h))
 }
 
 // With -forwarded-header forwarded, clients are told apart by the trusted proxy's Forwarded
@@ -222,6 +239,32 @@ rules:
 		t.Fatal("a reload stopped the proxy")
 	default:
 	}
+}
+
+// A -config file that goes away while polled keeps the last good configuration and counts as a
+// failed reload, as a SIGHUP in the same state does; the file coming back reloads it.
+func TestProxyConfigFileRemovedCountsAsFailedReload(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: one\n    paths: [/one]\n    rates: [1/1h]\n")
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "20ms", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	// The poller may start after the proxy says it listens: a reload it has done shows it has
+	// seen the file, and so will notice it go.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+	require.NoError(t, os.Remove(cfg))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config file unreadable") })
+	reloads := func(result string) float64 {
+		m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+		return metric(t, m, regexp.QuoteMeta(`slidelimit_config_reloads_total{result="`+result+`"}`))
+	}
+	assert.Equal(t, 1.0, reloads("error"))
+	assert.Equal(t, `"one";q=1;w=3600`, do(t, c, p.url("/one"), nil).policy, "the last good configuration")
+	writeFile(t, cfg, "rules:\n  - name: one\n    paths: [/one]\n    rates: [1/1h]\n")
+	waitFor(t, func() bool { return strings.Count(p.stderr(), "config reloaded") == 2 })
+	assert.Equal(t, 1.0, reloads("error"), "counted once, not at every poll")
+	assert.Equal(t, 2.0, reloads("ok"))
 }
 
 // -config-poll 0 (SIGHUP only) and -max-delay 0 (refuse at once) start the proxy, and SIGHUP still

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,18 +94,18 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.Var(rateFlags{&c.rates}, "rate", "a limit, `LIMIT/WINDOW`: 10/1s, 1000/1h, 10r/m, 5/90s; repeat it for several limits, all of which must admit a request (instead of -limit and -window)")
 	fs.Int64Var(&c.limit, "limit", 100, "requests admitted per key per window (the one-limit form of -rate)")
 	c.window = time.Minute
-	fs.Var(durationFlag{&c.window, &c.windowText}, "window", "the `duration` of -limit's window, with a unit: 500ms, 60s, 1h, 1d")
+	fs.Var(durationFlag{&c.window, &c.windowText}, "window", "the `duration` of -limit's window (and of -conn-limit's), with a unit: 500ms, 60s, 1h, 1d")
 	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.StringVar(&c.key, "key", "ip", "what a limit applies to: ip (the client address), header:NAME (a header's value; clients without it by ip), conn (each connection), path (each path per client address)")
 	fs.StringVar(&c.configPath, "config", "", "YAML file of per-route rules and exemptions; reloaded on SIGHUP and when it changes")
 	c.configPoll = 2 * time.Second
 	fs.Var(durationFlag{d: &c.configPoll}, "config-poll", "how often to check -config for changes (a `duration`); 0: only on SIGHUP")
-	fs.StringVar(&c.exemptPaths, "exempt-paths", "", "comma-separated path prefixes never limited, e.g. /healthz,/ready")
+	fs.StringVar(&c.exemptPaths, "exempt-paths", "", "comma-separated path prefixes never limited, e.g. /healthz,/ready; paths are matched as http.ServeMux cleans them")
 	fs.StringVar(&c.exemptCIDRs, "exempt-cidrs", "", "comma-separated client ranges or addresses never limited")
 	fs.StringVar(&c.trusted, "trusted-proxies", "", "comma-separated CIDR ranges or addresses of proxies in front of this one, whose forwarding headers name the client")
 	fs.StringVar(&c.forwarded, "forwarded-header", "x-forwarded-for", "the header trusted proxies write the client chain into: x-forwarded-for or forwarded")
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "group IPv6 clients by this prefix length (0 or 128: each address alone)")
-	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per client address per -window (0: no connection limit)")
+	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per TCP peer address per -window (always 1m with -rate, which -window cannot be given with), closed at accept; behind -trusted-proxies the peer is the load balancer, whose clients share its allowance (0: no connection limit)")
 	fs.IntVar(&c.maxKeys, "max-keys", 0, "keys each in-process limiter tracks at most; a new key beyond is refused with 503 (0: the engine's default, 2^26)")
 	c.maxDelay = 0
 	fs.Var(durationFlag{d: &c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
@@ -120,7 +121,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
 	c.shutdownTimeout = 10 * time.Second
-	fs.Var(durationFlag{d: &c.shutdownTimeout}, "shutdown-timeout", "how long (a `duration`) in-flight requests may take to finish after SIGTERM")
+	fs.Var(durationFlag{d: &c.shutdownTimeout}, "shutdown-timeout", "how long (a `duration`) in-flight requests, upgraded connections (WebSockets) included, may take to finish after SIGTERM")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log lines as text or json (log/slog), on stderr")
 	fs.IntVar(&c.logAdmitted, "log-admitted", 0, "log one admitted request in N (0: none)")
 	fs.IntVar(&c.logRefused, "log-refused", 1, "log one refused request in N (0: none)")
@@ -128,6 +129,29 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 }
 
 var clientIPHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
+
+// forwardingHeaders are the headers whose value from an untrusted peer never reaches the upstream:
+// the client-address ones, and those rewrite replaces.
+var forwardingHeaders = append([]string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"}, clientIPHeaders...)
+
+// dropUnderscoreSpellings removes every header that names one of forwardingHeaders with '_' for
+// '-' (X_Real_IP, X-Forwarded_For), in any case. CGI and WSGI servers read both spellings as one
+// variable (HTTP_X_REAL_IP), so such a header would pass for the real one. Proxies write the
+// dashed spelling, so an underscore one came from a client, whoever the peer is: it always goes.
+func dropUnderscoreSpellings(h http.Header) {
+	for name := range h {
+		if !strings.Contains(name, "_") {
+			continue
+		}
+		dashed := strings.ReplaceAll(name, "_", "-")
+		for _, f := range forwardingHeaders {
+			if strings.EqualFold(dashed, f) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+}
 
 // validate checks the flags that need no network, returning an error that names the flag and
 // the value, and the default rule: the command line's limits.
@@ -1134,6 +1158,7 @@ func (w *statusWriter) status() int {
 // serve routes a request: exempt ones straight to the upstream, the others to the first rule
 // that matches (the command line's rule matches everything).
 func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
+	r = cleanRequestPath(r)
 	st := px.state.Load()
 	for _, p := range st.exemptPaths {
 		if strings.HasPrefix(r.URL.Path, p) {
@@ -1160,6 +1185,46 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Error(w, "no rule matches", http.StatusInternalServerError) // unreachable: the default rule matches all
+}
+
+// cleanRequestPath returns r with its path in the form http.ServeMux routes by: dot segments
+// resolved, repeated slashes merged, a trailing slash kept. Exempt prefixes, rules and -key path
+// match that form, and the upstream is sent it too, so that /healthz/../api, //login or
+// /x/../login are limited as the resource the upstream serves for them. r itself is left alone,
+// as http.StripPrefix does.
+func cleanRequestPath(r *http.Request) *http.Request {
+	if r.Method == http.MethodConnect {
+		return r // its target is an authority, not a path; ServeMux leaves it too
+	}
+	p := cleanPath(r.URL.Path)
+	if p == r.URL.Path {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.URL = new(url.URL)
+	*r2.URL = *r.URL
+	r2.URL.Path = p
+	// The client's escaping belongs to the path it sent; without it, Go encodes the clean path
+	// for the upstream.
+	r2.URL.RawPath = ""
+	return r2
+}
+
+// cleanPath is http.ServeMux's: path.Clean, but "/" for an empty path and the trailing slash
+// kept, as ServeMux's patterns "/api/" depend on it.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // reload reads -config again and swaps it in; a bad file keeps the configuration in use and says
@@ -1212,6 +1277,9 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			fi, err := os.Stat(px.c.configPath)
 			if err != nil {
 				if last != nil {
+					// Counted once, when the file goes, as a SIGHUP's failed reload is: an alert on
+					// the counter is how a deleted or renamed file gets noticed.
+					px.m.reloads.WithLabelValues("error").Inc()
 					px.log.Error("config file unreadable; keeping the last good configuration", "config", px.c.configPath, "error", err)
 				}
 				last = nil
@@ -1230,10 +1298,12 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 // wrote (X-Forwarded-For, -Host, -Proto, Forwarded, and the client-address headers such as
 // X-Real-IP) are kept, and this hop is appended where the header is a chain. From anyone else
 // they are replaced with what this proxy sees, and the client-address headers are dropped, so
-// that the upstream never reads an address a client chose.
+// that the upstream never reads an address a client chose; their underscore spellings are
+// dropped from everyone.
 func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	pr.SetURL(up)
 	in, out := pr.In, pr.Out.Header
+	dropUnderscoreSpellings(out)
 	trusted := trustedPeer(ip, in)
 	if trusted {
 		// ReverseProxy removed these before Rewrite; SetXForwarded appends this hop to the first.
@@ -1365,7 +1435,15 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("-listen %q: %v", c.listen, err)
 	}
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelError)
-	servers := []*http.Server{{Handler: px.handler, ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
+	// Every request's context descends from cutCtx: cancelling it at the end of
+	// -shutdown-timeout is what ends upgraded connections, which Server.Close does not close.
+	cutCtx, cutOff := context.WithCancel(context.Background())
+	defer cutOff()
+	flight := &inFlight{}
+	servers := []*http.Server{{
+		Handler: flight.track(px.handler), ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog,
+		BaseContext: func(net.Listener) context.Context { return cutCtx },
+	}}
 	listeners := []net.Listener{px.wrapLn(ln)}
 	if c.metricsListen != "" {
 		mln, err := net.Listen("tcp", c.metricsListen)
@@ -1410,13 +1488,55 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	cut := false
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {
-			s.Close()
 			cut = true
 		}
 	}
+	if !cut {
+		// Shutdown neither waits for nor closes hijacked connections, so the handlers still
+		// running now hold upgraded ones (WebSockets): they get the same deadline.
+		if n := flight.count(); n > 0 {
+			logger.Info("waiting for upgraded connections (WebSockets) to close", "open", n)
+			cut = !flight.wait(sctx)
+		}
+	}
 	if cut {
+		// ReverseProxy closes an upgraded connection's upstream side when its request's context
+		// ends, and then the client's.
+		cutOff()
+		for _, s := range servers {
+			s.Close()
+		}
 		logger.Warn(fmt.Sprintf("requests still in flight after -shutdown-timeout %v were cut off", c.shutdownTimeout))
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// inFlight counts the requests a handler is serving, upgraded connections included: Shutdown
+// loses sight of those once they are hijacked, but their handler runs until they close. A counter
+// and no lock, since every request passes here; only the wait at shutdown polls.
+type inFlight struct{ n atomic.Int64 }
+
+func (f *inFlight) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.n.Add(1)
+		defer f.n.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (f *inFlight) count() int64 { return f.n.Load() }
+
+// wait reports whether every request was done before ctx ended.
+func (f *inFlight) wait(ctx context.Context) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for f.n.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -241,6 +243,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":   `key "cookie": must be ip, header:NAME, conn or path`,
 		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n":  `paths: "api" must start with /`,
 		"exempt:\n  cidrs: [10.0.0.0/33]\n":                           `exempt.cidrs: "10.0.0.0/33"`,
+		"exempt:\n  cidrs: [\"::ffff:10.0.0.0/95\"]\n":                `exempt.cidrs: httplimit: "::ffff:10.0.0.0/95": an IPv4-mapped IPv6 range must be /96 or longer`,
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
@@ -322,4 +325,54 @@ func TestParseConfigAliasesAndMerges(t *testing.T) {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
 	}
+}
+
+// Exempt prefixes, rules and -key path see the path as http.ServeMux cleans it, and the upstream
+// is sent that path: dot segments and doubled slashes neither reach a limited path through an
+// exempt prefix nor step around a rule or a per-path key.
+func TestPathsAreMatchedCleanAndForwardedClean(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("rules:\n  - name: login\n    paths: [/login]\n    rates: [1/1m]\n"), 0o644))
+	p := startInProcess(t, w0, "-limit", "1", "-exempt-paths", "/healthz", "-config", cfg)
+
+	assert.Equal(t, resp{status: 200, body: "upstream saw /api?q=1", policy: `"default";q=1;w=60`, rateLimit: `"default";r=0;t=60`}, p.get(t, "/healthz/../api?q=1", nil))
+	assert.Equal(t, 429, p.get(t, "/healthz/./../api", nil).status, "not exempt, and the same limit as /api")
+	assert.Equal(t, 429, p.get(t, "/api", nil).status)
+	assert.Equal(t, resp{status: 200, body: "upstream saw /healthz/"}, p.get(t, "/healthz//", nil), "still exempt, trailing slash kept")
+
+	assert.Equal(t, 200, p.get(t, "/login/", nil).status)
+	for _, path := range []string{"/login/", "//login/", "/./login/", "/x/../login/", "/x/..%2Flogin/"} {
+		r := p.get(t, path, nil)
+		assert.Equal(t, 429, r.status, path)
+		assert.Equal(t, `"login";q=1;w=60`, r.policy, path)
+	}
+
+	byPath := startInProcess(t, w0, "-limit", "1", "-key", "path")
+	assert.Equal(t, resp{status: 200, body: "upstream saw /a/b", policy: `"default";q=1;w=60`, rateLimit: `"default";r=0;t=60`}, byPath.get(t, "//a/./b", nil))
+	for _, path := range []string{"/a/b", "/a//b", "/a/c/../b", "/a/b/."} {
+		assert.Equal(t, 429, byPath.get(t, path, nil).status, "one key for every spelling of /a/b: %s", path)
+	}
+	// A path already clean keeps the client's escaping.
+	assert.Equal(t, "upstream saw /files/a%2Fb", byPath.get(t, "/files/a%2Fb", nil).body)
+	assert.Equal(t, int64(3), p.up.hits.Load(), "refused requests never reach the upstream")
+	assert.Equal(t, int64(2), byPath.up.hits.Load())
+}
+
+// IPv4-mapped ranges in -trusted-proxies, -exempt-cidrs and exempt.cidrs are the IPv4 ranges they
+// name, as a single mapped address already is: clients are compared by their IPv4 address.
+func TestIPv4MappedRanges(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("exempt:\n  cidrs: [\"::ffff:203.0.113.0/120\"]\n"), 0o644))
+	p := startInProcess(t, w0, "-limit", "1", "-trusted-proxies", "::ffff:127.0.0.0/104,::ffff:0.0.0.0/96",
+		"-exempt-cidrs", "::ffff:198.51.100.0/120", "-config", cfg)
+	xff := func(a string) map[string]string { return map[string]string{"X-Forwarded-For": a} }
+	for range 2 {
+		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, p.get(t, "/", xff("198.51.100.9")), "-exempt-cidrs")
+		assert.Equal(t, resp{status: 200, body: "upstream saw /"}, p.get(t, "/", xff("203.0.113.9")), "exempt.cidrs")
+	}
+	// Trusted, so each client has its own key, not the proxy's.
+	assert.Equal(t, 200, p.get(t, "/", xff("192.0.2.1")).status)
+	assert.Equal(t, 429, p.get(t, "/", xff("192.0.2.1")).status)
+	assert.Equal(t, 200, p.get(t, "/", xff("192.0.2.2")).status)
+	assert.Contains(t, p.log.String(), "-trusted-proxies 0.0.0.0/0 trusts a large part of the Internet", "::ffff:0.0.0.0/96 is every IPv4 address")
 }
