@@ -33,6 +33,11 @@ const lineSize = unsafe.Sizeof(cpu.CacheLinePad{})
 
 // Config is what every shard of one engine shares. It is read-only after Init.
 type Config struct {
+	// Codec is the engine's policy packed into cells: it sets every table's cell width (Words), a
+	// new key's state (Fresh), which states sweeps and rebuilds drop or re-encode (Dead, Normalize,
+	// Horizon) and which keys the key cap may evict (Stale); where it is also an atomic.Evictor or
+	// an atomic.LiveFilter, the shard uses those too. Like the rest of Config it is read-only after
+	// Init: the tables' cell width and every cell's encoding follow from it.
 	Codec atomic.Codec
 	// Evict makes sweeps and rebuilds drop dead keys; without it they only re-encode them.
 	Evict bool

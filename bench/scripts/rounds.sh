@@ -41,4 +41,10 @@ for i in $(seq "$rounds"); do
 	done
 done
 go tool benchstat -col /limiter "$out"
-echo "raw results: $out" >&2
+# The raw results' path is printed relative to the bench module, or as the bare file name where it
+# lies outside it (a temporary file), so that the output saved with the results names no machine.
+case $out in
+"$here"/*) shown=${out#"$here"/} ;;
+*) shown=$(basename "$out") ;;
+esac
+echo "raw results: $shown" >&2

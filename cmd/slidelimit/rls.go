@@ -22,7 +22,7 @@ import (
 	"github.com/slidelimit/slidelimit/rls"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact] [-on-redis-error open|closed] [-redis-timeout D] [-metrics-listen ADDR] [-headers] [-reload-interval D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
