@@ -36,6 +36,11 @@ func newLimiter(t testing.TB, c redis.UniversalClient, clk *clock.Clock, p polic
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Redis expires a key's counts in real time, two windows and the skew after its last write,
+	// while these tests move a manual clock: on a loaded machine more real time than that can
+	// pass within two of the test's windows, and an expired key would be leased afresh, as if
+	// its counts no longer weighed. (With a TTL of 20 ms, TestFleetNeverOverAdmits fails so.)
+	l.ttl = fmt.Sprint(time.Hour.Milliseconds())
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
