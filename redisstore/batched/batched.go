@@ -356,6 +356,9 @@ func (l *Limiter) decideEntry(ctx context.Context, e *entry, n int64) (d slideli
 		if !l.closed.Load() {
 			idx := l.rule.Index(l.clk.Now())
 			if rem, ok := takeLocal(e, idx, n); ok {
+				if rem < int64(e.low.Load()) {
+					l.askRenewal(e)
+				}
 				return l.admitted(e, idx, rem, n), true, nil
 			}
 		}
@@ -475,11 +478,14 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	if l.offline.Load() || now < l.quietUntil.Load() {
 		return l.decideOffline(e, n)
 	}
+	// Sized before the rest is set aside: wantFor measures the key's use from what the cell holds.
+	want := l.wantFor(e, now, n-rem)
 	// What the lease has left is set aside for this request while Redis is asked for the rest.
 	// Left in the cell, it could be taken by a decision on the fast path meanwhile, and this
 	// request refused with the units Redis has just granted it.
 	held := takeAll(e, idx)
 	need := n - held
+	want = max(want, need)
 	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
 		// The remembered refusal was solved for denyNeed units; a larger need waits longer, so
 		// the wait is solved again for this need on the counts Redis returned then (other
@@ -494,7 +500,6 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 				ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
 		}
 	}
-	want := l.wantFor(e, now, need)
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	cmd, err := leaseScript.run(cctx, l.client, []string{e.rkey}, l.leaseArgs(now, want, need, adj)...)

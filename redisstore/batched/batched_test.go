@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -562,5 +563,102 @@ func TestHotKeyRenewsInTheBackground(t *testing.T) {
 	}
 	if l.Stats(&s); s.Leases != leases {
 		t.Fatalf("%d requests waited on Redis after the exchange: the lease was not renewed", s.Leases-leases)
+	}
+}
+
+// TestRequeuedWhileRenewedStaysRenewable: a key whose lease a decision takes below half while an
+// exchange renews it is queued again, and popped again by that exchange, which skips it. It must
+// not be left marked queued: askRenewal would never queue it again (no more background renewal),
+// and forget, which skips queued entries, would never drop it.
+func TestRequeuedWhileRenewedStaysRenewable(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1 << 30, Window: time.Hour}, WithMaxChunk(40))
+	ctx := context.Background()
+	const nkeys = 600
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		for range 3 {
+			clk.Advance(time.Millisecond)
+			if d, err := l.Take(ctx, keys[i], 1); err != nil || !d.Allowed {
+				t.Fatal(d, err)
+			}
+		}
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; !stop.Load(); i++ {
+				l.Allow(keys[i%nkeys])
+			}
+		})
+	}
+	deadline := time.Now().Add(2 * time.Second) // how long the race is given, not a bound on anything
+	for time.Now().Before(deadline) {
+		clk.Advance(time.Millisecond)
+		l.step()
+	}
+	stop.Store(true)
+	wg.Wait()
+	// Drain: two exchanges with no traffic empty the renewal channel.
+	l.step()
+	l.step()
+	if n := len(l.renew); n != 0 {
+		t.Fatalf("renewal channel still holds %d", n)
+	}
+	stuck := 0
+	l.entries.Range(func(_ string, e *entry) bool {
+		if e.queued.Load() {
+			stuck++
+		}
+		return true
+	})
+	if stuck > 0 {
+		t.Errorf("%d of %d entries have queued=true but are not in the renewal channel: never renewed in the background again, never forgotten", stuck, nkeys)
+	}
+	// Consequence 1: a stuck key's lease, below low, is never renewed in the background again.
+	var s0, s1 Stats
+	l.Stats(&s0)
+	// Consequence 2: forget skips queued entries, so idle keys are never dropped.
+	// (The first exchange rolls held entries to the current window; forget drops them two windows later.)
+	for range 3 {
+		clk.Advance(3 * time.Hour)
+		l.step()
+	}
+	l.Stats(&s1)
+	if s1.Keys != 0 {
+		t.Errorf("three windows after the last request, %d of %d entries are still in the table (forget skips queued entries)", s1.Keys, nkeys)
+	}
+}
+
+// TestSetAsideIsNotUse: a lease is sized before its rest is set aside, so the rest does not count
+// as units used since the last exchange: a quiet key whose request needs one unit more than its
+// rest leases that unit and two sync intervals of its rate, not up to the cap.
+func TestSetAsideIsNotUse(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 1000, Window: time.Second}, WithMaxChunk(200))
+	ctx := context.Background()
+	take := func(n int64) {
+		t.Helper()
+		if d, err := l.Take(ctx, "k", n); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	take(1)                       // lease 1
+	clk.Advance(time.Millisecond) // rate 1/ms
+	take(1)                       // lease 1 + 2*1*50 = 101: 100 left
+	get := func() string { v, _ := c.Get(ctx, l.Key("k")).Result(); return v }
+	before := get()
+	clk.Advance(100 * time.Millisecond) // one unit taken since that exchange (the request that leased): rate 0.01/ms
+	take(101)                           // sets 100 aside, needs 1: want = 1 + 2*0.01*50 = 2
+	after := get()
+	t.Logf("Redis before %q after %q", before, after)
+	if !strings.HasPrefix(after, "1760000000000 104 ") {
+		t.Errorf("a request needing 1 more unit, on a key idle since its last exchange, leased %q (from %q): want a lease of 2 (1 needed + 2·rate·S)", after, before)
 	}
 }

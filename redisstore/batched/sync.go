@@ -176,6 +176,9 @@ func (l *Limiter) flush(now int64, all bool) {
 		select {
 		case e := <-l.renew:
 			if seen[e] {
+				// Queued again while this flush renews it. Left set, the flag would keep the key
+				// from ever being queued again, and from being forgotten.
+				e.queued.Store(false)
 				continue
 			}
 			e.mu.Lock()
