@@ -260,8 +260,9 @@ func (l *Limiter) Allow(key string) bool {
 // Otherwise it leases with one script call bounded by ctx and the limiter's timeout; concurrent
 // callers for the same key wait for that one call (or for an exchange's pipeline that holds the
 // key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
-// the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. Remaining is what this process holds plus the
-// fleet's headroom at the last exchange with Redis; RetryAfter is solved from the fleet's counts.
+// the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing.
+// Remaining is what this process holds plus the fleet's headroom at the last exchange with Redis;
+// RetryAfter is solved from the fleet's counts.
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
