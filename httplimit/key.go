@@ -251,10 +251,11 @@ func canon(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 var ErrShortMappedPrefix = errors.New("an IPv4-mapped IPv6 range must be /96 or longer")
 
 // ParsePrefixes parses a comma-separated list of CIDR ranges or single addresses ("10.0.0.0/8,
-// 192.0.2.7, 2001:db8::/32"); a single address stands for itself alone (/32 or /128). An
-// IPv4-mapped range (::ffff:10.0.0.0/104) is read as the IPv4 range it names (10.0.0.0/8), since
-// clients are compared by their unmapped address, which a mapped range kept as IPv6 would never
-// contain; one shorter than /96 is an error wrapping ErrShortMappedPrefix. The empty string gives
+// 192.0.2.7, 2001:db8::/32"); a single address stands for itself alone (/32 or /128). A range
+// written with an IPv4-mapped address (::ffff:10.0.0.0/104) is read as the IPv4 range it names
+// (10.0.0.0/8), since clients are compared by their unmapped address, which a mapped range kept
+// as IPv6 would never contain; one of those shorter than /96 is an error wrapping
+// ErrShortMappedPrefix. Any other IPv6 range, ::/0 included, holds no IPv4 client. The empty string gives
 // an empty list. An entry that is neither is an error that names it. ParsePrefixes is a pure
 // function, safe to call from any goroutine.
 func ParsePrefixes(s string) ([]netip.Prefix, error) {

@@ -99,6 +99,9 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		if !strings.HasPrefix(p, "/") {
 			return nil, fmt.Errorf("exempt.paths: %q must start with /", p)
 		}
+		if err := checkCleanPath(p); err != nil {
+			return nil, fmt.Errorf("exempt.paths: %v", err)
+		}
 		spec.exemptPaths = append(spec.exemptPaths, p)
 	}
 	for _, c := range fc.Exempt.CIDRs {
@@ -134,6 +137,9 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		for _, p := range fr.Paths {
 			if !strings.HasPrefix(p, "/") {
 				return nil, fmt.Errorf("%s: paths: %q must start with /", where, p)
+			}
+			if err := checkCleanPath(p); err != nil {
+				return nil, fmt.Errorf("%s: paths: %v", where, err)
 			}
 			r.prefixes = append(r.prefixes, p)
 		}

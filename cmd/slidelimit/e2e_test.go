@@ -446,6 +446,39 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 	assert.Error(t, <-failed, "the request in flight was cut off")
 }
 
+// A second SIGTERM while the proxy waits out -shutdown-timeout cuts off what is in flight at once,
+// and the proxy still exits 0: before, the first had given the signal back its default action,
+// and the second killed the process.
+func TestProxySecondSignalCutsOff(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	}))
+	t.Cleanup(up.Close)
+	defer close(release)
+	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "1h")
+	failed := make(chan error, 1)
+	go func() {
+		res, err := newClient(t, true).Get(p.url("/slow"))
+		if err == nil {
+			_, err = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		failed <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(failsafe):
+		t.Fatal("the request never reached the upstream")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
+	terminateCuttingOff(t, p, "1h0m0s")
+	assert.Contains(t, p.stderr(), "a second stop signal")
+	assert.Error(t, <-failed, "the request in flight was cut off")
+}
+
 // newUpgradeUpstream answers "Upgrade: echo" with 101 and then echoes each line back until the
 // connection closes, as a WebSocket server holds its connection.
 func newUpgradeUpstream(t *testing.T) *httptest.Server {
@@ -621,6 +654,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-max-waiting", "-3"}, "-max-waiting -3: must be 0 (the default, 1024) or more", 2},
 		{[]string{"-upstream", up, "-log-format", "xml"}, `-log-format "xml": must be text or json`, 2},
 		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
+		{[]string{"-upstream", up, "-exempt-paths", "/ok,/x/../y"}, `-exempt-paths "/ok,/x/../y": "/x/../y" is matched against clean paths, so write it as "/y"`, 2},
 		{[]string{"-upstream", up, "-exempt-cidrs", "10.0.0.0/33"}, `-exempt-cidrs "10.0.0.0/33"`, 2},
 		{[]string{"-upstream", up, "-config", "/nonexistent/rules.yaml"}, "-config open /nonexistent/rules.yaml: no such file or directory", 2},
 		{[]string{"-upstream", up, "-redis", "redis://:s3cret@[::1"}, `-redis: redisstore: Redis URL "redis://:xxxxx@[::1" is malformed`, 2},

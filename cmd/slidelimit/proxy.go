@@ -296,6 +296,9 @@ func (c *proxyConfig) exempt() (*configSpec, error) {
 		if !strings.HasPrefix(p, "/") {
 			return nil, fmt.Errorf("-exempt-paths %q: %q must start with /", c.exemptPaths, p)
 		}
+		if err := checkCleanPath(p); err != nil {
+			return nil, fmt.Errorf("-exempt-paths %q: %v", c.exemptPaths, err)
+		}
 		spec.exemptPaths = append(spec.exemptPaths, p)
 	}
 	ps, err := httplimit.ParsePrefixes(c.exemptCIDRs)
@@ -1158,7 +1161,11 @@ func (w *statusWriter) status() int {
 // serve routes a request: exempt ones straight to the upstream, the others to the first rule
 // that matches (the command line's rule matches everything).
 func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
-	r = cleanRequestPath(r)
+	r, ok := cleanRequestPath(r)
+	if !ok {
+		http.Error(w, "the path's dot segments or repeated slashes involve an encoded / or .", http.StatusBadRequest)
+		return
+	}
 	st := px.state.Load()
 	for _, p := range st.exemptPaths {
 		if strings.HasPrefix(r.URL.Path, p) {
@@ -1190,25 +1197,41 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 // cleanRequestPath returns r with its path in the form http.ServeMux routes by: dot segments
 // resolved, repeated slashes merged, a trailing slash kept. Exempt prefixes, rules and -key path
 // match that form, and the upstream is sent it too, so that /healthz/../api, //login or
-// /x/../login are limited as the resource the upstream serves for them. r itself is left alone,
-// as http.StripPrefix does.
-func cleanRequestPath(r *http.Request) *http.Request {
-	if r.Method == http.MethodConnect {
-		return r // its target is an authority, not a path; ServeMux leaves it too
+// /x/../login are limited as the resource the upstream serves for them. The client's escaping is
+// kept where it carries meaning (an encoded '/' in a segment). ok is false for a path that can be
+// cleaned only by resolving an encoded '/' or '.' (/a%2F..%2Fb): upstreams disagree on what it
+// names, so it is refused rather than limited as one resource and served as another. r itself is
+// left alone, as http.StripPrefix does.
+func cleanRequestPath(r *http.Request) (clean *http.Request, ok bool) {
+	if r.Method == http.MethodConnect && r.URL.Path == "" {
+		return r, true // host:port: no path to clean
 	}
 	p := cleanPath(r.URL.Path)
 	if p == r.URL.Path {
-		return r
+		return r, true
+	}
+	raw := ""
+	if r.URL.RawPath != "" {
+		raw = cleanPath(r.URL.RawPath)
+		if dec, err := url.PathUnescape(raw); err != nil || dec != p {
+			return r, false
+		}
 	}
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.URL = new(url.URL)
 	*r2.URL = *r.URL
-	r2.URL.Path = p
-	// The client's escaping belongs to the path it sent; without it, Go encodes the clean path
-	// for the upstream.
-	r2.URL.RawPath = ""
-	return r2
+	r2.URL.Path, r2.URL.RawPath = p, raw
+	return r2, true
+}
+
+// checkCleanPath refuses a path prefix that a cleaned request path can never start with
+// (/admin//, /a/./b): requests are matched in their clean form (see cleanRequestPath).
+func checkCleanPath(p string) error {
+	if c := cleanPath(p); c != p {
+		return fmt.Errorf("%q is matched against clean paths, so write it as %q", p, c)
+	}
+	return nil
 }
 
 // cleanPath is http.ServeMux's: path.Clean, but "/" for an empty path and the trailing slash
@@ -1478,10 +1501,23 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
+	// A second stop signal cuts off what is in flight at once, still exit 0; caught before stop()
+	// gives the signals back their default action, which would kill the process.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(again)
 	stop()
 	logger.Info(fmt.Sprintf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			logger.Info("a second stop signal: cutting off what is in flight")
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	// A request still running at the deadline is cut off rather than waited for: SIGTERM is a
 	// request to stop, and the orchestrator that sent it kills the process soon after anyway.
 	// Stopping as asked is a success, as in "slidelimit rls".
