@@ -415,17 +415,29 @@ func TestProxyGracefulShutdown(t *testing.T) {
 	assert.Contains(t, p.stderr(), "stopped")
 }
 
-// SIGTERM with a request still running after -shutdown-timeout: the proxy cuts it off, says so,
-// and exits 0, as asked.
-func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
+// hangingUpstream is an upstream that holds every request until the test ends.
+type hangingUpstream struct {
+	*httptest.Server
+	entered chan struct{} // closed when the first request arrives
+}
+
+func newHangingUpstream(t *testing.T) *hangingUpstream {
+	up := &hangingUpstream{entered: make(chan struct{})}
+	release := make(chan struct{})
+	var once sync.Once
+	up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(up.entered) })
 		<-release
 	}))
 	t.Cleanup(up.Close)
-	defer close(release)
-	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "100ms", "-metrics-listen", "127.0.0.1:0")
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handlers
+	return up
+}
+
+// inFlight sends a request through p to up and returns once up holds it; the channel then
+// receives the request's outcome.
+func (up *hangingUpstream) inFlight(t *testing.T, p *proc) <-chan error {
+	t.Helper()
 	c := newClient(t, true)
 	failed := make(chan error, 1)
 	go func() {
@@ -437,10 +449,19 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 		failed <- err
 	}()
 	select {
-	case <-entered:
+	case <-up.entered:
 	case <-time.After(failsafe):
 		t.Fatal("the request never reached the upstream")
 	}
+	return failed
+}
+
+// SIGTERM with a request still running after -shutdown-timeout: the proxy cuts it off, says so,
+// and exits 0, as asked.
+func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
+	up := newHangingUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "100ms", "-metrics-listen", "127.0.0.1:0")
+	failed := up.inFlight(t, p)
 	terminateCuttingOff(t, p, "100ms")
 	assert.Contains(t, p.stderr(), "msg=stopped")
 	assert.Error(t, <-failed, "the request in flight was cut off")
@@ -450,28 +471,9 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 // and the proxy still exits 0: before, the first had given the signal back its default action,
 // and the second killed the process.
 func TestProxySecondSignalCutsOff(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-	}))
-	t.Cleanup(up.Close)
-	defer close(release)
+	up := newHangingUpstream(t)
 	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "1h")
-	failed := make(chan error, 1)
-	go func() {
-		res, err := newClient(t, true).Get(p.url("/slow"))
-		if err == nil {
-			_, err = io.ReadAll(res.Body)
-			res.Body.Close()
-		}
-		failed <- err
-	}()
-	select {
-	case <-entered:
-	case <-time.After(failsafe):
-		t.Fatal("the request never reached the upstream")
-	}
+	failed := up.inFlight(t, p)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
 	terminateCuttingOff(t, p, "1h0m0s")
