@@ -119,6 +119,9 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	l.initHash(cfg)
 	l.judgeLimit.Store(limit)
 	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, MaxKeys: l.maxKeys, Clock: l.clk}
+	if cfg.eviction {
+		l.cfg.FirstKey = make(chan struct{}, 1) // wakes the sweeper when it idles (see evict.Start)
+	}
 	now := l.clk.Now()
 	for i := range l.shards {
 		l.shards[i].Init(&l.cfg, now)

@@ -113,8 +113,8 @@ func WithEviction(on bool) Option {
 // (each step visits a d/P share of the slots); with d above P (say 90s for a 1s window) the
 // sweeper still wakes only every d, and visits every key once per d: the option sets how often
 // the sweeper runs, and it never runs more often than asked. A limiter with no key (and its tables
-// at their smallest) is not swept, and its sweeper looks again only once per max(P, d), so a key
-// that arrives then waits up to that long for its first visit. Either way it paces itself to at
+// at their smallest) is not swept: its sweeper sleeps until the first key arrives, or for
+// max(P, d) at most, and then resumes its steps. Either way it paces itself to at
 // most evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so
 // tables of more slots than that pace covers in the period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {

@@ -78,3 +78,37 @@ func TestIdleLimiterIsNotSwept(t *testing.T) {
 		}
 	}
 }
+
+// An idle sweeper looks again as soon as its first key arrives (shard.Config.FirstKey), not a
+// period later: here the period is an hour.
+func TestFirstKeyWakesAnIdleSweeper(t *testing.T) {
+	cfg := &shard.Config{
+		Codec:    slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
+		Evict:    true,
+		Keys:     new(atomic.Int64),
+		FirstKey: make(chan struct{}, 1),
+	}
+	shards := make([]shard.Shard, 4)
+	for i := range shards {
+		shards[i].Init(cfg, 0)
+	}
+	clk := clock.NewManual(0)
+	late := cfg.Codec.Horizon() + 1
+	clk.Set(late) // every shard's horizon has passed
+	s := Start(shards, cfg, clk, time.Millisecond, time.Hour)
+	defer s.Stop()
+	time.Sleep(50 * time.Millisecond) // about 50 ticks: idle since the first
+	if !shards[0].Due(late) {
+		t.Fatal("shard 0 was swept while the limiter held no key")
+	}
+	shards[0].Acquire(cfg, 42, late)
+	deadline := time.Now().Add(10 * time.Second) // a failsafe: without the wake-up, an hour
+	for i := range shards {
+		for shards[i].Due(late) {
+			if time.Now().After(deadline) {
+				t.Fatalf("shard %d not swept 10s after the first key arrived", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}

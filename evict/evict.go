@@ -54,7 +54,8 @@ const minBudget = 4096
 // is max(period, interval), so every key is visited about once per P: once per period, or once per
 // interval when the interval is the longer. A tick visits at most MaxSlotsPerSecond × interval
 // slots (but at least 4,096), so larger tables take longer. A tick that finds no key and every
-// table at its smallest does nothing, and the next comes a period later. Stop ends it.
+// table at its smallest does nothing, and the next comes a period later, or as soon as a key
+// arrives if cfg.FirstKey is set (see shard.Config). Stop ends it.
 func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
 	s := &Sweeper{
 		shards: shards, cfg: cfg, clk: clk, interval: interval, period: max(period, interval),
@@ -73,14 +74,21 @@ func (s *Sweeper) run() {
 		select {
 		case <-s.stop:
 			return
+		case <-s.cfg.FirstKey:
+			if idle {
+				// A key arrived: back to the interval, from this instant.
+				idle = false
+				t.Reset(s.interval)
+			}
 		case <-t.C:
 			slots := s.slots()
 			if s.cfg.Keys.Load() == 0 && slots == uint64(len(s.shards))*shard.MinSlots {
 				// Nothing to evict and no table to shrink. An idle limiter sweeps nothing and
-				// looks again only once a period, so that a process holding thousands of them (a
-				// proxy's rules) idles; a key that arrives meanwhile waits at most that long for
-				// its first visit, and a decision in a shard whose horizon passed sweeps that
-				// shard itself, as it always may.
+				// looks again only once a period, or when its first key arrives (cfg.FirstKey),
+				// so that a process holding thousands of them (a proxy's rules) idles; without
+				// FirstKey a key that arrives meanwhile waits at most a period for its first
+				// visit, and a decision in a shard whose horizon passed sweeps that shard itself,
+				// as it always may.
 				if !idle {
 					idle = true
 					t.Reset(s.period)

@@ -50,6 +50,9 @@ type Config struct {
 	MaxKeys int64
 	// Clock is read under the shard lock when a key is inserted or revived (see Acquire).
 	Clock *clock.Clock
+	// FirstKey, when not nil, is sent to without blocking each time Keys rises from 0, so that a
+	// background sweeper idle while there was no key looks again at once.
+	FirstKey chan struct{}
 }
 
 // evictor returns the codec's own eviction, when its state lives outside the cell.
@@ -169,7 +172,9 @@ func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint
 // a moment.
 func reserve(cfg *Config) bool {
 	if cfg.MaxKeys <= 0 {
-		cfg.Keys.Add(1)
+		if cfg.Keys.Add(1) == 1 {
+			cfg.firstKey()
+		}
 		return true
 	}
 	for {
@@ -178,8 +183,19 @@ func reserve(cfg *Config) bool {
 			return false
 		}
 		if cfg.Keys.CompareAndSwap(n, n+1) {
+			if n == 0 {
+				cfg.firstKey()
+			}
 			return true
 		}
+	}
+}
+
+// firstKey tells cfg.FirstKey's reader, if any and not told already, that Keys rose from 0.
+func (cfg *Config) firstKey() {
+	select {
+	case cfg.FirstKey <- struct{}{}:
+	default:
 	}
 }
 
