@@ -44,71 +44,51 @@ func TestBudgetIsTheIntervalsShareOfThePeriod(t *testing.T) {
 
 // An idle limiter (no key, every table at its smallest) is not swept: its shards' horizons are
 // left to pass, a decision there would sweep its own shard. Once a key arrives the sweeper runs
-// again and renews them.
+// again and renews them: at once when the first key wakes it (shard.Config.FirstKey, here with a
+// period of an hour), and otherwise within a period.
 func TestIdleLimiterIsNotSwept(t *testing.T) {
-	cfg := &shard.Config{
-		// A limit of 21 bits leaves a window index of 20, so the horizon is finite (about 6 days).
-		Codec: slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
-		Evict: true,
-		Keys:  new(atomic.Int64),
-	}
-	shards := make([]shard.Shard, 4)
-	for i := range shards {
-		shards[i].Init(cfg, 0)
-	}
-	clk := clock.NewManual(0)
-	late := cfg.Codec.Horizon() + 1
-	clk.Set(late) // every shard's horizon has passed
-	s := Start(shards, cfg, clk, time.Millisecond, 2*time.Second)
-	defer s.Stop()
-	time.Sleep(50 * time.Millisecond) // about 50 ticks
-	for i := range shards {
-		if !shards[i].Due(late) {
-			t.Fatalf("shard %d was swept while the limiter held no key", i)
-		}
-	}
-	shards[0].Acquire(cfg, 42, late)
-	deadline := time.Now().Add(10 * time.Second)
-	for i := range shards {
-		for shards[i].Due(late) {
-			if time.Now().After(deadline) {
-				t.Fatalf("shard %d not swept with a key in the limiter", i)
+	for _, c := range []struct {
+		name     string
+		period   time.Duration
+		firstKey chan struct{}
+	}{
+		{"woken by its first key", time.Hour, make(chan struct{}, 1)},
+		{"a period later", 2 * time.Second, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := &shard.Config{
+				// A limit of 21 bits leaves a window index of 20, so the horizon is finite (about
+				// 6 days).
+				Codec:    slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
+				Evict:    true,
+				Keys:     new(atomic.Int64),
+				FirstKey: c.firstKey,
 			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-}
-
-// An idle sweeper looks again as soon as its first key arrives (shard.Config.FirstKey), not a
-// period later: here the period is an hour.
-func TestFirstKeyWakesAnIdleSweeper(t *testing.T) {
-	cfg := &shard.Config{
-		Codec:    slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
-		Evict:    true,
-		Keys:     new(atomic.Int64),
-		FirstKey: make(chan struct{}, 1),
-	}
-	shards := make([]shard.Shard, 4)
-	for i := range shards {
-		shards[i].Init(cfg, 0)
-	}
-	clk := clock.NewManual(0)
-	late := cfg.Codec.Horizon() + 1
-	clk.Set(late) // every shard's horizon has passed
-	s := Start(shards, cfg, clk, time.Millisecond, time.Hour)
-	defer s.Stop()
-	time.Sleep(50 * time.Millisecond) // about 50 ticks: idle since the first
-	if !shards[0].Due(late) {
-		t.Fatal("shard 0 was swept while the limiter held no key")
-	}
-	shards[0].Acquire(cfg, 42, late)
-	deadline := time.Now().Add(10 * time.Second) // a failsafe: without the wake-up, an hour
-	for i := range shards {
-		for shards[i].Due(late) {
-			if time.Now().After(deadline) {
-				t.Fatalf("shard %d not swept 10s after the first key arrived", i)
+			shards := make([]shard.Shard, 4)
+			for i := range shards {
+				shards[i].Init(cfg, 0)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			clk := clock.NewManual(0)
+			late := cfg.Codec.Horizon() + 1
+			clk.Set(late) // every shard's horizon has passed
+			s := Start(shards, cfg, clk, time.Millisecond, c.period)
+			defer s.Stop()
+			time.Sleep(50 * time.Millisecond) // about 50 ticks: idle since the first
+			for i := range shards {
+				if !shards[i].Due(late) {
+					t.Fatalf("shard %d was swept while the limiter held no key", i)
+				}
+			}
+			shards[0].Acquire(cfg, 42, late)
+			deadline := time.Now().Add(10 * time.Second) // a failsafe: without the wake-up, an hour
+			for i := range shards {
+				for shards[i].Due(late) {
+					if time.Now().After(deadline) {
+						t.Fatalf("shard %d not swept 10s after the first key arrived", i)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
 	}
 }
