@@ -57,9 +57,11 @@ func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
 // Peek reports key's state now, consuming nothing and creating no key. Its Allowed, RetryAfter and
-// Reason are what a unit request would get; its Remaining and ResetAt describe the state as it
-// stands, before any request (an admitted unit request's Decision reports the state after it);
-// Counted is 0.
+// Reason are what a unit request would get from the key's state; its Remaining and ResetAt
+// describe the state as it stands, before any request (an admitted unit request's Decision
+// reports the state after it); Counted is 0. A key not tracked reports a new key's state, also at
+// the key cap (WithMaxKeys): whether a request for it would find room, or be refused with
+// ReasonKeyCap, is known only by trying, since making room may reclaim or evict other keys.
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys

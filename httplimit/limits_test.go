@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -127,6 +128,32 @@ func TestStackedOverAClosedLimiter(t *testing.T) {
 			assert.Equal(t, int64(5), outerLim.l.Peek("k").Remaining, "the outer limit holds all 5")
 			_, tracked := outerLim.l.Inspect("k")
 			assert.True(t, tracked, "the outer limit did count the request, then gave it back")
+		})
+	}
+}
+
+// A Shadow middleware below an enforcing one changes nothing: when it would refuse (or its
+// limiter is closed), the request goes on, so the outer limit keeps what it counted for it.
+func TestShadowBelowAnEnforcingMiddleware(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("closed=%v", closed), func(t *testing.T) {
+			clk := clock.NewManual(w0)
+			outerLim := &countingRefunder{l: newOn(t, policy.FixedWindow{Limit: 3, Window: time.Minute}, clk)}
+			trial := newOn(t, policy.FixedWindow{Limit: 1, Window: time.Minute}, clk)
+			if closed {
+				require.NoError(t, trial.Close())
+			}
+			key := func(*http.Request) string { return "k" }
+			inner := &httplimit.Middleware{Limiter: httplimit.Local(trial), KeyFunc: key, Quota: httplimit.Quota{Name: "trial"}, Now: nowOf(clk), Shadow: true, ErrorMode: httplimit.FailClosed}
+			outer := &httplimit.Middleware{Limiter: outerLim, KeyFunc: key, Quota: httplimit.Quota{Name: "server", Limit: 3, Window: time.Minute}, Now: nowOf(clk)}
+			ts := serve(t, outer.Wrap(inner.Wrap(ok)))
+			var codes []int
+			for range 5 {
+				codes = append(codes, get(t, ts.Client(), ts.URL, nil).status)
+			}
+			assert.Equal(t, []int{200, 200, 200, 429, 429}, codes, "what the outer limit alone answers")
+			assert.Equal(t, 0, outerLim.refunds)
+			assert.Equal(t, int64(0), outerLim.l.Peek("k").Remaining)
 		})
 	}
 }

@@ -440,11 +440,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		d, idx, closed := h.decide(r, f)
 		if closed {
-			f.parent.giveBack(r.Context())
 			if h.shadow {
-				h.next.ServeHTTP(w, r)
+				// The request goes on: what the middlewares above counted for it stands.
+				h.pass(w, r, f)
 				return
 			}
+			f.parent.giveBack(r.Context())
 			// An outer middleware's fields said what it had counted, and it has given that back:
 			// no field describes this answer.
 			delete(w.Header(), hdrRateLimit)
@@ -469,7 +470,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.onDecision != nil && (idx >= 0 || anyDecided(f.st)) {
 			h.onDecision(r, f.key, d)
 		}
-		if idx >= 0 {
+		if idx >= 0 && !h.shadow {
 			f.parent.giveBack(r.Context())
 		}
 		if h.shadow {

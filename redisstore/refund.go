@@ -138,8 +138,12 @@ func gcd(a, b int64) int64 {
 // a key Redis no longer holds, and the sliding log and dual bucket, which cannot give units back
 // exactly. One round trip under the breaker and the limiter's timeout, like Take; when Redis does
 // not answer it gives back nothing and returns an error wrapping ErrUnavailable (or the caller's
-// context error). It forgets key in the local deny cache. Safe for concurrent use; concurrent
-// refunds of one request can together give back no more than it counted.
+// context error). It forgets key in the local deny cache. Safe for concurrent use.
+//
+// As with the engine's Refund, a Decision is a plain value: a second refund of the same d cannot
+// be told from the first, each call is bounded by d.Counted on its own, and k refunds of one d
+// (concurrent or not) give back at most k*d.Counted in all, never more than the key still holds.
+// Refund each decision once.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Decision) (int64, error) {
 	if l.closed.Load() {
 		return 0, ErrClosed

@@ -114,8 +114,11 @@ var policies = []string{"sliding-counter", "fixed-window", "token-bucket", "gcra
 // ConfigError is a configuration that cannot be loaded: the file, the line (0 when the error is
 // about the file as a whole) and the reason. It is a plain value, safe to share.
 type ConfigError struct {
-	File   string
-	Line   int
+	// File is the configuration file's path, as given.
+	File string
+	// Line is the 1-based line the error is about, or 0 for the file as a whole.
+	Line int
+	// Reason says what is wrong and, where it can, what to write instead.
 	Reason string
 }
 

@@ -26,8 +26,10 @@ type Keepalive struct {
 	// makes the server close the connection of an Envoy that pings more often ("too_many_pings").
 	MinPingInterval time.Duration
 	// MaxConnectionAge closes connections after this long (default 0: never), so that clients
-	// spread over new replicas; MaxConnectionAgeGrace lets calls in progress finish (default 10s).
-	MaxConnectionAge      time.Duration
+	// spread over new replicas.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long calls in progress on a connection closed for its age may
+	// take to finish (default 10s).
 	MaxConnectionAgeGrace time.Duration
 }
 

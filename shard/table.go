@@ -25,6 +25,10 @@ import (
 // aligned. Key 0 marks an empty slot (the engine never uses hash 0). Probing is linear from a
 // home slot found by multiplying the hash into [0, n), so n need not be a power of two and the
 // table can be sized to hold its keys at a steady load (between 0.8 and 0.875).
+//
+// Any number of goroutines may read a Table at once, without a lock (Find, Lookup, Cell); only the
+// goroutine holding its Shard's mutex writes it, and a table that a rebuild has replaced is never
+// written again (see the package comment).
 type Table struct {
 	// slots points at slot 0; slot i is at slots + i<<slotShift, its cell cellOff bytes further.
 	// Addressing by pointer keeps bounds checks off the lookup, which every decision makes; i < n

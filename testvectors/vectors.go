@@ -67,7 +67,8 @@ type File struct {
 	Policy string
 	// Version is the format version, always 1.
 	Version int
-	Cases   []Case
+	// Cases are the file's cases, each run on a fresh limiter, in order.
+	Cases []Case
 }
 
 // Case is one fresh limiter and the calls made on it, in order. Plain data, like File.
@@ -78,7 +79,8 @@ type Case struct {
 	Params map[string]int64
 	// Seed is the seed of the random walk that produced the calls, or 1 for hand-written cases
 	// (kept for the registry's format; running a case never uses it).
-	Seed  int64
+	Seed int64
+	// Steps are the calls, made in order on the case's one limiter.
 	Steps []Step
 }
 
@@ -89,16 +91,20 @@ type Step struct {
 	Call string
 	// Args are (key, cost, now) for allow, (key, now) for retryAfter and the probes, and none for
 	// stateSize.
-	Args   []int64
+	Args []int64
+	// Expect is the call's result under the policy's rules.
 	Expect Value
 }
 
 // Value is an expected or observed result: a bool (allow) or an integer (every other call).
 // Values are comparable with ==, and safe to copy and share.
 type Value struct {
+	// IsBool says which of the two fields holds the value.
 	IsBool bool
-	Bool   bool
-	Int    int64
+	// Bool is the value of a bool result (allow).
+	Bool bool
+	// Int is the value of an integer result (every other call).
+	Int int64
 }
 
 // Bool returns the Value of a bool.

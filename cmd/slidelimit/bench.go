@@ -32,10 +32,10 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	var c benchConfig
 	fs := newFlagSet("bench", "[flags]", stderr)
 	fs.IntVar(&c.keys, "keys", 1_000_000, "distinct keys in the workload")
-	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to measure each limiter, after a warm-up that touches every key once")
+	durationVar(fs, &c.duration, "duration", 3*time.Second, "how long (a `duration`) to measure each limiter, after a warm-up that touches every key once")
 	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.Int64Var(&c.limit, "limit", 10, "units admitted per key per window")
-	fs.DurationVar(&c.window, "window", time.Second, "the policy's window")
+	durationVar(fs, &c.window, "window", time.Second, "the policy's window, a `duration`")
 	fs.IntVar(&c.workers, "workers", runtime.GOMAXPROCS(0), "goroutines deciding at once; one per core by default")
 	fs.StringVar(&c.dist, "dist", "uniform", "how keys are drawn: uniform, or zipf (s=1.1: a few hot keys, a long tail)")
 	fs.BoolVar(&c.reference, "reference", true, "also measure a mutex-guarded map of sliding-window counters on the same workload, and compare")
@@ -77,7 +77,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		ref = newMutexMapLimiter(c.limit, c.window.Milliseconds(), c.keys)
 		bar.phase("reference: warming up, touching %s keys", group(int64(c.keys)))
 		warm(nil, ref, c.keys, c.workers)
-		refRes.heap = heapAfterGC() - heapStart
+		refRes.heap = growth(heapStart, heapAfterGC())
 	}
 	lim, err := engine.New(p, engine.WithMaxKeys(max(c.keys, engine.DefaultMaxKeys)))
 	if err != nil {
@@ -86,7 +86,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	defer lim.Close()
 	bar.phase("slidelimit: warming up, touching %s keys", group(int64(c.keys)))
 	warm(lim, nil, c.keys, c.workers)
-	res.heap, res.heapKeys = heapAfterGC()-heapStart-refRes.heap, lim.Len()
+	res.heap, res.heapKeys = growth(heapStart+refRes.heap, heapAfterGC()), lim.Len()
 	if c.reference {
 		refRes.heapKeys = ref.len()
 	}
@@ -146,7 +146,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 
 	ratio := res.perSec() / max(refRes.perSec(), 1)
 	fmt.Fprintf(stdout, "\nsummary: slidelimit made %.1f× the decisions per second of a mutex-guarded map of counters measured just now", ratio)
-	if res.heapKeys > 0 && refRes.heapKeys > 0 {
+	if res.heapKeys > 0 && refRes.heapKeys > 0 && res.heap > 0 && refRes.heap > 0 {
 		fmt.Fprintf(stdout, ", at %.2f× its bytes per key", res.bytesPerKey()/refRes.bytesPerKey())
 	}
 	fmt.Fprintln(stdout)
@@ -292,6 +292,15 @@ func zipfTable(keys int) []uint32 {
 		t[i] = uint32(z.Uint64())
 	}
 	return t
+}
+
+// growth is the heap's growth from before to after, 0 if it shrank: with few keys the noise of
+// the rest of the heap (the collector's own buffers, the progress line) can exceed the keys' share.
+func growth(before, after uint64) uint64 {
+	if after < before {
+		return 0
+	}
+	return after - before
 }
 
 func heapAfterGC() uint64 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,6 +69,22 @@ func TestRunDispatch(t *testing.T) {
 	stderr.Reset()
 	assert.Equal(t, exitUsage, run([]string{"bench", "-dist", "pareto"}, &stdout, &stderr))
 	assert.Contains(t, stderr.String(), `-dist "pareto"`)
+
+	// bench and load read durations as proxy and rls do: a day unit, and "add a unit".
+	for _, args := range [][]string{{"bench", "-window", "5"}, {"bench", "-duration", "5"}, {"load", "-duration", "5"}} {
+		stderr.Reset()
+		assert.Equal(t, exitUsage, run(args, &stdout, &stderr), "%v", args)
+		assert.Contains(t, stderr.String(), "5 has no unit: add a unit, like 5s", "%v", args)
+	}
+	stdout.Reset()
+	assert.Equal(t, exitOK, run([]string{"bench", "-window", "1d", "-keys", "10", "-duration", "5ms", "-reference=false"}, &stdout, &stderr), stderr.String())
+	assert.Contains(t, stdout.String(), "limit 10 per 24h0m0s")
+
+	for _, u := range []string{"ftp://x", "http://", "127.0.0.1:8080"} {
+		stderr.Reset()
+		assert.Equal(t, exitUsage, run([]string{"load", "-url", u}, &stdout, &stderr), u)
+		assert.Contains(t, stderr.String(), fmt.Sprintf("-url %q: must be an http:// or https:// URL with a host", u))
+	}
 
 	stderr.Reset()
 	assert.Equal(t, exitOK, run([]string{"proxy", "-h"}, &stdout, &stderr))

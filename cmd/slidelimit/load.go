@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"slices"
 	"sync"
@@ -28,7 +29,7 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	var c loadConfig
 	fs := newFlagSet("load", "[-url URL] [flags]", stderr)
 	fs.StringVar(&c.url, "url", "", "URL to load; empty: start an upstream and two proxies in process (without and with limiting) and compare them")
-	fs.DurationVar(&c.duration, "duration", 2*time.Second, "length of each measured run")
+	durationVar(fs, &c.duration, "duration", 2*time.Second, "length (a `duration`) of each measured run")
 	fs.IntVar(&c.concurrency, "concurrency", 8*runtime.GOMAXPROCS(0), "requests in flight at once (one keep-alive connection each)")
 	fs.IntVar(&c.clients, "clients", 10_000, "distinct client addresses sent in X-Forwarded-For, so that a limiter tracks many keys (0: none sent)")
 	fs.IntVar(&c.rounds, "rounds", 3, "without -url: how many times each proxy is measured, alternating; the median counts")
@@ -44,6 +45,11 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		return usageErr(fs, "-clients %d: must be in [0, %d]", c.clients, 1<<22)
 	case c.rounds < 1:
 		return usageErr(fs, "-rounds %d: must be at least 1", c.rounds)
+	}
+	if c.url != "" {
+		if u, err := url.Parse(c.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", c.url)
+		}
 	}
 	if c.url != "" {
 		r, err := loadRun(c, c.url)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"strconv"
@@ -134,6 +135,13 @@ func (f durationFlag) Set(s string) error {
 		*f.text = s
 	}
 	return nil
+}
+
+// durationVar defines a duration flag read by parseDuration (a day unit, "add a unit" for a bare
+// number), as every duration flag of the command is read.
+func durationVar(fs *flag.FlagSet, d *time.Duration, name string, def time.Duration, usage string) {
+	*d = def
+	fs.Var(durationFlag{d: d}, name, usage)
 }
 
 // rateFlags is the repeatable -rate flag.

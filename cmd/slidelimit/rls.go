@@ -43,8 +43,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.onError, "on-redis-error", "open", "with -redis, what a descriptor gets when Redis cannot decide: open (admit) or closed (refuse); with -redis-mode batched also local (the limit divided by the fleet size last heard from Redis; a replica started while Redis is away counts itself alone)")
 	// The durations are read as the proxy reads them (a day unit, "add a unit" for a bare number).
 	dur := func(d *time.Duration, name string, def time.Duration, usage string) {
-		*d = def
-		fs.Var(durationFlag{d: d}, name, usage)
+		durationVar(fs, d, name, def, usage)
 	}
 	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis, a `duration` in [1ms, 1m]")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")

@@ -38,7 +38,9 @@ func Program() string {
 	return "redis-server"
 }
 
-// Server is one redis-server child process listening on 127.0.0.1.
+// Server is one redis-server child process listening on 127.0.0.1. Its methods are not safe for
+// concurrent use: one goroutine (a test's) starts, pauses, kills and restarts it, while any
+// number of clients use Addr.
 type Server struct {
 	// Addr is "127.0.0.1:port"; it stays the same across Kill and Restart.
 	Addr   string
