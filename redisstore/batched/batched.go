@@ -93,14 +93,27 @@ type entry struct {
 	rec [2]winRec
 	// Rate tracking: units used up to markWin/mark at the last exchange, at time lastAt.
 	markWin, mark, lastAt int64
-	// A refusal remembered until denyUntil for requests needing at least denyNeed more units in
-	// window denyWin: Redis would refuse them as well, since other processes only add to the count
-	// until the window ends.
-	denyWin, denyUntil, denyNeed int64
-	// The counts Redis returned with the refusal, at denyRedisNow on the script's clock and
-	// denyAt on this one: the wait for a larger need is solved on them.
-	denySt               rules.SlidingCounterState
-	denyAt, denyRedisNow int64
+	// The refusal Redis gave last, if it still answers: written under mu, read without it, so
+	// that a key at its fleet-wide limit refuses without taking the lock.
+	deny atomic.Pointer[denial]
+	// seq is odd while a holder of mu has units of the lease out of the cell (set aside for a
+	// request it asks Redis about), or is changing the cell and the refusal together: a reader of
+	// both without mu answers only from reads that no such change overlapped (a seqlock). The
+	// cell's other changes need no section: decisions from the lease only shrink it (a refusal
+	// read with more units held stays a refusal), a roll moves it to another window (which the
+	// reader then does not answer for), and Close's give-back follows closed, which the reader
+	// checks after its reads.
+	seq atomic.Uint32
+}
+
+// denial is a refusal remembered until until for requests needing at least need more units in
+// window win: Redis would refuse them as well, since other processes only add to the count until
+// the window ends. st is the counts Redis returned with it, at redisNow on the script's clock and
+// at on this one: the wait for a larger need is solved on them. Never changed once stored.
+type denial struct {
+	win, until, need int64
+	st               rules.SlidingCounterState
+	at, redisNow     int64
 }
 
 // winRec is what this process knows of its own counts in one window.
@@ -117,7 +130,11 @@ const cellMask = 1<<32 - 1
 
 // keyLock is an entry's mutex: a one-slot channel, so that a request waiting for it behind
 // another call for the same key (a lease, or an exchange's pipeline, each up to a timeout) can
-// give up when its ctx is done. It is not on the path of a decision from local quota.
+// give up when its ctx is done. It is not on the path of a decision from local quota, nor of a
+// refusal a remembered one answers (refuseUnlocked): a channel hands the lock to the next waiter
+// in turn, which must first be scheduled, and when every refusal of a key at its fleet-wide
+// limit took the lock, they queued behind one another (the side-by-side run in docs/fleet.md
+// fell from about 5 M decisions/s to 0.4-1.5 M, with a p99 of milliseconds).
 type keyLock chan struct{}
 
 func newKeyLock() keyLock { return make(keyLock, 1) }
@@ -260,7 +277,12 @@ func (l *Limiter) Allow(key string) bool {
 // Otherwise it leases with one script call bounded by ctx and the limiter's timeout; concurrent
 // callers for the same key wait for that one call (or for an exchange's pipeline that holds the
 // key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
-// the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing.
+// the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. A
+// request that a refusal Redis gave earlier in the window still answers is refused in process,
+// with no round trip and without waiting for the key's lock, except where the lock's holder may
+// change the answer: during its round trip to Redis (which may bring the lease's rest back, or a
+// grant), while Redis is unreachable or quiet after a data loss, and while the key's lease runs
+// ahead of this process's clock.
 // Remaining is what this process holds plus the fleet's headroom at the last exchange with Redis;
 // RetryAfter is solved from the fleet's counts.
 //
@@ -283,6 +305,9 @@ func (l *Limiter) Take(ctx context.Context, key string, n int64) (slidelimit.Dec
 			for {
 				c := e.cell.Load()
 				if uint32(c>>32) != uint32(idx) || int64(uint32(c)) < n || l.closed.Load() {
+					if d, ok := l.refuseUnlocked(ctx, e, n); ok {
+						return d, nil
+					}
 					break
 				}
 				if e.cell.CompareAndSwap(c, c-uint64(n)) {
@@ -345,6 +370,39 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 			return d, err
 		}
 	}
+}
+
+// refuseUnlocked is the locked path's answer for a request that its key's remembered refusal
+// answers, given without e.mu: at a key's fleet-wide limit most requests are such refusals, and
+// under the lock they would queue behind one another. It answers only where the locked path would
+// give the same answer (a cost within the limit, the cell on the clock's window without n units,
+// Redis reachable, the limiter open, ctx not done, and no holder of e.mu with units out of the
+// cell meanwhile), and reports whether it did. It reads the clock afresh, after the sequence, as
+// the locked path reads it once it holds the lock.
+func (l *Limiter) refuseUnlocked(ctx context.Context, e *entry, n int64) (slidelimit.Decision, bool) {
+	if n > l.limit || e.deny.Load() == nil || l.closed.Load() || l.offline.Load() || (ctx != nil && ctx.Err() != nil) {
+		return slidelimit.Decision{}, false
+	}
+	seq := e.seq.Load()
+	now := l.clk.Now()
+	idx := l.rule.Index(now)
+	if seq&1 != 0 || now < l.quietUntil.Load() {
+		return slidelimit.Decision{}, false
+	}
+	c := e.cell.Load()
+	if uint32(c>>32) != uint32(idx) || int64(uint32(c)) >= n {
+		// The cell is on another window (to be rolled, or running ahead of this clock), or holds
+		// the request: the locked path decides.
+		return slidelimit.Decision{}, false
+	}
+	d, ok := l.remembered(e, now, idx, int64(uint32(c)), n)
+	if !ok || e.seq.Load() != seq || l.closed.Load() || l.offline.Load() {
+		// The flags again: read only before the sequence, a Close or an outage meanwhile could
+		// be answered as a refusal with nothing held.
+		return slidelimit.Decision{}, false
+	}
+	l.refusedLocally.Inc()
+	return d, true
 }
 
 // decideEntry decides under e's lock, unless e has been dropped (live false). The deferred unlock
@@ -452,6 +510,27 @@ func takeAll(e *entry, idx int64) int64 {
 	}
 }
 
+// remembered refuses n units for e at now from the refusal Redis gave last, if that refusal
+// answers them, with held units of window idx's lease counted toward the request. The refusal
+// was solved for its need; a larger need waits longer, so the wait is solved again for this need
+// on the counts Redis returned then (other processes only add to them until the window ends).
+// It reads e's refusal without e.mu and writes nothing.
+func (l *Limiter) remembered(e *entry, now, idx, held, n int64) (slidelimit.Decision, bool) {
+	start, need := idx*l.w, n-held
+	d := e.deny.Load()
+	if d == nil || d.win != start || now >= d.until || need < d.need {
+		return slidelimit.Decision{}, false
+	}
+	st := d.st
+	res := l.rule.Take(&st, d.redisNow+max(now-d.at, 0), need)
+	if res.Allowed {
+		return slidelimit.Decision{}, false
+	}
+	retry := max(res.RetryAfterMs, d.until-now, 1)
+	return slidelimit.Decision{Limit: l.limit, Remaining: held + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
+		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, true
+}
+
 func (l *Limiter) admitted(e *entry, idx, rem, n int64) slidelimit.Decision {
 	return slidelimit.Decision{Allowed: true, Limit: l.limit, Remaining: rem + max(e.head.Load(), 0),
 		ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK, Counted: n}
@@ -479,27 +558,27 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	if l.offline.Load() || now < l.quietUntil.Load() {
 		return l.decideOffline(e, n)
 	}
+	// A refusal Redis gave earlier answers first, as refuseUnlocked does, before anything is set
+	// aside: set aside (seq odd) even briefly, it would send concurrent refusals to this lock,
+	// each of which would then do the same.
+	if d, ok := l.remembered(e, now, idx, rem, n); ok {
+		l.refusedLocally.Inc()
+		return d, nil
+	}
 	// Sized before the rest is set aside: wantFor measures the key's use from what the cell holds.
 	want := l.wantFor(e, now, n-rem)
 	// What the lease has left is set aside for this request while Redis is asked for the rest.
 	// Left in the cell, it could be taken by a decision on the fast path meanwhile, and this
 	// request refused with the units Redis has just granted it.
+	e.seq.Add(1)
+	defer e.seq.Add(1)
 	held := takeAll(e, idx)
 	need := n - held
 	want = max(want, need)
-	if e.denyWin == start && now < e.denyUntil && need >= e.denyNeed {
-		// The remembered refusal was solved for denyNeed units; a larger need waits longer, so
-		// the wait is solved again for this need on the counts Redis returned then (other
-		// processes only add to them until the window ends).
-		st := e.denySt
-		res := l.rule.Take(&st, e.denyRedisNow+max(now-e.denyAt, 0), need)
-		if !res.Allowed {
-			addLocal(e, idx, held)
-			l.refusedLocally.Inc()
-			retry := max(res.RetryAfterMs, e.denyUntil-now, 1)
-			return slidelimit.Decision{Limit: l.limit, Remaining: held + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
-				ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
-		}
+	if d, ok := l.remembered(e, now, idx, held, n); ok {
+		addLocal(e, idx, held)
+		l.refusedLocally.Inc()
+		return d, nil
 	}
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
@@ -552,8 +631,8 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	retry := max(res.RetryAfterMs, 1)
 	// Other processes give back unused leases when the window ends, so the refusal is remembered
 	// no further than that.
-	e.denyWin, e.denyUntil, e.denyNeed = start, min(now+retry, start+l.w), need
-	e.denySt, e.denyAt, e.denyRedisNow = rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}, now, r.now
+	e.deny.Store(&denial{win: start, until: min(now+retry, start+l.w), need: need,
+		st: rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}, at: now, redisNow: r.now})
 	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
 }
@@ -746,6 +825,12 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int
 		idx = r.win / l.w
 		l.roll(e, idx)
 	}
+	if d := e.deny.Load(); d != nil && d.win == r.win && r.grant > 0 {
+		// A remembered refusal solves a larger need's wait on the counts it saw, which this grant
+		// has passed: the next such request asks Redis, whose counts give its exact wait. Cleared
+		// before the grant enters the cell, so that no reader sees both.
+		e.deny.Store(nil)
+	}
 	left := int64(uint32(e.cell.Load()))
 	if r.grant > 0 {
 		left = addLocal(e, idx, r.grant-keep)
@@ -753,11 +838,6 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int
 		l.holding.Store(e, struct{}{})
 	}
 	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
-	if e.denyWin == r.win && r.grant > 0 {
-		// A remembered refusal solves a larger need's wait on the counts it saw, which this grant
-		// has passed: the next such request asks Redis, whose counts give its exact wait.
-		e.denyUntil = 0
-	}
 	res, _ := l.rule.Peek(st, r.now)
 	e.head.Store(res.Remaining)
 	e.markWin, e.mark, e.lastAt = e.rec[0].win, used(e, idx)-taking, max(now, 1)

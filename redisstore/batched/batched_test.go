@@ -489,6 +489,201 @@ func TestWaitForKeyHonoursCtx(t *testing.T) {
 	}
 }
 
+// TestRememberedRefusalTakesNoLock: at a key's fleet-wide limit, a refusal Redis gave is
+// remembered, and the requests it answers are refused without the key's lock, which an exchange
+// or a lease may hold for a round trip. The lock is held here throughout.
+func TestRememberedRefusalTakesNoLock(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Minute})
+	bg := context.Background()
+	for i := range 10 {
+		if d, err := l.Take(bg, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Take %d: %+v %v", i, d, err)
+		}
+	}
+	first, err := l.Take(bg, "k", 1)
+	if err != nil || first.Allowed || first.RetryAfter <= 0 {
+		t.Fatalf("11th Take: %+v %v, want a refusal with a wait", first, err)
+	}
+	leases := l.leases.Value()
+	e, _ := l.entries.Load("k")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range []int64{1, 3} {
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		d, err := l.Take(ctx, "k", n)
+		cancel()
+		if err != nil || d.Allowed || d.Reason != slidelimit.ReasonLimited || d.RetryAfter < first.RetryAfter {
+			t.Fatalf("Take(%d) with the key's lock held: %+v %v, want a refusal waiting at least %v", n, d, err, first.RetryAfter)
+		}
+	}
+	if got := l.leases.Value(); got != leases {
+		t.Fatalf("%d lease calls for refusals Redis had answered already", got-leases)
+	}
+	// A done ctx still gets its own error, as the locked path gives it.
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := l.Take(ctx, "k", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with a done ctx: %v, want context.Canceled", err)
+	}
+}
+
+// TestNoLockFreeRefusalWhileSetAside: a refusal is not answered without the lock while a request
+// under it has the lease's rest set aside for its round trip: the rest may come back (Redis
+// refuses that request) and admit the waiting one, as the lock's order would. Here the process
+// holds 2 units and remembers a refusal of need 2; a request for 3 (need 1) asks Redis, which is
+// paused, and a request for 2 arrives meanwhile. A cost above the limit is answered as such
+// whatever is remembered.
+func TestNoLockFreeRefusalWhileSetAside(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := newClient(t, srv.Addr)
+	clk := clock.NewManual(t0)
+	pol := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	p := newLimiter(t, c, clk, pol, WithMaxChunk(3), WithProcessID("P"))
+	q := newLimiter(t, c, clk, pol, WithProcessID("Q"))
+	bg := context.Background()
+	take := func(l *Limiter, n int64) slidelimit.Decision {
+		t.Helper()
+		d, err := l.Take(bg, "k", n)
+		if err != nil {
+			t.Fatalf("Take(%d): %v", n, err)
+		}
+		return d
+	}
+	take(p, 1)
+	clk.Advance(time.Millisecond)
+	take(p, 1) // a lease of 3, one taken: 2 left
+	e, _ := p.entries.Load("k")
+	if got := uint32(e.cell.Load()); got != 2 {
+		t.Fatalf("P's lease holds %d, want 2", got)
+	}
+	take(q, 6) // Redis counts 10 of 10
+	if d := take(p, 4); d.Allowed || e.deny.Load() == nil || e.deny.Load().need != 2 {
+		t.Fatalf("Take(4): %+v, remembered %+v: want a refusal remembered for need 2", d, e.deny.Load())
+	}
+	if d := take(p, 11); d.Reason != slidelimit.ReasonCostAboveLimit || d.RetryAfter != 0 {
+		t.Fatalf("Take(11) with limit 10: %+v, want ReasonCostAboveLimit and no RetryAfter", d)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	three, two := make(chan slidelimit.Decision, 1), make(chan slidelimit.Decision, 1)
+	go func() { three <- take(p, 3) }()
+	time.Sleep(200 * time.Millisecond) // in its round trip, the 2 units set aside
+	go func() { two <- take(p, 2) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-three; d.Allowed {
+		t.Fatalf("Take(3) with Redis at its limit: %+v, want a refusal", d)
+	}
+	if d := <-two; !d.Allowed {
+		t.Fatalf("Take(2) while Take(3) had P's 2 units set aside, which Redis's refusal gave back: %+v, want admitted", d)
+	}
+}
+
+// TestRememberedRefusalNotUsedOffline: while Redis is unreachable, and while the fleet is quiet
+// after a data loss, a key with a remembered refusal is decided offline (from the process's
+// share, with ErrOffline), as the locked path decides it, not refused from memory.
+func TestRememberedRefusalNotUsedOffline(t *testing.T) {
+	for _, mode := range []string{"offline", "quiet"} {
+		t.Run(mode, func(t *testing.T) {
+			srv, err := redistest.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Stop()
+			c := newClient(t, srv.Addr)
+			clk := clock.NewManual(t0)
+			pol := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+			p := newLimiter(t, c, clk, pol, WithProcessID("P"), WithTimeout(200*time.Millisecond))
+			q := newLimiter(t, c, clk, pol, WithProcessID("Q"))
+			bg := context.Background()
+			if d, err := q.Take(bg, "k", 10); err != nil || !d.Allowed {
+				t.Fatalf("Q Take(10): %+v %v", d, err)
+			}
+			if d, err := p.Take(bg, "k", 1); err != nil || d.Allowed {
+				t.Fatalf("P Take(1) at the limit: %+v %v, want a refusal", d, err)
+			}
+			if e, _ := p.entries.Load("k"); e.deny.Load() == nil {
+				t.Fatal("the refusal is not remembered")
+			}
+			if mode == "offline" {
+				srv.Kill()
+				p.step()
+				if !p.offline.Load() {
+					t.Fatal("P is not offline after a failed heartbeat")
+				}
+			} else {
+				p.quietUntil.Store(clk.Now() + 10_000)
+			}
+			if d, err := p.Take(bg, "k", 1); !errors.Is(err, ErrOffline) {
+				t.Fatalf("Take while %s: %+v %v, want an offline decision (ErrOffline)", mode, d, err)
+			}
+		})
+	}
+}
+
+// TestKeyLock: the key's lock excludes, a waiter whose ctx is done gives up, and a waiter is
+// woken by the Unlock it waits for, with a ctx that can be done or one that cannot.
+func TestKeyLock(t *testing.T) {
+	k := newKeyLock()
+	k.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	if k.LockCtx(ctx) {
+		t.Fatal("LockCtx took a held lock")
+	}
+	cancel()
+	got := make(chan bool)
+	go func() { got <- k.LockCtx(context.WithoutCancel(ctx)) }() // no Done: sync.Mutex's wait
+	go func() { got <- k.LockCtx(t.Context()) }()                // a Done: the waiters' wait
+	for range 2 {
+		k.Unlock()
+		select {
+		case ok := <-got:
+			if !ok {
+				t.Fatal("LockCtx gave up with a ctx not done")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was not woken by Unlock")
+		}
+	}
+	k.Unlock()
+
+	var wg sync.WaitGroup
+	n := 0
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if g%2 == 1 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			for range 2000 {
+				if !k.LockCtx(ctx) {
+					t.Error("LockCtx gave up with a ctx not done")
+					return
+				}
+				n++ // the race detector checks the exclusion
+				k.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n != 8*2000 {
+		t.Fatalf("%d increments under the lock, want %d", n, 8*2000)
+	}
+}
+
 // TestLeaseLeftIsSetAside: a request that needs more than the key's lease has left sets what is
 // left aside while it asks Redis for the rest. Left in the lease, a decision on the fast path
 // could take it during the round trip, and the request would then be refused although Redis

@@ -89,6 +89,60 @@ func hotAllow(b *testing.B, impl string) func(string) bool {
 	return l.Allow
 }
 
+// BenchmarkRefusedParallel decides for one key at its fleet-wide limit from 4×GOMAXPROCS
+// goroutines: after the first refusal every decision is a refusal from the one Redis remembered,
+// as a fleet at its limit makes most of its decisions, answered without the key's lock.
+// ctx=done-able passes a ctx that can be cancelled, which each refusal checks. Compare with the
+// engine refusing a key over its limit: `go tool benchstat -col /impl`.
+func BenchmarkRefusedParallel(b *testing.B) {
+	for _, impl := range []string{"engine", "batched"} {
+		for _, cancellable := range []bool{false, true} {
+			if impl == "engine" && cancellable {
+				continue
+			}
+			b.Run("impl="+impl+"/ctx="+map[bool]string{false: "background", true: "done-able"}[cancellable], func(b *testing.B) {
+				p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+				clk := clock.NewManual(1_764_000_000_000) // still: the refusal is remembered throughout
+				var take func(context.Context) bool
+				if impl == "engine" {
+					l, err := engine.New(p, engine.WithClock(clk))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { l.Close() })
+					take = func(context.Context) bool { return l.Allow("k") }
+				} else {
+					c := newClient(b, testAddr)
+					flushAll(b, c)
+					l := newLimiter(b, c, clk, p)
+					take = func(ctx context.Context) bool { d, _ := l.Take(ctx, "k", 1); return d.Allowed }
+				}
+				for take(context.Background()) {
+				}
+				b.ReportAllocs()
+				b.SetParallelism(4)
+				var admitted atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					if cancellable {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithCancel(ctx)
+						defer cancel()
+					}
+					for pb.Next() {
+						if take(ctx) {
+							admitted.Add(1)
+						}
+					}
+				})
+				if admitted.Load() != 0 {
+					b.Fatalf("%d admitted past the limit", admitted.Load())
+				}
+			})
+		}
+	}
+}
+
 // counter is a go-redis hook that counts the commands a client sends, pipelined or not.
 type counter struct{ n atomic.Int64 }
 

@@ -143,7 +143,9 @@ func (l *Limiter) send(ps []pending) bool {
 		} else {
 			l.acked(p.e, p.a)
 			if p.need > 0 || r.grant > 0 {
+				p.e.seq.Add(1) // the cell and the refusal change together (see entry.seq)
 				_, _ = l.applyGrant(p.e, p.idx, p.now, r, 0, 0)
+				p.e.seq.Add(1)
 			}
 		}
 		p.e.mu.Unlock()
