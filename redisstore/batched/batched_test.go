@@ -529,6 +529,23 @@ func TestRememberedRefusalTakesNoLock(t *testing.T) {
 	}
 }
 
+// ownPair starts a redis-server of the test's own, which it may pause or kill, and two processes
+// on it, P (with popts) and Q, limiting to 10 a minute on one manual clock.
+func ownPair(t *testing.T, popts ...Option) (srv *redistest.Server, p, q *Limiter, clk *clock.Clock) {
+	t.Helper()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop) // after the limiters' Close, which newLimiter registers later
+	c := newClient(t, srv.Addr)
+	clk = clock.NewManual(t0)
+	pol := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	p = newLimiter(t, c, clk, pol, append([]Option{WithProcessID("P")}, popts...)...)
+	q = newLimiter(t, c, clk, pol, WithProcessID("Q"))
+	return srv, p, q, clk
+}
+
 // TestNoLockFreeRefusalWhileSetAside: a refusal is not answered without the lock while a request
 // under it has the lease's rest set aside for its round trip: the rest may come back (Redis
 // refuses that request) and admit the waiting one, as the lock's order would. Here the process
@@ -536,16 +553,7 @@ func TestRememberedRefusalTakesNoLock(t *testing.T) {
 // paused, and a request for 2 arrives meanwhile. A cost above the limit is answered as such
 // whatever is remembered.
 func TestNoLockFreeRefusalWhileSetAside(t *testing.T) {
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	c := newClient(t, srv.Addr)
-	clk := clock.NewManual(t0)
-	pol := policy.SlidingCounter{Limit: 10, Window: time.Minute}
-	p := newLimiter(t, c, clk, pol, WithMaxChunk(3), WithProcessID("P"))
-	q := newLimiter(t, c, clk, pol, WithProcessID("Q"))
+	srv, p, q, clk := ownPair(t, WithMaxChunk(3))
 	bg := context.Background()
 	take := func(l *Limiter, n int64) slidelimit.Decision {
 		t.Helper()
@@ -594,16 +602,7 @@ func TestNoLockFreeRefusalWhileSetAside(t *testing.T) {
 func TestRememberedRefusalNotUsedOffline(t *testing.T) {
 	for _, mode := range []string{"offline", "quiet"} {
 		t.Run(mode, func(t *testing.T) {
-			srv, err := redistest.Start()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Stop()
-			c := newClient(t, srv.Addr)
-			clk := clock.NewManual(t0)
-			pol := policy.SlidingCounter{Limit: 10, Window: time.Minute}
-			p := newLimiter(t, c, clk, pol, WithProcessID("P"), WithTimeout(200*time.Millisecond))
-			q := newLimiter(t, c, clk, pol, WithProcessID("Q"))
+			srv, p, q, clk := ownPair(t, WithTimeout(200*time.Millisecond))
 			bg := context.Background()
 			if d, err := q.Take(bg, "k", 10); err != nil || !d.Allowed {
 				t.Fatalf("Q Take(10): %+v %v", d, err)
@@ -641,8 +640,8 @@ func TestKeyLock(t *testing.T) {
 	}
 	cancel()
 	got := make(chan bool)
-	go func() { got <- k.LockCtx(context.WithoutCancel(ctx)) }() // no Done: sync.Mutex's wait
-	go func() { got <- k.LockCtx(t.Context()) }()                // a Done: the waiters' wait
+	go func() { got <- k.LockCtx(context.WithoutCancel(ctx)) }() // no Done
+	go func() { got <- k.LockCtx(t.Context()) }()                // a Done
 	for range 2 {
 		k.Unlock()
 		select {
