@@ -72,8 +72,9 @@ type Limit struct {
 //
 // Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
 // server) finds the outer one's decisions in the request context. When the inner one refuses,
-// it gives back what the outer one counted, and both write their limits into one
-// RateLimit-Policy and one RateLimit field, outer first, so that neither overwrites the other.
+// it gives back what the outer one counted (a Shadow one never refuses, so the outer one's count
+// stands), and both write their limits into one RateLimit-Policy and one RateLimit field, outer
+// first, so that neither overwrites the other.
 //
 // In Shadow mode every request is decided, counted and reported to OnDecision, but every request
 // reaches the next handler and no field is added: the response is exactly what it would be
