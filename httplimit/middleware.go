@@ -440,12 +440,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var waited time.Duration
 	for {
 		d, idx, closed := h.decide(r, f)
-		if closed {
-			if h.shadow {
-				// The request goes on: what the middlewares above counted for it stands.
-				h.pass(w, r, f)
-				return
-			}
+		if closed { // never in Shadow mode, where decide fails open
 			f.parent.giveBack(r.Context())
 			// An outer middleware's fields said what it had counted, and it has given that back:
 			// no field describes this answer.

@@ -50,8 +50,6 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		if u, err := url.Parse(c.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", c.url)
 		}
-	}
-	if c.url != "" {
 		r, err := loadRun(c, c.url)
 		if err != nil {
 			return err

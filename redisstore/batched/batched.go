@@ -575,11 +575,6 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	held := takeAll(e, idx)
 	need := n - held
 	want = max(want, need)
-	if d, ok := l.remembered(e, now, idx, held, n); ok {
-		addLocal(e, idx, held)
-		l.refusedLocally.Inc()
-		return d, nil
-	}
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	cmd, err := leaseScript.run(cctx, l.client, []string{e.rkey}, l.leaseArgs(now, want, need, adj)...)
