@@ -319,3 +319,56 @@ func TestNoBlindRetry(t *testing.T) {
 		t.Fatalf("state after one dropped reply = %q, want %q (window 0, count 1): the script ran more than once", v, "0 1")
 	}
 }
+
+// TestResetErrorsClassified pauses a real redis-server and checks that Reset's failures are
+// classified as Take's are: the limiter's own timeout wraps ErrUnavailable (and is not taken for
+// the caller's deadline), the caller's own deadline comes back as it is, and once the breaker is
+// open Reset is refused at once with ErrCircuitOpen instead of waiting out another timeout.
+func TestResetErrorsClassified(t *testing.T) {
+	srv := startServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer client.Close()
+	const timeout = 100 * time.Millisecond
+	l, err := New(client, "reset-errors", policy.SlidingCounter{Limit: 5, Window: time.Minute},
+		WithTimeout(timeout), WithBreaker(1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatalf("Reset with Redis up: %v", err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+
+	short, cancel := context.WithTimeout(ctx, timeout/4)
+	err = l.Reset(short, "k")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reset under the caller's own short deadline = %v; want the caller's DeadlineExceeded, not ErrUnavailable", err)
+	}
+	var s Stats
+	if l.Stats(&s); s.Failures != 0 || s.BreakerOpen {
+		t.Fatalf("the caller's own deadline counted against Redis: %+v", s)
+	}
+
+	err = l.Reset(ctx, "k")
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Reset with Redis paused = %v; want ErrUnavailable from the limiter's timeout", err)
+	}
+	if l.Stats(&s); s.Failures != 1 || !s.BreakerOpen {
+		t.Fatalf("after a timed-out Reset: %+v; want one failure and the breaker open", s)
+	}
+
+	err = l.Reset(ctx, "k")
+	if !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Reset with the breaker open = %v; want ErrCircuitOpen", err)
+	}
+	// Refused before any round trip: no call was sent, so none could wait out the timeout.
+	if l.Stats(&s); s.RoundTrips != 3 || s.ShortCircuits != 1 {
+		t.Fatalf("after a Reset with the breaker open: %+v; want 3 round trips and 1 short circuit", s)
+	}
+}
