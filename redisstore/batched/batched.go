@@ -42,6 +42,7 @@ var (
 type Limiter struct {
 	client redis.UniversalClient
 	name   string
+	space  string // name and window, in every key name (see space)
 	cfg    config
 	id     string
 	pol    policy.SlidingCounter
@@ -199,12 +200,13 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if err := check.Client("batched", client, cfg.timeout); err != nil {
 		return nil, err
 	}
+	sp := space(name, rules.SlidingCounter(sc).WindowMs())
 	l := &Limiter{
 		client: client, name: name, cfg: cfg, pol: sc, rule: rules.SlidingCounter(sc).Compile(), limit: sc.Limit, w: rules.SlidingCounter(sc).WindowMs(),
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
-		members: membersKey(cfg.prefix, name), epochK: epochKey(cfg.prefix, name),
+		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		leases: xsync.NewCounter(), returns: xsync.NewCounter(), charges: xsync.NewCounter(),
 		offlineDecisions: xsync.NewCounter(), exchanges: xsync.NewCounter(), failures: xsync.NewCounter(),
@@ -432,7 +434,7 @@ func (l *Limiter) decideEntry(ctx context.Context, e *entry, n int64) (d slideli
 }
 
 func (l *Limiter) newEntry(key string, idx int64) *entry {
-	e := &entry{key: key, rkey: stateKey(l.cfg.prefix, l.name, key), markWin: -1, mu: newKeyLock()}
+	e := &entry{key: key, rkey: stateKey(l.cfg.prefix, l.space, key), markWin: -1, mu: newKeyLock()}
 	e.rec[0].win, e.rec[1].win = -1, -1
 	e.cell.Store(cellOf(idx-1, 0))
 	e.head.Store(l.limit)
@@ -860,8 +862,9 @@ func (l *Limiter) ProcessID() string { return l.id }
 func (l *Limiter) Policy() policy.Policy { return l.pol }
 
 // Key returns the Redis key that holds key's fleet counts ("window current previous"), for
-// inspection and administration. A pure function of the name and prefix, safe for concurrent use.
-func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.name, key) }
+// inspection and administration: <prefix>{<hash tag>}<name>:w<window ms>:<key, or '#' and its
+// hash when long>. A pure function of the prefix, name and window, safe for concurrent use.
+func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.space, key) }
 
 // Stats counts what the limiter has done since New: a plain value, a snapshot. Decisions made
 // from a lease are not counted (counting them would cost the hot path); the counters are read one

@@ -361,14 +361,14 @@ func TestCloseGivesBack(t *testing.T) {
 	if leased == fmt.Sprintf("%d 50 0", int64(t0)) {
 		t.Fatalf("Redis counts %q: no lease beyond the admitted units, nothing to give back", leased)
 	}
-	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 1 {
+	if n, err := c.ZCard(ctx, DefaultPrefix+"{t:w1000}:members").Result(); err != nil || n != 1 {
 		t.Fatalf("members before Close: %d %v", n, err)
 	}
 	l.Close()
 	if got, want := state(), fmt.Sprintf("%d 50 0", int64(t0)); got != want {
 		t.Fatalf("after Close Redis counts %q (was %q), want %q: the unused lease was not given back", got, leased, want)
 	}
-	if n, err := c.ZCard(ctx, membersKey(DefaultPrefix, "t")).Result(); err != nil || n != 0 {
+	if n, err := c.ZCard(ctx, DefaultPrefix+"{t:w1000}:members").Result(); err != nil || n != 0 {
 		t.Fatalf("members after Close: %d %v, want 0", n, err)
 	}
 }
@@ -854,5 +854,43 @@ func TestSetAsideIsNotUse(t *testing.T) {
 	t.Logf("Redis before %q after %q", before, after)
 	if !strings.HasPrefix(after, "1760000000000 104 ") {
 		t.Errorf("a request needing 1 more unit, on a key idle since its last exchange, leased %q (from %q): want a lease of 2 (1 needed + 2·rate·S)", after, before)
+	}
+}
+
+// TestWindowsKeepApart: limiters that share a name but not a window keep apart counts (a count
+// is kept for one window's edges, and another window would misread it), while a different limit
+// shares the count and its key.
+func TestWindowsKeepApart(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	perSec := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Second}, WithProcessID("a"))
+	perTwo := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: 2 * time.Second}, WithProcessID("b"))
+	higher := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 20, Window: time.Second}, WithProcessID("c"))
+	if k := perSec.Key("k"); !strings.HasPrefix(k, DefaultPrefix+"{") || !strings.HasSuffix(k, "}t:w1000:k") {
+		t.Fatalf("Key = %q, want %s{<tag>}t:w1000:k", k, DefaultPrefix)
+	}
+	if a, b := perSec.Key("k"), perTwo.Key("k"); a == b {
+		t.Fatalf("windows of 1s and 2s share the key %q", a)
+	}
+	if a, b := perSec.Key("k"), higher.Key("k"); a != b {
+		t.Fatalf("limits of 10 and 20 with one window use %q and %q, not one key", a, b)
+	}
+	ctx := context.Background()
+	if d, err := perSec.Take(ctx, "k", 10); err != nil || !d.Allowed {
+		t.Fatalf("first 10 on the 1s window: %+v %v", d, err)
+	}
+	if d, err := perTwo.Take(ctx, "k", 10); err != nil || !d.Allowed {
+		t.Fatalf("10 on the 2s window after 10 on the 1s one: %+v %v; the two windows share a count", d, err)
+	}
+	v, err := c.Get(ctx, perSec.Key("k")).Result()
+	if err != nil || !strings.HasSuffix(v, " 10 0") {
+		t.Fatalf("the 1s window's count = %q %v, want 10 in the current window", v, err)
+	}
+	if n, err := c.ZCard(ctx, DefaultPrefix+"{t:w2000}:members").Result(); err != nil || n != 1 {
+		t.Fatalf("members of the 2s window: %d %v, want 1", n, err)
+	}
+	if n, err := c.ZCard(ctx, DefaultPrefix+"{t:w1000}:members").Result(); err != nil || n != 2 {
+		t.Fatalf("members of the 1s window: %d %v, want 2 (limits 10 and 20)", n, err)
 	}
 }

@@ -35,5 +35,9 @@
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //
 // Only the sliding window counter is available in this mode. Every process of a fleet must use
-// the same name, policy and prefix, and read clocks that agree to within a few milliseconds.
+// the same name, policy and prefix, and read clocks that agree to within a few milliseconds. The
+// window is part of every key name (<prefix>{<hash tag>}<name>:w<window ms>:<key>), so processes
+// that differ in window (midway through a rolling deploy that changes it) form separate fleets,
+// each holding the key to its limit, rather than misreading each other's counts; processes that
+// differ only in limit share one count, each admitting up to its own limit.
 package batched

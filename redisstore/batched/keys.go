@@ -15,28 +15,37 @@ import (
 // use the same value.
 const maxInlineSubject = 128
 
+// space is the part of every key name that says whose counts they are: the limiter's name and its
+// window in ms, "<name>:w<window>". A count means something only under the window it was kept
+// for, so processes that share a name but not a window (a rolling deploy that changes it, or a
+// misconfigured one) keep apart counts and memberships instead of misreading each other's. A
+// limit differs in no key: processes with different limits share one count, and each holds it to
+// its own limit. Names cannot contain ':', so no name's space is another's.
+func space(name string, windowMs int64) string { return name + ":w" + strconv.FormatInt(windowMs, 10) }
+
 // stateKey returns the Redis key of one (limiter, subject) pair's fleet counts:
 //
-//	<prefix>{<16 hex digits>}<name>:<subject>
+//	<prefix>{<16 hex digits>}<name>:w<window ms>:<subject>
 //
 // The layout is redisstore's (the hash tag first and alone in braces, so a cluster hashes by it;
 // the tag is xxhash64 of name and subject, the same in every process; long or '#'-led subjects are
 // hashed with SHA-256, which clients cannot aim collisions at). The two modes keep different
 // state under these names, which is why the default prefixes differ: the package writes its own
-// copy of the layout rather than reaching into redisstore's unexported one.
-func stateKey(prefix, name, subject string) string {
+// copy of the layout rather than reaching into redisstore's unexported one. sp is the limiter's
+// space (see space); the tag hashes it with the subject.
+func stateKey(prefix, sp, subject string) string {
 	if len(subject) > maxInlineSubject || strings.HasPrefix(subject, "#") {
 		sum := sha256.Sum256([]byte(subject))
 		subject = "#" + hex.EncodeToString(sum[:16])
 	}
 	d := xxhash.New()
-	_, _ = d.WriteString(name)
+	_, _ = d.WriteString(sp)
 	_, _ = d.WriteString("\x00")
 	_, _ = d.WriteString(subject)
 	var tag [16]byte
 	h := strconv.AppendUint(tag[:0], d.Sum64(), 16)
 	var b strings.Builder
-	b.Grow(len(prefix) + 2 + 16 + len(name) + 1 + len(subject))
+	b.Grow(len(prefix) + 2 + 16 + len(sp) + 1 + len(subject))
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	for range 16 - len(h) {
@@ -44,7 +53,7 @@ func stateKey(prefix, name, subject string) string {
 	}
 	b.Write(h)
 	b.WriteByte('}')
-	b.WriteString(name)
+	b.WriteString(sp)
 	b.WriteByte(':')
 	b.WriteString(subject)
 	return b.String()
@@ -53,5 +62,5 @@ func stateKey(prefix, name, subject string) string {
 // membersKey is the sorted set of live process ids scored by their last heartbeat (ms), and
 // epochKey the token that tells a process whether Redis lost its data since the last heartbeat.
 // Both carry the same hash tag, so one script touches them on a cluster.
-func membersKey(prefix, name string) string { return prefix + "{" + name + "}:members" }
-func epochKey(prefix, name string) string   { return prefix + "{" + name + "}:epoch" }
+func membersKey(prefix, sp string) string { return prefix + "{" + sp + "}:members" }
+func epochKey(prefix, sp string) string   { return prefix + "{" + sp + "}:epoch" }

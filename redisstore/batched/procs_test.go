@@ -289,7 +289,7 @@ func runOutageProcesses(t *testing.T, fault string) {
 	if offlineCalls == 0 {
 		t.Fatal("no decision was made offline: the outage was not seen")
 	}
-	requireReconciled(t, srv.Addr, p, admitted, func(key string) string { return stateKey(DefaultPrefix, "outage", key) })
+	requireReconciled(t, srv.Addr, p, admitted, func(key string) string { return stateKey(DefaultPrefix, space("outage", p.Window.Milliseconds()), key) })
 	for _, c := range children {
 		_ = c.in.Close()
 	}
