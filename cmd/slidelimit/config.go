@@ -81,8 +81,25 @@ func parseConfigFile(path string, def ruleSpec) (*configSpec, error) {
 func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 	var fc fileConfig
 	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, errors.New(yamlError(err))
+	}
+	// A second document would be read by nothing: a file made by joining two (a base and an
+	// overlay, say) would lose the second's rules without a word.
+	// An empty one (a trailing ---) holds nothing to lose.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, errors.New(yamlError(err))
+		}
+		if len(more.Content) > 0 && !(more.Content[0].Kind == yaml.ScalarNode && more.Content[0].Tag == "!!null" && more.Content[0].Value == "") {
+			return nil, fmt.Errorf("line %d: a second YAML document (after ---); put every rule and exemption in one", more.Line)
+		}
 	}
 	if len(doc.Content) > 0 {
 		// Checked by hand before decoding: yaml's own errors name Go types (main.fileRule),

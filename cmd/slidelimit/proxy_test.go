@@ -262,6 +262,7 @@ func TestParseConfigErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, spec.rules, 2)
 	assert.True(t, spec.rules[0].matches("POST", "/x/y"))
+	assert.True(t, spec.rules[0].matches("POST", "/xy"), "a plain string prefix, as the README says, not a whole segment")
 	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
 	assert.False(t, spec.rules[0].matches("POST", "/y"))
 	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
@@ -272,15 +273,16 @@ func TestParseConfigErrors(t *testing.T) {
 func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
 	for in, want := range map[string]string{
-		"rules:\n  - {name: a, rates: [5/1m], methods: [~]}\n":                 "line 2: rules[0] (a): methods: an empty item (~ or null); remove it or give a value",
-		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/x, null]\n":      "line 4: rules[0] (a): paths: an empty item (~ or null)",
-		"exempt:\n  paths: [~]\n":                                              "line 2: exempt.paths: an empty item (~ or null)",
-		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                    "line 2: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
-		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                  "line 2: rules[0] (a): methods: an empty list; leave the field out, or write ~, to match every method",
-		"rules:\n  - name: a\n    rates: [5/1m]\n    paths:\n#     - /admin\n": "line 4: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
-		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n": `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
-		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":          `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
-		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                `line 3: rules[0] (a): field "name" given twice`,
+		"rules:\n  - {name: a, rates: [5/1m], methods: [~]}\n":                              "line 2: rules[0] (a): methods: an empty item (~ or null); remove it or give a value",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/x, null]\n":                   "line 4: rules[0] (a): paths: an empty item (~ or null)",
+		"exempt:\n  paths: [~]\n":                                                           "line 2: exempt.paths: an empty item (~ or null)",
+		"rules:\n  - {name: a, rates: [5/1m], paths: []}\n":                                 "line 2: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
+		"rules:\n  - {name: a, rates: [5/1m], methods: []}\n":                               "line 2: rules[0] (a): methods: an empty list; leave the field out, or write ~, to match every method",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths:\n#     - /admin\n":              "line 4: rules[0] (a): paths: an empty list; leave the field out, or write ~, to match every path",
+		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n":              `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
+		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":                       `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
+		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                             `line 3: rules[0] (a): field "name" given twice`,
+		"rules:\n  - {name: a, rates: [5/1m]}\n---\nrules:\n  - {name: b, rates: [1/1s]}\n": "line 3: a second YAML document (after ---); put every rule and exemption in one",
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
@@ -394,4 +396,14 @@ func TestIPv4MappedRanges(t *testing.T) {
 	assert.Equal(t, 429, p.get(t, "/", xff("192.0.2.1")).status)
 	assert.Equal(t, 200, p.get(t, "/", xff("192.0.2.2")).status)
 	assert.Contains(t, p.log.String(), "-trusted-proxies 0.0.0.0/0 trusts a large part of the Internet", "::ffff:0.0.0.0/96 is every IPv4 address")
+}
+
+// A -config file is one YAML document: a trailing empty one (a last ---) is fine, and the one
+// rule it has is read.
+func TestParseConfigTrailingEmptyDocument(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	spec, err := parseConfig([]byte("---\nrules:\n  - {name: a, rates: [5/1m], paths: [/x]}\n---\n# nothing more\n"), def)
+	require.NoError(t, err)
+	require.Len(t, spec.rules, 2)
+	assert.Equal(t, "a", spec.rules[0].name)
 }
