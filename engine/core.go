@@ -66,6 +66,8 @@ type Limiter struct {
 	_            cpu.CacheLinePad
 	keys         satomic.Int64 // live keys; written on inserts and evictions only
 	refusedAtCap satomic.Int64
+	reclaimed    satomic.Int64  // dead keys a request at the cap removed (Stats.ReclaimedAtCap)
+	evictedLive  satomic.Int64  // keys EvictStalest evicted (Stats.EvictedAtCap)
 	evictCursor  satomic.Uint64 // where EvictStalest's next scan of the shards starts
 	_            cpu.CacheLinePad
 }
@@ -462,8 +464,11 @@ const capReclaimBudget = 64
 // shard.AcquireReserved).
 func (l *Limiter) makeRoom(sh *shard.Shard, now int64, budget *int) (room, reserved bool) {
 	*budget--
-	if sh.Reclaim(&l.cfg, now, capReclaimBudget) > 0 && l.keys.Load() < l.maxKeys {
-		return true, false
+	if n := sh.Reclaim(&l.cfg, now, capReclaimBudget); n > 0 {
+		l.reclaimed.Add(int64(n))
+		if l.keys.Load() < l.maxKeys {
+			return true, false
+		}
 	}
 	if l.atCap != EvictStalest {
 		return false, false
@@ -519,7 +524,11 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool)
 		sampled++
 	}
 	l.evictCursor.Add(max(i, 1))
-	return shard.EvictCandidateKeep(&l.cfg, &best), best.Found()
+	evicted = shard.EvictCandidateKeep(&l.cfg, &best)
+	if evicted {
+		l.evictedLive.Add(1)
+	}
+	return evicted, best.Found()
 }
 
 func (l *Limiter) peek(h uint64) Decision {
@@ -569,11 +578,17 @@ func (l *Limiter) Len() int { return int(l.keys.Load()) }
 
 // Stats is a snapshot of a limiter's bookkeeping, filled by (*Limiter).Stats.
 type Stats struct {
-	Keys         int64  // live keys (Len)
-	Evicted      int64  // keys removed by the background sweeper since New
-	RefusedAtCap int64  // requests refused because the key cap was reached
-	Shards       int    // number of shards
-	TableBytes   uint64 // memory held by the shards' tables
+	Keys         int64 // live keys (Len)
+	Evicted      int64 // keys removed by the background sweeper since New
+	RefusedAtCap int64 // requests refused because the key cap was reached
+	// ReclaimedAtCap counts the dead keys (state equal to a new key's) that requests at the key
+	// cap removed, sweeping a few slots themselves before they evict or refuse; EvictedAtCap the
+	// keys still holding state that WithAtCap(EvictStalest) evicted to make room for new ones.
+	// Both since New.
+	ReclaimedAtCap int64
+	EvictedAtCap   int64
+	Shards         int    // number of shards
+	TableBytes     uint64 // memory held by the shards' tables
 }
 
 // Stats fills s without allocating. It reads every shard's table pointer without locking, so under
@@ -582,6 +597,8 @@ func (l *Limiter) Stats(s *Stats) {
 	s.Keys = l.keys.Load()
 	s.Evicted = l.sweeper.Evicted()
 	s.RefusedAtCap = l.refusedAtCap.Load()
+	s.ReclaimedAtCap = l.reclaimed.Load()
+	s.EvictedAtCap = l.evictedLive.Load()
 	s.Shards = len(l.shards)
 	s.TableBytes = 0
 	for i := range l.shards {

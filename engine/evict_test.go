@@ -153,10 +153,17 @@ func TestKeyCapRefusesNewKeys(t *testing.T) {
 	l.Stats(&st)
 	require.Equal(t, int64(1), st.RefusedAtCap)
 
+	require.Zero(t, st.ReclaimedAtCap)
+
 	// Two windows later every key is dead; a new key reclaims them without waiting for a sweep.
 	l.clk.Set(start + 2000)
 	require.True(t, l.AllowKey(10, 1))
 	require.LessOrEqual(t, l.Len(), 10)
+	l.Stats(&st)
+	require.Positive(t, st.ReclaimedAtCap, "the dead keys the new key's request removed")
+	require.LessOrEqual(t, st.ReclaimedAtCap, int64(10))
+	require.Zero(t, st.EvictedAtCap, "nothing live was evicted: the policy refuses new keys at the cap")
+	require.Zero(t, st.Evicted, "the sweeper did not run")
 }
 
 func TestKeyCapEvictsStalestButNeverALimitedKey(t *testing.T) {
@@ -175,6 +182,13 @@ func TestKeyCapEvictsStalestButNeverALimitedKey(t *testing.T) {
 	d := l.Take("abuser", 1)
 	require.False(t, d.Allowed, "the key at its limit was not evicted, so flooding did not reset it")
 	require.Equal(t, ReasonLimited, d.Reason)
+	// Every new key after the first nine took a live key's place: 200 evictions, none of a dead
+	// key (the clock never moved a window on).
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(200), st.EvictedAtCap)
+	require.Zero(t, st.ReclaimedAtCap)
+	require.Zero(t, st.RefusedAtCap)
 }
 
 // TestKeyCapEvictsUnderARacingFlood: goroutines flood new keys into a limiter at its cap where
