@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -321,16 +322,17 @@ func TestNoBlindRetry(t *testing.T) {
 }
 
 // TestResetErrorsClassified pauses a real redis-server and checks that Reset's failures are
-// classified as Take's are: the limiter's own timeout wraps ErrUnavailable (and is not taken for
-// the caller's deadline), the caller's own deadline comes back as it is, and once the breaker is
-// open Reset is refused at once with ErrCircuitOpen instead of waiting out another timeout.
+// classified as Take's are (the limiter's own timeout wraps ErrUnavailable and is not taken for
+// the caller's deadline; the caller's own deadline comes back as it is), that a Reset never moves
+// the breaker, and that while the breaker is open Reset sends nothing (ErrCircuitOpen) and is
+// never the probe that would close it.
 func TestResetErrorsClassified(t *testing.T) {
 	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer client.Close()
-	const timeout = 100 * time.Millisecond
+	const timeout, cooldown = 100 * time.Millisecond, 100 * time.Millisecond
 	l, err := New(client, "reset-errors", policy.SlidingCounter{Limit: 5, Window: time.Minute},
-		WithTimeout(timeout), WithBreaker(1, time.Minute))
+		WithTimeout(timeout), WithBreaker(1, cooldown), WithOnFailure(FailClosed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +344,12 @@ func TestResetErrorsClassified(t *testing.T) {
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = srv.Resume() }()
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Resume()
+		}
+	}()
 
 	short, cancel := context.WithTimeout(ctx, timeout/4)
 	err = l.Reset(short, "k")
@@ -351,7 +358,7 @@ func TestResetErrorsClassified(t *testing.T) {
 		t.Fatalf("Reset under the caller's own short deadline = %v; want the caller's DeadlineExceeded, not ErrUnavailable", err)
 	}
 	var s Stats
-	if l.Stats(&s); s.Failures != 0 || s.BreakerOpen {
+	if l.Stats(&s); s.Failures != 0 {
 		t.Fatalf("the caller's own deadline counted against Redis: %+v", s)
 	}
 
@@ -359,16 +366,64 @@ func TestResetErrorsClassified(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("Reset with Redis paused = %v; want ErrUnavailable from the limiter's timeout", err)
 	}
-	if l.Stats(&s); s.Failures != 1 || !s.BreakerOpen {
-		t.Fatalf("after a timed-out Reset: %+v; want one failure and the breaker open", s)
+	if l.Stats(&s); s.Failures != 1 || s.BreakerOpen {
+		t.Fatalf("after a timed-out Reset: %+v; want one failure, and the breaker (threshold 1) still closed", s)
 	}
 
-	err = l.Reset(ctx, "k")
-	if !errors.Is(err, ErrCircuitOpen) {
+	// A Take's timeout opens the breaker; Reset then sends nothing.
+	if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Take with Redis paused: %v", err)
+	}
+	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("Reset with the breaker open = %v; want ErrCircuitOpen", err)
 	}
-	// Refused before any round trip: no call was sent, so none could wait out the timeout.
-	if l.Stats(&s); s.RoundTrips != 3 || s.ShortCircuits != 1 {
-		t.Fatalf("after a Reset with the breaker open: %+v; want 3 round trips and 1 short circuit", s)
+	if l.Stats(&s); s.RoundTrips != 4 || s.ShortCircuits != 1 || !s.BreakerOpen {
+		t.Fatalf("after a Reset with the breaker open: %+v; want 4 round trips (3 Resets, 1 Take), 1 short circuit, the breaker open", s)
+	}
+
+	// Redis back and the cooldown over: a Reset is still refused, since it is never the probe;
+	// the next Take is, and closes the breaker; then Reset works.
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	time.Sleep(2 * cooldown)
+	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Reset after the cooldown, before any probe = %v; want ErrCircuitOpen", err)
+	}
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("the probing Take: %+v %v", d, err)
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatalf("Reset once the probe closed the breaker: %v", err)
+	}
+}
+
+// TestResetWithoutDelLeavesTakesAlone: a Redis user that may run the scripts but not DEL gets an
+// error from Reset that wraps ErrUnavailable, and the breaker stays closed, so every Take still
+// goes to Redis: one command Take never sends says nothing of whether Take can run.
+func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
+	ctx := context.Background()
+	admin := newClient(t, testAddr)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nodel", "reset", "on", ">pw", "~*", "+@all", "-del").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "nodel") })
+	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "nodel", Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := New(c, "nodel", policy.FixedWindow{Limit: 10, Window: time.Minute}, WithOnFailure(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Reset without DEL = %v; want ErrUnavailable wrapping the NOPERM reply", err)
+	}
+	var s Stats
+	if l.Stats(&s); s.BreakerOpen || s.BreakerOpens != 0 {
+		t.Fatalf("a Reset without DEL moved the breaker: %+v", s)
+	}
+	if d, err := l.Take(ctx, "other", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take after the failed Reset: %+v %v; want it decided on Redis", d, err)
 	}
 }

@@ -285,37 +285,26 @@ func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
 	return l.algo.newDenyEntry(res, local+life, off)
 }
 
-// eval runs one script under the circuit breaker and the limiter's deadline (see call).
+// eval runs one script under the circuit breaker and the limiter's deadline. On failure it
+// returns the error for Take to hand back (already counted, classified and reported) and how long
+// until the breaker next tries Redis.
 func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any) ([]int64, time.Duration, error) {
-	var res []int64
-	wait, err := l.call(ctx, func(cctx context.Context) (err error) {
-		res, err = s.run(cctx, l.client, keys, args)
-		return err
-	})
-	return res, wait, err
-}
-
-// call makes one call to Redis, do, under the circuit breaker and the limiter's deadline. On
-// failure it returns the error for the caller to hand back (already counted, classified and
-// reported: the caller's own cancellation as it is, anything else wrapping ErrUnavailable) and
-// how long until the breaker next tries Redis.
-func (l *Limiter) call(ctx context.Context, do func(context.Context) error) (time.Duration, error) {
 	ok, probe, wait := l.br.allow()
 	if !ok {
 		l.shortCircuits.Inc()
 		if f := l.lastFatal.Load(); f != nil {
 			// Say why it is open: the cause was reported once, and the caller may not see logs.
-			return wait, fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
+			return nil, wait, fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
 		}
-		return wait, ErrCircuitOpen
+		return nil, wait, ErrCircuitOpen
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller has already given up: no round trip, and nothing learned about Redis.
 		l.br.abandon(probe)
-		return l.cfg.cooldown, fmt.Errorf("redisstore: %w", err)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	err := do(cctx)
+	res, err := s.run(cctx, l.client, keys, args)
 	cancel()
 	l.roundTrips.Inc()
 	if err == nil {
@@ -323,24 +312,24 @@ func (l *Limiter) call(ctx context.Context, do func(context.Context) error) (tim
 		if l.lastFatal.Load() != nil {
 			l.lastFatal.Store(nil)
 		}
-		return 0, nil
+		return res, 0, nil
 	}
 	if cerr := callerDone(ctx); cerr != nil {
 		// The caller's own context ended (cancelled, or its deadline passed, as behind
 		// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
 		// cctx's, and leaves ctx alive, so it still counts against the store.
 		l.br.abandon(probe)
-		return l.cfg.cooldown, fmt.Errorf("redisstore: %w", cerr)
+		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", cerr)
 	}
 	l.failures.Inc()
 	if hint := everyKey(err, l.cluster); hint != "" {
 		l.br.fatal(probe)
 		err = fmt.Errorf("%w: %s: %w", ErrMisconfigured, hint, err)
 		l.reportFatal(err)
-		return time.Duration(l.br.curCool.Load()), err
+		return nil, time.Duration(l.br.curCool.Load()), err
 	}
 	if serverAnswered(err) {
-		// The server is up and refused this one call (a key of another type, say): no
+		// The server is up and refused this one script (a key of another type, say): no
 		// reason to take every other key off Redis.
 		l.br.success(probe)
 	} else {
@@ -350,7 +339,7 @@ func (l *Limiter) call(ctx context.Context, do func(context.Context) error) (tim
 	if l.cfg.onError != nil {
 		l.cfg.onError(err)
 	}
-	return l.cfg.cooldown, err
+	return nil, l.cfg.cooldown, err
 }
 
 // callerDone returns ctx's error once it is done, or context.DeadlineExceeded once its deadline
@@ -487,10 +476,13 @@ func callerErr(err error) bool {
 // Safe for concurrent use; a Take racing with Reset may count before or after it. A nil ctx is
 // taken as context.Background(), as Take takes it.
 //
-// Reset's call goes through the circuit breaker and the limiter's timeout, as Take's does, and its
-// errors are classified the same way: the caller's own cancellation or deadline is returned as it
-// is, and every failure of Redis (a timeout, a lost connection, the breaker open) wraps
-// ErrUnavailable. The key's state is then whatever it was; Reset never falls back.
+// Reset's errors are classified as Take's are: the caller's own cancellation or deadline is
+// returned as it is, and a failure of Redis (the limiter's timeout, a lost connection, an error
+// reply) wraps ErrUnavailable; while the circuit breaker is open, Reset sends nothing and returns
+// ErrCircuitOpen. A failed Reset may still have deleted the key (a DEL sent before the timeout
+// can run after it). Reset reads the breaker but never moves it, nor is it ever the breaker's
+// probe: its one command says nothing of whether Take's scripts can run (a user without DEL, say).
+// Its round trips and failures count in Stats; WithOnError is not called for it.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -499,9 +491,25 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.deny != nil {
 		l.deny.forget(sub)
 	}
-	rk := l.redisKey(sub)
-	_, err := l.call(ctx, func(cctx context.Context) error { return l.client.Del(cctx, rk).Err() })
-	return err
+	if l.br.openedAt.Load() != 0 {
+		l.shortCircuits.Inc()
+		return ErrCircuitOpen
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	err := l.client.Del(cctx, l.redisKey(sub)).Err()
+	cancel()
+	l.roundTrips.Inc()
+	if err == nil {
+		return nil
+	}
+	if cerr := callerDone(ctx); cerr != nil {
+		return fmt.Errorf("redisstore: %w", cerr)
+	}
+	l.failures.Inc()
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // Key returns the Redis key that holds key's state, for inspection and administration:
@@ -524,7 +532,7 @@ type Stats struct {
 	RoundTrips    int64 // calls sent to Redis (scripts, and Reset's DEL), answered or not
 	DenyCacheHits int64 // refusals decided by the local deny cache, with no round trip
 	Failures      int64 // round trips that Redis did not answer in time or answered with an error
-	ShortCircuits int64 // calls not sent because the breaker was open (Takes decided by the failure choice, Resets refused)
+	ShortCircuits int64 // calls not sent because the breaker was open (decided by the failure choice; a Reset refused)
 	BreakerOpens  int64 // times the breaker opened
 	BreakerOpen   bool  // whether the breaker is open now
 	DenyCacheKeys int   // keys remembered by the deny cache now
