@@ -87,7 +87,7 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 	}
 	// A second document would be read by nothing: a file made by joining two (a base and an
 	// overlay, say) would lose the second's rules without a word.
-	// An empty one (a trailing ---) holds nothing to lose.
+	// An empty or null one (a trailing ---, ~, {}) holds nothing to lose.
 	for {
 		var more yaml.Node
 		err := dec.Decode(&more)
@@ -97,8 +97,8 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		if err != nil {
 			return nil, errors.New(yamlError(err))
 		}
-		if len(more.Content) > 0 && !(more.Content[0].Kind == yaml.ScalarNode && more.Content[0].Tag == "!!null" && more.Content[0].Value == "") {
-			return nil, fmt.Errorf("line %d: a second YAML document (after ---); put every rule and exemption in one", more.Line)
+		if len(more.Content) > 0 && !emptyNode(more.Content[0]) {
+			return nil, fmt.Errorf("line %d: a second YAML document (each --- starts one); put every rule and exemption in one", more.Line)
 		}
 	}
 	if len(doc.Content) > 0 {
@@ -266,6 +266,18 @@ var (
 // checkShape checks that the document is made of the fields fileConfig has, each of the right
 // kind, and names the line, the rule and the field of the first that is not. Aliases (*name) are
 // followed and merge keys (<<) read as yaml does, so that a file is checked as it is decoded.
+// emptyNode reports whether n holds nothing: a null, or a mapping or sequence with no items.
+func emptyNode(n *yaml.Node) bool {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Tag == "!!null"
+	case yaml.MappingNode, yaml.SequenceNode:
+		return len(n.Content) == 0
+	}
+	return false
+}
+
 func checkShape(top *yaml.Node) error {
 	if top = deref(top); top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
 		return nil

@@ -282,7 +282,7 @@ func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
 		"rules:\n  - name: a\n    rates: [5/1m]\n    paths: [/a, !!float x]\n":              `line 4: rules[0] (a): paths: "x" is not a value this field takes`,
 		"rules:\n  - name: a\n    rates: [5/1m]\n    key: !!int ip\n":                       `line 4: rules[0] (a): key: "ip" is not a value this field takes`,
 		"rules:\n  - name: a\n    name: b\n    rates: [5/1m]\n":                             `line 3: rules[0] (a): field "name" given twice`,
-		"rules:\n  - {name: a, rates: [5/1m]}\n---\nrules:\n  - {name: b, rates: [1/1s]}\n": "line 3: a second YAML document (after ---); put every rule and exemption in one",
+		"rules:\n  - {name: a, rates: [5/1m]}\n---\nrules:\n  - {name: b, rates: [1/1s]}\n": "line 3: a second YAML document (each --- starts one); put every rule and exemption in one",
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
@@ -398,12 +398,20 @@ func TestIPv4MappedRanges(t *testing.T) {
 	assert.Contains(t, p.log.String(), "-trusted-proxies 0.0.0.0/0 trusts a large part of the Internet", "::ffff:0.0.0.0/96 is every IPv4 address")
 }
 
-// A -config file is one YAML document: a trailing empty one (a last ---) is fine, and the one
-// rule it has is read.
+// A -config file is one YAML document: a trailing one that holds nothing (a last ---, a comment,
+// a null, an empty map) is fine, and the one rule the file has is read; one that holds anything
+// is refused.
 func TestParseConfigTrailingEmptyDocument(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
-	spec, err := parseConfig([]byte("---\nrules:\n  - {name: a, rates: [5/1m], paths: [/x]}\n---\n# nothing more\n"), def)
-	require.NoError(t, err)
-	require.Len(t, spec.rules, 2)
-	assert.Equal(t, "a", spec.rules[0].name)
+	const rules = "---\nrules:\n  - {name: a, rates: [5/1m], paths: [/x]}\n"
+	for _, tail := range []string{"", "---\n", "---\n# nothing more\n", "...\n", "--- ~\n", "---\nnull\n", "---\n{}\n", "---\n---\n"} {
+		spec, err := parseConfig([]byte(rules+tail), def)
+		require.NoError(t, err, "%q", tail)
+		require.Len(t, spec.rules, 2, "%q", tail)
+		assert.Equal(t, "a", spec.rules[0].name, "%q", tail)
+	}
+	for _, tail := range []string{"---\nrules: []\n", "---\nx\n", "---\n''\n", "---\n- 1\n"} {
+		_, err := parseConfig([]byte(rules+tail), def)
+		assert.ErrorContains(t, err, "a second YAML document (each --- starts one)", "%q", tail)
+	}
 }
