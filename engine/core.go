@@ -525,7 +525,11 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool)
 	}
 	l.evictCursor.Add(max(i, 1))
 	evicted = shard.EvictCandidateKeep(&l.cfg, &best)
-	if evicted {
+	switch {
+	case !evicted:
+	case best.Dead(&l.cfg, now):
+		l.reclaimed.Add(1) // dead already: the same as a reclaim's, whichever way it was found
+	default:
 		l.evictedLive.Add(1)
 	}
 	return evicted, best.Found()
@@ -578,13 +582,16 @@ func (l *Limiter) Len() int { return int(l.keys.Load()) }
 
 // Stats is a snapshot of a limiter's bookkeeping, filled by (*Limiter).Stats.
 type Stats struct {
-	Keys         int64 // live keys (Len)
-	Evicted      int64 // keys removed by the background sweeper since New
+	Keys int64 // live keys (Len)
+	// Evicted counts the keys the background sweeper removed since New (not the dead keys a
+	// table's rebuild drops, nor those a decision's own sweep of a shard the sweeper fell behind
+	// on removes).
+	Evicted      int64
 	RefusedAtCap int64 // requests refused because the key cap was reached
 	// ReclaimedAtCap counts the dead keys (state equal to a new key's) that requests at the key
-	// cap removed, sweeping a few slots themselves before they evict or refuse; EvictedAtCap the
-	// keys still holding state that WithAtCap(EvictStalest) evicted to make room for new ones.
-	// Both since New.
+	// cap removed to make room, sweeping a few slots themselves or, under EvictStalest, choosing
+	// one as the stalest of their sample; EvictedAtCap the keys still holding state that
+	// WithAtCap(EvictStalest) evicted. Both since New; neither counts the sweeper's evictions.
 	ReclaimedAtCap int64
 	EvictedAtCap   int64
 	Shards         int    // number of shards

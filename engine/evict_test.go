@@ -166,6 +166,27 @@ func TestKeyCapRefusesNewKeys(t *testing.T) {
 	require.Zero(t, st.Evicted, "the sweeper did not run")
 }
 
+// TestKeyCapCountsDeadEvictions: at the cap, a new key that takes a dead key's place counts in
+// ReclaimedAtCap, whether the bounded reclaim found it or EvictStalest chose it (with 64 shards,
+// most dead keys lie outside the new key's shard, where only the sample reaches), never in
+// EvictedAtCap. Each new key comes two windows after the one before, so every key it can displace
+// is dead. (TestKeyCapEvictsStalestButNeverALimitedKey counts the live ones.)
+func TestKeyCapCountsDeadEvictions(t *testing.T) {
+	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10), WithAtCap(EvictStalest), WithShards(64))
+	for i := range uint64(10) {
+		require.True(t, l.AllowKey(i, 1))
+	}
+	for i := range uint64(20) {
+		l.clk.Set(start + 2000*int64(i+1))
+		require.True(t, l.AllowKey(100+i, 1), "new key %d", i)
+	}
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(20), st.ReclaimedAtCap, "every key replaced was dead: %+v", st)
+	require.Zero(t, st.EvictedAtCap, "%+v", st)
+	require.Zero(t, st.Evicted, "the sweeper did not run")
+}
+
 func TestKeyCapEvictsStalestButNeverALimitedKey(t *testing.T) {
 	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10), WithAtCap(EvictStalest))
 	require.True(t, l.AllowN("abuser", 3))

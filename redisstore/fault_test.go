@@ -411,13 +411,17 @@ func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
 	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "nodel") })
 	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "nodel", Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer c.Close()
-	l, err := New(c, "nodel", policy.FixedWindow{Limit: 10, Window: time.Minute}, WithOnFailure(FailClosed))
+	var log errLog
+	l, err := New(c, "nodel", policy.FixedWindow{Limit: 10, Window: time.Minute}, WithOnFailure(FailClosed), WithOnError(log.add))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Reset without DEL = %v; want ErrUnavailable wrapping the NOPERM reply", err)
+	}
+	if got := log.all(); len(got) != 1 || !errors.Is(got[0], ErrUnavailable) {
+		t.Fatalf("WithOnError's hook got %v; want the one failed Reset", got)
 	}
 	var s Stats
 	if l.Stats(&s); s.BreakerOpen || s.BreakerOpens != 0 {

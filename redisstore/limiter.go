@@ -482,7 +482,7 @@ func callerErr(err error) bool {
 // ErrCircuitOpen. A failed Reset may still have deleted the key (a DEL sent before the timeout
 // can run after it). Reset reads the breaker but never moves it, nor is it ever the breaker's
 // probe: its one command says nothing of whether Take's scripts can run (a user without DEL, say).
-// Its round trips and failures count in Stats; WithOnError is not called for it.
+// Its round trips and failures count in Stats, and its failures go to WithOnError's hook.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -509,7 +509,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("redisstore: %w", cerr)
 	}
 	l.failures.Inc()
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
+	}
+	return err
 }
 
 // Key returns the Redis key that holds key's state, for inspection and administration:
@@ -532,7 +536,7 @@ type Stats struct {
 	RoundTrips    int64 // calls sent to Redis (scripts, and Reset's DEL), answered or not
 	DenyCacheHits int64 // refusals decided by the local deny cache, with no round trip
 	Failures      int64 // round trips that Redis did not answer in time or answered with an error
-	ShortCircuits int64 // calls not sent because the breaker was open (decided by the failure choice; a Reset refused)
+	ShortCircuits int64 // calls not sent because the breaker was open (Takes decided by the failure choice; Refunds and Resets failed)
 	BreakerOpens  int64 // times the breaker opened
 	BreakerOpen   bool  // whether the breaker is open now
 	DenyCacheKeys int   // keys remembered by the deny cache now

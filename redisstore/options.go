@@ -301,8 +301,8 @@ func WithPrefix(p string) Option {
 // circuits), for logs and metrics. An error that every key gets (ErrMisconfigured: a wrong
 // password, a missing permission, a cluster node behind a single-node client, no scripting) is
 // passed once per cause, until Redis answers again; without a hook it is logged once with
-// log/slog's default logger. It is called synchronously from Take, possibly from many
-// goroutines at once, and must be fast and safe for concurrent use.
+// log/slog's default logger. It is called synchronously from Take, Refund and Reset, possibly from
+// many goroutines at once, and must be fast and safe for concurrent use.
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f

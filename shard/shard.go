@@ -404,6 +404,13 @@ type Candidate struct {
 // Found reports whether c holds a key (a plain read of c).
 func (c *Candidate) Found() bool { return c.cell != nil }
 
+// Dead reports whether the state SampleStalest judged for c's key was dead at now (see
+// Codec.Dead): the stalest key of a sample is often one no sweep has reached yet. A plain read of
+// c; the shard's sweep reference is read atomically.
+func (c *Candidate) Dead(cfg *Config, now int64) bool {
+	return c.cell != nil && cfg.Codec.Dead(c.w0, c.w1, c.shard.swept.Load(), now)
+}
+
 // SampleStalest visits up to sample live keys from the shard's rotating cursor and keeps in best
 // the one renewed longest ago that the codec allows to be evicted, judged against limit (see
 // Codec.Stale: never a key holding half its limit or more). It takes the shard's lock for the
