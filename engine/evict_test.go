@@ -172,7 +172,9 @@ func TestKeyCapRefusesNewKeys(t *testing.T) {
 // EvictedAtCap. Each new key comes two windows after the one before, so every key it can displace
 // is dead. (TestKeyCapEvictsStalestButNeverALimitedKey counts the live ones.)
 func TestKeyCapCountsDeadEvictions(t *testing.T) {
-	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10), WithAtCap(EvictStalest), WithShards(64))
+	// Seeded: with a random seed, two of the first keys in one shard, both still there at the
+	// last step, would be reclaimed together (21), once in about 10^5 runs.
+	l, _ := handSwept(t, 3, time.Second, WithMaxKeys(10), WithAtCap(EvictStalest), WithShards(64), WithSeed(1))
 	for i := range uint64(10) {
 		require.True(t, l.AllowKey(i, 1))
 	}

@@ -68,7 +68,7 @@ func (b *breaker) allow() (ok, probe bool, wait time.Duration) {
 	if b.probing.CompareAndSwap(false, true) {
 		return true, true, 0
 	}
-	return false, false, time.Duration(b.cooldown)
+	return false, false, time.Duration(b.curCool.Load()) // at most until the probe in flight fails
 }
 
 // record counts one outcome in the window and returns the window's totals.

@@ -323,14 +323,17 @@ func TestNoBlindRetry(t *testing.T) {
 
 // TestResetErrorsClassified pauses a real redis-server and checks that Reset's failures are
 // classified as Take's are (the limiter's own timeout wraps ErrUnavailable and is not taken for
-// the caller's deadline; the caller's own deadline comes back as it is), that a Reset never moves
-// the breaker, and that while the breaker is open Reset sends nothing (ErrCircuitOpen) and is
-// never the probe that would close it.
+// the caller's deadline; the caller's own deadline or cancellation comes back as it is, breaker
+// open or not), that a Reset never moves the breaker, that while the breaker is open Reset sends
+// nothing (ErrCircuitOpen) and is never the probe that would close it, and that after Close it
+// returns ErrClosed.
 func TestResetErrorsClassified(t *testing.T) {
 	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer client.Close()
-	const timeout, cooldown = 100 * time.Millisecond, 100 * time.Millisecond
+	// A timeout long enough for the probe after the pause (a new connection, then NOSCRIPT and
+	// EVAL) on a loaded machine; the test waits it out three times.
+	const timeout, cooldown = 400 * time.Millisecond, 100 * time.Millisecond
 	l, err := New(client, "reset-errors", policy.SlidingCounter{Limit: 5, Window: time.Minute},
 		WithTimeout(timeout), WithBreaker(1, cooldown), WithOnFailure(FailClosed))
 	if err != nil {
@@ -351,7 +354,7 @@ func TestResetErrorsClassified(t *testing.T) {
 		}
 	}()
 
-	short, cancel := context.WithTimeout(ctx, timeout/4)
+	short, cancel := context.WithTimeout(ctx, timeout/8)
 	err = l.Reset(short, "k")
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
@@ -374,11 +377,18 @@ func TestResetErrorsClassified(t *testing.T) {
 	if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Take with Redis paused: %v", err)
 	}
+	var before Stats
+	l.Stats(&before)
 	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatalf("Reset with the breaker open = %v; want ErrCircuitOpen", err)
 	}
-	if l.Stats(&s); s.RoundTrips != 4 || s.ShortCircuits != 1 || !s.BreakerOpen {
-		t.Fatalf("after a Reset with the breaker open: %+v; want 4 round trips (3 Resets, 1 Take), 1 short circuit, the breaker open", s)
+	if l.Stats(&s); s.RoundTrips != before.RoundTrips || s.ShortCircuits != before.ShortCircuits+1 || !s.BreakerOpen {
+		t.Fatalf("a Reset with the breaker open: %+v, before it %+v; want no round trip, one short circuit, the breaker open", s, before)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Reset(done, "k"); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reset with a cancelled ctx and the breaker open = %v; want the caller's Canceled", err)
 	}
 
 	// Redis back and the cooldown over: a Reset is still refused, since it is never the probe;
@@ -397,11 +407,16 @@ func TestResetErrorsClassified(t *testing.T) {
 	if err := l.Reset(ctx, "k"); err != nil {
 		t.Fatalf("Reset once the probe closed the breaker: %v", err)
 	}
+	l.Close()
+	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Reset after Close = %v; want ErrClosed", err)
+	}
 }
 
 // TestResetWithoutDelLeavesTakesAlone: a Redis user that may run the scripts but not DEL gets an
-// error from Reset that wraps ErrUnavailable, and the breaker stays closed, so every Take still
-// goes to Redis: one command Take never sends says nothing of whether Take can run.
+// error from Reset that wraps ErrMisconfigured and names DEL, and the breaker stays closed, so
+// every Take still goes to Redis: one command Take never sends says nothing of whether Take can
+// run. The hook hears nothing of it (it is told of causes that stop the scripts).
 func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
 	ctx := context.Background()
 	admin := newClient(t, testAddr)
@@ -417,11 +432,11 @@ func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
-		t.Fatalf("Reset without DEL = %v; want ErrUnavailable wrapping the NOPERM reply", err)
+	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrMisconfigured) || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "DEL for Reset") {
+		t.Fatalf("Reset without DEL = %v; want ErrMisconfigured wrapping the NOPERM reply and naming DEL", err)
 	}
-	if got := log.all(); len(got) != 1 || !errors.Is(got[0], ErrUnavailable) {
-		t.Fatalf("WithOnError's hook got %v; want the one failed Reset", got)
+	if got := log.all(); len(got) != 0 {
+		t.Fatalf("WithOnError's hook got %v; want nothing", got)
 	}
 	var s Stats
 	if l.Stats(&s); s.BreakerOpen || s.BreakerOpens != 0 {
@@ -429,5 +444,51 @@ func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
 	}
 	if d, err := l.Take(ctx, "other", 1); err != nil || !d.Allowed {
 		t.Fatalf("Take after the failed Reset: %+v %v; want it decided on Redis", d, err)
+	}
+}
+
+// TestFailClosedRetryAfterFollowsTheBreaker: FailClosed's RetryAfter is the breaker's cooldown as
+// it stands, doubled after a failed probe of a misconfigured server, and still doubled when a
+// later probe times out and reopens the breaker for that long (docs/rls.md relies on this for
+// duration_until_reset).
+func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
+	srv := startServer(t)
+	admin := newClient(t, srv.Addr)
+	ctx := context.Background()
+	const cooldown = 150 * time.Millisecond
+	// A user that does not exist yet: every call gets WRONGPASS.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "late", Password: "pw", DisableIdentity: true,
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, "retry-breaker", policy.FixedWindow{Limit: 10, Window: time.Minute},
+		WithTimeout(100*time.Millisecond), WithBreaker(1, cooldown), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d, err := l.Take(ctx, "k", 1)
+	if !errors.Is(err, ErrMisconfigured) || d.Allowed || d.RetryAfter != cooldown {
+		t.Fatalf("first Take: %+v %v; want a refusal for one cooldown, %v", d, err, cooldown)
+	}
+	time.Sleep(cooldown + 20*time.Millisecond)
+	d, err = l.Take(ctx, "k", 1) // the probe, refused the same way: the cooldown doubles
+	if !errors.Is(err, ErrMisconfigured) || d.RetryAfter != 2*cooldown {
+		t.Fatalf("the failed probe: %+v %v; want a refusal for %v", d, err, 2*cooldown)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "late", "on", ">pw", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	time.Sleep(2*cooldown + 20*time.Millisecond)
+	d, err = l.Take(ctx, "k", 1) // the next probe times out, and reopens the breaker for 2 cooldowns
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrMisconfigured) || d.RetryAfter != 2*cooldown {
+		t.Fatalf("the timed-out probe: %+v %v; want a refusal for %v, the breaker's cooldown now", d, err, 2*cooldown)
+	}
+	d, _ = l.Take(ctx, "k", 1)
+	if d.RetryAfter <= cooldown || d.RetryAfter > 2*cooldown {
+		t.Fatalf("a call short-circuited after it: RetryAfter %v; want the rest of %v", d.RetryAfter, 2*cooldown)
 	}
 }

@@ -339,7 +339,9 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	if l.cfg.onError != nil {
 		l.cfg.onError(err)
 	}
-	return nil, l.cfg.cooldown, err
+	// The breaker's cooldown now: doubled after fatal probes, if a timed-out probe just reopened
+	// it for that long.
+	return nil, time.Duration(l.br.curCool.Load()), err
 }
 
 // callerDone returns ctx's error once it is done, or context.DeadlineExceeded once its deadline
@@ -388,7 +390,7 @@ func everyKey(err error, cluster bool) string {
 	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
 		return "authentication failed: check the username and password the client connects with"
 	case redis.HasErrorPrefix(err, "NOPERM"):
-		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL, and GET, SET, PTTL and TIME on the limiter's keys)"
+		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL, and GET, SET, PTTL and TIME on the limiter's keys; DEL for Reset)"
 	case !cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
 	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
@@ -476,27 +478,36 @@ func callerErr(err error) bool {
 // Safe for concurrent use; a Take racing with Reset may count before or after it. A nil ctx is
 // taken as context.Background(), as Take takes it.
 //
-// Reset's errors are classified as Take's are: the caller's own cancellation or deadline is
-// returned as it is, and a failure of Redis (the limiter's timeout, a lost connection, an error
-// reply) wraps ErrUnavailable; while the circuit breaker is open, Reset sends nothing and returns
-// ErrCircuitOpen. A failed Reset may still have deleted the key (a DEL sent before the timeout
-// can run after it). Reset reads the breaker but never moves it, nor is it ever the breaker's
-// probe: its one command says nothing of whether Take's scripts can run (a user without DEL, say).
-// Its round trips and failures count in Stats, and its failures go to WithOnError's hook.
+// Reset's errors are classified as Take's are: after Close it returns ErrClosed; the caller's own
+// cancellation or deadline is returned as it is; a failure of Redis (the limiter's timeout, a
+// lost connection, an error reply) wraps ErrUnavailable, and an error every key would get (a
+// wrong password, a missing permission: Reset needs DEL) wraps ErrMisconfigured. While the circuit
+// breaker is open, until a Take's probe closes it, Reset sends nothing and returns ErrCircuitOpen.
+// A failed Reset may still have deleted the key (a DEL sent before the timeout can run after it).
+// Reset reads the breaker but never moves it, nor is it ever the breaker's probe: its one command
+// says nothing of whether Take's scripts can run (a user without DEL, say). Its round trips and
+// failures count in Stats, and its failures go to WithOnError's hook, but for ErrMisconfigured
+// ones, which it only returns.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if l.closed.Load() {
+		return ErrClosed
 	}
 	sub := shortSubject(key)
 	if l.deny != nil {
 		l.deny.forget(sub)
 	}
-	if l.br.openedAt.Load() != 0 {
-		l.shortCircuits.Inc()
-		return ErrCircuitOpen
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
+	}
+	if l.br.open() {
+		l.shortCircuits.Inc()
+		if f := l.lastFatal.Load(); f != nil {
+			return fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
+		}
+		return ErrCircuitOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	err := l.client.Del(cctx, l.redisKey(sub)).Err()
@@ -509,6 +520,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("redisstore: %w", cerr)
 	}
 	l.failures.Inc()
+	if hint := everyKey(err, l.cluster); hint != "" {
+		// Returned, not reported: the hook hears of such a cause once, from the scripts' calls,
+		// which are what it stops; one that only DEL gets stops nothing but Reset.
+		return fmt.Errorf("%w: %s: %w", ErrMisconfigured, hint, err)
+	}
 	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	if l.cfg.onError != nil {
 		l.cfg.onError(err)
@@ -555,7 +571,7 @@ func (l *Limiter) Stats(s *Stats) {
 	}
 }
 
-// Close makes every later Take return ErrClosed and releases the process-wide clock if the
+// Close makes every later Take, Refund and Reset return ErrClosed and releases the process-wide clock if the
 // limiter acquired it. It does not close the Redis client or the fallback limiter. Idempotent and
 // safe for concurrent use; a Take running concurrently with Close may still complete on Redis.
 func (l *Limiter) Close() error {

@@ -263,9 +263,6 @@ var (
 	ruleFields   = []string{"name", "methods", "paths", "rates", "policy", "key"}
 )
 
-// checkShape checks that the document is made of the fields fileConfig has, each of the right
-// kind, and names the line, the rule and the field of the first that is not. Aliases (*name) are
-// followed and merge keys (<<) read as yaml does, so that a file is checked as it is decoded.
 // emptyNode reports whether n holds nothing: a null, or a mapping or sequence with no items.
 func emptyNode(n *yaml.Node) bool {
 	n = deref(n)
@@ -278,6 +275,9 @@ func emptyNode(n *yaml.Node) bool {
 	return false
 }
 
+// checkShape checks that the document is made of the fields fileConfig has, each of the right
+// kind, and names the line, the rule and the field of the first that is not. Aliases (*name) are
+// followed and merge keys (<<) read as yaml does, so that a file is checked as it is decoded.
 func checkShape(top *yaml.Node) error {
 	if top = deref(top); top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
 		return nil
