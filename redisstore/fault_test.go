@@ -419,19 +419,7 @@ func TestResetErrorsClassified(t *testing.T) {
 // run. The hook hears nothing of it (it is told of causes that stop the scripts).
 func TestResetWithoutDelLeavesTakesAlone(t *testing.T) {
 	ctx := context.Background()
-	admin := newClient(t, testAddr)
-	if err := admin.Do(ctx, "ACL", "SETUSER", "nodel", "reset", "on", ">pw", "~*", "+@all", "-del").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "nodel") })
-	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "nodel", Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
-	defer c.Close()
-	var log errLog
-	l, err := New(c, "nodel", policy.FixedWindow{Limit: 10, Window: time.Minute}, WithOnFailure(FailClosed), WithOnError(log.add))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, log := aclLimiter(t, "nodel", "-del")
 	if err := l.Reset(ctx, "k"); !errors.Is(err, ErrMisconfigured) || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "DEL for Reset") {
 		t.Fatalf("Reset without DEL = %v; want ErrMisconfigured wrapping the NOPERM reply and naming DEL", err)
 	}

@@ -109,21 +109,38 @@ func TestWrongPasswordOpensBreaker(t *testing.T) {
 }
 
 func TestNoPermissionOpensBreaker(t *testing.T) {
-	ctx := context.Background()
+	l, log := aclLimiter(t, "noscripts", "-evalsha", "-eval")
+	misconfigured(t, l, log, "NOPERM")
+}
+
+// aclLimiter returns a FailClosed limiter (10 per second, fixed window) on the shared server whose
+// client connects as Redis user user, made with ACL SETUSER's rules on top of every permission
+// (+@all), and the log of its WithOnError hook. The user, limiter and client go when the test ends.
+func aclLimiter(t *testing.T, user string, rules ...string) (*Limiter, *errLog) {
+	t.Helper()
 	admin := newClient(t, testAddr)
-	if err := admin.Do(ctx, "ACL", "SETUSER", "noscripts", "reset", "on", ">pw", "~*", "+@all", "-evalsha", "-eval").Err(); err != nil {
+	args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "+@all"}, anySlice(rules)...)
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", "noscripts") })
-	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "noscripts", Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
-	defer c.Close()
-	var log errLog
-	l, err := New(c, "perm", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add))
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: user, Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	log := &errLog{}
+	l, err := New(c, user, policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	misconfigured(t, l, &log, "NOPERM")
+	t.Cleanup(func() { _ = l.Close() })
+	return l, log
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func TestNoScriptingOpensBreaker(t *testing.T) {
