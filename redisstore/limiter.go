@@ -571,9 +571,10 @@ func (l *Limiter) Stats(s *Stats) {
 	}
 }
 
-// Close makes every later Take, Refund and Reset return ErrClosed and releases the process-wide clock if the
-// limiter acquired it. It does not close the Redis client or the fallback limiter. Idempotent and
-// safe for concurrent use; a Take running concurrently with Close may still complete on Redis.
+// Close makes every later Take, Refund and Reset return ErrClosed, and releases the process-wide
+// clock if the limiter acquired it. It does not close the Redis client or the fallback limiter.
+// Idempotent and safe for concurrent use; a Take running concurrently with Close may still
+// complete on Redis.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

@@ -86,8 +86,8 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		return nil, errors.New(yamlError(err))
 	}
 	// A second document would be read by nothing: a file made by joining two (a base and an
-	// overlay, say) would lose the second's rules without a word.
-	// An empty or null one (a trailing ---, ~, {}) holds nothing to lose.
+	// overlay, say) would lose the second's rules without a word. An empty or null one (a
+	// trailing ---, ~, {}) holds nothing to lose.
 	for {
 		var more yaml.Node
 		err := dec.Decode(&more)
