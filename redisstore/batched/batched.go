@@ -200,9 +200,10 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if err := check.Client("batched", client, cfg.timeout); err != nil {
 		return nil, err
 	}
-	sp := space(name, rules.SlidingCounter(sc).WindowMs())
+	w := rules.SlidingCounter(sc).WindowMs()
+	sp := space(name, w)
 	l := &Limiter{
-		client: client, name: name, cfg: cfg, pol: sc, rule: rules.SlidingCounter(sc).Compile(), limit: sc.Limit, w: rules.SlidingCounter(sc).WindowMs(),
+		client: client, name: name, cfg: cfg, pol: sc, rule: rules.SlidingCounter(sc).Compile(), limit: sc.Limit, w: w,
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
