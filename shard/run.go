@@ -36,8 +36,10 @@ func (r *Run) Set(i int, s *Shard, h uint64) {
 // was 5% slower, and always two or four lines the same as three (measured earlier). Most likely a
 // run asks for more lines than the core keeps in flight, so each line asked for in vain delays
 // one that is needed.
-// Where the package has no prefetch instruction (see prefetchAll) it loads each home slot's word
-// instead.
+// On amd64 the lines are asked for to be written, as the decisions that follow will most likely
+// write them: with two goroutines batching on one table, asking for them to be read left each
+// swap a second trip to the other core (see prefetchWrite). Where the package has no prefetch
+// instruction (see prefetchAll) it loads each home slot's word instead.
 func (r *Run) Prefetch(n int) {
 	if n > 0 {
 		prefetchAll(&r.lines[0], min(n, RunLen))
