@@ -40,6 +40,7 @@ type Clock struct {
 	manual bool
 
 	stopOnce sync.Once
+	stopped  atomic.Bool // set by Stop: Refresh no longer moves the reading
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -111,11 +112,11 @@ func DueFor(n int) bool { return cheaprand()&(RefreshEvery-1) < uint32(max(n, 0)
 
 // Refresh moves a coarse clock's reading forward to the wall clock's, if it lags, and returns the
 // reading: a reader's own tick, for when the clock's goroutine cannot run (see the package
-// comment). On a manual clock it is Now.
+// comment). On a manual clock, and on a coarse clock after Stop, it is Now.
 //
 //go:noinline
 func (c *Clock) Refresh() int64 {
-	if !c.manual {
+	if !c.manual && !c.stopped.Load() {
 		c.tick(time.Now().UnixMilli())
 	}
 	return c.now.Load()
@@ -167,7 +168,10 @@ func (c *Clock) Stop() {
 	if c.manual {
 		return
 	}
-	c.stopOnce.Do(func() { close(c.stop) })
+	c.stopOnce.Do(func() {
+		c.stopped.Store(true)
+		close(c.stop)
+	})
 	<-c.done
 }
 

@@ -32,6 +32,11 @@ func TestCoarseFollowsWallClockAndStops(t *testing.T) {
 	c.Stop()
 	c.Stop() // idempotent
 	require.LessOrEqual(t, c.Now(), time.Now().UnixMilli())
+	// Stopped, it keeps its last reading: neither its goroutine nor Refresh moves it.
+	last := c.Now()
+	time.Sleep(5 * time.Millisecond)
+	require.Equal(t, last, c.Refresh(), "Refresh moved a stopped clock")
+	require.Equal(t, last, c.Now())
 	require.Panics(t, func() { c.Set(1) })
 	require.Panics(t, func() { c.Advance(time.Second) })
 }

@@ -76,7 +76,8 @@ type Limiter struct {
 // policy or option. Unless WithEviction(false) is given it starts a background sweeper, and
 // unless WithClock is given it shares the process's coarse clock; Close stops both.
 func New(p policy.Policy, opts ...Option) (*Limiter, error) {
-	if p == nil {
+	p, ok := rules.Value(p)
+	if !ok {
 		return nil, errors.New("engine: New: nil policy")
 	}
 	if err := p.Validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		want string
 	}{
 		{"nil policy", nil, nil, "nil policy"},
+		{"nil pointer policy", (*policy.SlidingCounter)(nil), nil, "nil policy"},
+		{"nil pointer dual bucket", (*policy.DualBucket)(nil), nil, "nil policy"},
+		{"pointer policy, invalid", &policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"limit 0", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"limit 2^32", policy.SlidingCounter{Limit: 1 << 32, Window: time.Second}, nil, "SlidingCounter.Limit = 4294967296"},
 		{"negative limit", policy.SlidingCounter{Limit: -5, Window: time.Second}, nil, "SlidingCounter.Limit = -5"},
@@ -58,6 +62,25 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 			require.Nil(t, l)
 			require.ErrorContains(t, err, c.want)
 		})
+	}
+}
+
+// TestNewTakesPolicyPointers: a pointer to a policy (it satisfies policy.Policy too) makes the
+// limiter its value makes, and reports the value as its policy.
+func TestNewTakesPolicyPointers(t *testing.T) {
+	for _, p := range []policy.Policy{
+		&policy.SlidingCounter{Limit: 2, Window: time.Second}, &policy.SlidingLog{Limit: 2, Window: time.Second},
+		&policy.FixedWindow{Limit: 2, Window: time.Second}, &policy.TokenBucket{Rate: 1, Burst: 2},
+		&policy.GCRA{Rate: 1, Burst: 2}, &policy.LeakyBucket{Rate: 1, Capacity: 2},
+		&policy.DualBucket{RequestsPerMin: 2, TokensPerMin: 2},
+	} {
+		l, err := New(p, WithClock(clock.NewManual(start)))
+		require.NoError(t, err, "%T", p)
+		require.Equal(t, reflect.ValueOf(p).Elem().Interface(), l.Policy(), "%T", p)
+		require.True(t, l.Allow("k"), "%T", p)
+		require.True(t, l.Allow("k"), "%T", p)
+		require.False(t, l.Allow("k"), "%T: a third unit within the limit of 2", p)
+		l.Close()
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -63,10 +64,12 @@ type Quota struct {
 // QuotaOf describes a policy as a Quota named name. The window policies (sliding counter, fixed
 // window, sliding log) advertise their limit per window. The buckets (token bucket, GCRA, leaky
 // bucket) advertise their burst (or capacity) over the time they take to refill (or drain) it, so
-// that the RateLimit field's remaining never exceeds q. The dual bucket advertises its requests
-// per minute. QuotaOf is a pure function, safe to call from any goroutine.
+// that the RateLimit field's remaining never exceeds q. The dual bucket advertises its tokens per
+// minute: its costs, and so its decisions' Limit and Remaining, are counted in tokens. QuotaOf is
+// a pure function, safe to call from any goroutine.
 func QuotaOf(name string, p policy.Policy) Quota {
 	q := Quota{Name: name}
+	p, _ = rules.Value(p) // a pointer to a policy describes as the policy does
 	switch p := p.(type) {
 	case policy.SlidingCounter:
 		q.Limit, q.Window = p.Limit, p.Window
@@ -81,7 +84,7 @@ func QuotaOf(name string, p policy.Policy) Quota {
 	case policy.LeakyBucket:
 		q.Limit, q.Window = p.Capacity, refill(p.Capacity, p.Rate)
 	case policy.DualBucket:
-		q.Limit, q.Window = p.RequestsPerMin, time.Minute
+		q.Limit, q.Window = p.TokensPerMin, time.Minute
 	}
 	return q
 }

@@ -63,6 +63,30 @@ func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	assert.Equal(t, int64(2), in.Count, "the per-second limit was not charged for the minute's refusal")
 }
 
+// A refusal by the first limit while a later one, not asked, is used up for longer: Retry-After
+// is the longer wait, so that a client that waits it is not refused again by the later limit.
+func TestRetryAfterIsTheLongestWait(t *testing.T) {
+	clk := clock.NewManual(w0)
+	perTwoSec := newOn(t, policy.FixedWindow{Limit: 1, Window: 2 * time.Second}, clk)
+	perMin := newOn(t, policy.FixedWindow{Limit: 2, Window: time.Minute}, clk)
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(perTwoSec), Quota: httplimit.Quota{Name: "2s"},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(perMin), Quota: httplimit.Quota{Name: "minute"}}},
+		Now:    nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	c := ts.Client()
+	const pol = `"2s";q=1;w=2, "minute";q=2;w=60`
+	assert.Equal(t, 200, get(t, c, ts.URL, nil).status)
+	clk.Advance(2 * time.Second)
+	assert.Equal(t, reply{200, pol, `"2s";r=0;t=2, "minute";r=0;t=58`, "", "ok"}, get(t, c, ts.URL, nil))
+	// Refused by "2s" (2 s to wait); "minute", not asked, has nothing left for 58 s.
+	assert.Equal(t, reply{429, pol, `"2s";r=0;t=2, "minute";r=0;t=58`, "58", "rate limit exceeded\n"}, get(t, c, ts.URL, nil))
+	// Waiting that long is enough for both.
+	clk.Advance(58 * time.Second)
+	assert.Equal(t, 200, get(t, c, ts.URL, nil).status)
+}
+
 // countingRefunder is a Limiter outside the engine that gives units back through a Refund
 // method, recording the calls.
 type countingRefunder struct {

@@ -56,8 +56,9 @@ type Limit struct {
 // For each request Wrap's handler computes a key (KeyFunc) and a cost (Cost), asks every limit
 // (Limiter, then Limits) for that many units, and then:
 //   - every limit admitted: sets RateLimit-Policy and RateLimit and calls the next handler;
-//   - one refused: gives back what the others counted, sets those fields and Retry-After, and
-//     calls OnLimited (429 by default);
+//   - one refused: gives back what the others counted, sets those fields and Retry-After (the
+//     longest wait of the refusing limit and of the limits not asked that would refuse too, as
+//     far as their Limiter can report it without counting), and calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others.
@@ -579,6 +580,12 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 	var pbuf, rbuf [256]byte
 	pol, rl := pbuf[:0], rbuf[:0]
 	alone := len(frames) == 1 && frames[0] == f
+	// Retry-After is the longest wait of the refusing limit and of the limits not asked that are
+	// used up too: a client that waits only the first would be refused again by the next.
+	var wait time.Duration
+	if refusedIdx >= 0 {
+		wait = f.ds[refusedIdx].RetryAfter
+	}
 	for k := len(frames) - 1; k >= 0; k-- {
 		g := frames[k]
 		for i := range g.h.limits {
@@ -600,6 +607,9 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 					continue
 				}
 				d = e.peek(g.key)
+				if g == f && wait > 0 && !d.Allowed && d.RetryAfter > wait {
+					wait = d.RetryAfter
+				}
 			}
 			if len(rl) > 0 {
 				rl = append(rl, ", "...)
@@ -634,10 +644,8 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 	} else {
 		delete(hdr, hdrRateLimit)
 	}
-	if refusedIdx >= 0 {
-		if d := f.ds[refusedIdx]; d.RetryAfter > 0 {
-			hdr[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
-		}
+	if wait > 0 {
+		hdr[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(wait), 1), 10)}
 	}
 }
 

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -381,9 +382,42 @@ func TestQuotaOf(t *testing.T) {
 		{policy.TokenBucket{Rate: 10, Burst: 25}, httplimit.Quota{"n", 25, 2500 * time.Millisecond}},
 		{policy.GCRA{Rate: 3, Burst: 10}, httplimit.Quota{"n", 10, 3334 * time.Millisecond}},
 		{policy.LeakyBucket{Rate: 4, Capacity: 8}, httplimit.Quota{"n", 8, 2 * time.Second}},
-		{policy.DualBucket{RequestsPerMin: 60, TokensPerMin: 1000}, httplimit.Quota{"n", 60, time.Minute}},
+		{policy.DualBucket{RequestsPerMin: 60, TokensPerMin: 1000}, httplimit.Quota{"n", 1000, time.Minute}},
 	} {
 		assert.Equal(t, tc.want, httplimit.QuotaOf("n", tc.p), "%T", tc.p)
+	}
+}
+
+// TestRemainingNeverAboveQuota: for every policy, the RateLimit field's r is in the unit of the
+// RateLimit-Policy field's q and never above it, from a fresh key through its first refusal.
+func TestRemainingNeverAboveQuota(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 5, Window: time.Minute},
+		policy.FixedWindow{Limit: 5, Window: time.Minute},
+		policy.SlidingLog{Limit: 5, Window: time.Minute},
+		policy.TokenBucket{Rate: 1, Burst: 5},
+		policy.GCRA{Rate: 1, Burst: 5},
+		policy.LeakyBucket{Rate: 1, Capacity: 5},
+		policy.DualBucket{RequestsPerMin: 3, TokensPerMin: 1000},
+		policy.DualBucket{RequestsPerMin: 1000, TokensPerMin: 3},
+	} {
+		clk := clock.NewManual(w0)
+		lim, err := engine.New(p, engine.WithClock(clk))
+		require.NoError(t, err)
+		ts := serve(t, (&httplimit.Middleware{Limiter: httplimit.Local(lim), Now: nowOf(clk)}).Wrap(ok))
+		refused := false
+		for i := 0; i < 2000 && !refused; i++ {
+			r := get(t, ts.Client(), ts.URL, nil)
+			var q, rem int64
+			_, err := fmt.Sscanf(r.policy, `"default";q=%d;`, &q)
+			require.NoError(t, err, "%T: RateLimit-Policy %q", p, r.policy)
+			_, err = fmt.Sscanf(r.rateLimit, `"default";r=%d;`, &rem)
+			require.NoError(t, err, "%T: RateLimit %q", p, r.rateLimit)
+			require.LessOrEqual(t, rem, q, "%+v, request %d: r above q", p, i+1)
+			refused = r.status == http.StatusTooManyRequests
+		}
+		assert.True(t, refused, "%+v: no refusal within 2000 requests", p)
+		lim.Close()
 	}
 }
 

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// MaxLogLimit is the largest limit SlidingLog accepts: its state grows with the limit (4 bytes
-// per admitted unit still in the window), and limits in the thousands belong to SlidingCounter.
+// MaxLogLimit is the largest limit SlidingLog accepts: its state grows with the limit (in the
+// engine a ring of 4 bytes per unit of the limit, allocated whole when the key is first seen), and
+// limits in the thousands belong to SlidingCounter.
 const MaxLogLimit = 10_000
 
 // SlidingLog is the exact sliding log: it records the time of every admitted unit and admits

@@ -92,8 +92,13 @@ func (b *breaker) record(bad bool) (ok, failed int64) {
 	return ok, failed
 }
 
-// success closes the breaker: Redis answered.
+// success counts a call Redis answered. Only the probe closes an open breaker: a call that was
+// already in flight when the breaker opened says less about Redis now than the failures that
+// opened it, and the cooldown promised to callers would otherwise end early.
 func (b *breaker) success(probe bool) {
+	if !probe && b.openedAt.Load() != 0 {
+		return
+	}
 	b.mu.Lock()
 	b.fails = 0
 	if b.openedAt.Load() != 0 {

@@ -66,6 +66,35 @@ func TestBreakerRatioRule(t *testing.T) {
 	}
 }
 
+// TestBreakerStragglerDoesNotClose: a call that went out before the breaker opened and succeeds
+// after it did leaves it open; only the probe, after the cooldown, closes it.
+func TestBreakerStragglerDoesNotClose(t *testing.T) {
+	cfg := defaultConfig()
+	if err := WithBreaker(1, time.Hour)(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	b := newBreaker(cfg)
+	b.failure(false)
+	if !b.open() {
+		t.Fatal("1 failure did not open a breaker of threshold 1")
+	}
+	b.success(false)
+	if !b.open() {
+		t.Fatal("a straggler's success closed the breaker before its cooldown")
+	}
+	if ok, _, wait := b.allow(); ok || wait <= 0 {
+		t.Fatalf("allow after the straggler = %v, wait %v; want refused with a wait", ok, wait)
+	}
+	b.base = b.base.Add(-time.Hour)
+	if ok, probe, _ := b.allow(); !ok || !probe {
+		t.Fatalf("no probe after the cooldown: ok %v probe %v", ok, probe)
+	}
+	b.success(true)
+	if b.open() {
+		t.Fatal("the probe's success did not close it")
+	}
+}
+
 // TestBreakerConsecutiveRule is WithBreaker's rule: threshold consecutive failures.
 func TestBreakerConsecutiveRule(t *testing.T) {
 	cfg := defaultConfig()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -27,9 +28,11 @@ const DiscoveryTimeout = 2 * time.Second
 //	redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db][?sentinel_password=...]
 //	redis://[user[:password]@]host:port[/db]?master=name            the same, sentinel at host:port
 //
-// The options are go-redis's URL options (dial_timeout=3s, pool_size=20, ...). For sentinels the
-// user and password are the master's; sentinel_username and sentinel_password are the sentinels'
-// own. A redis:// or rediss:// URL that names one node of a Redis Cluster is discovered (INFO
+// The options of the redis://, rediss:// and unix:// forms are go-redis's URL options
+// (dial_timeout=3s, pool_size=20, ...). A sentinel URL, in either form, takes only db,
+// dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size, sentinel_username and
+// sentinel_password; its user and password are the master's, and sentinel_username and
+// sentinel_password are the sentinels' own. A redis:// or rediss:// URL that names one node of a Redis Cluster is discovered (INFO
 // cluster, one round trip bounded by DiscoveryTimeout) and gets a *redis.ClusterClient seeded
 // with that node, so that every key works; such a URL naming a database other than 0 is refused,
 // as a cluster has only database 0. Otherwise the result is a *redis.Client. When the server
@@ -40,8 +43,15 @@ const DiscoveryTimeout = 2 * time.Second
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
 // URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
-func NewClient(rawURL string) (redis.UniversalClient, error) {
-	c, err := clientFor(rawURL)
+func NewClient(rawURL string) (c redis.UniversalClient, err error) {
+	defer func() {
+		// go-redis panics on some options it parses without checking (checkPool refuses the
+		// ones known); a bad URL must be an error, not a crash.
+		if r := recover(); r != nil {
+			c, err = nil, redactErr(fmt.Errorf("redisstore: Redis URL %q: the go-redis client refused its options: %v", RedactURL(rawURL), r), rawURL)
+		}
+	}()
+	c, err = clientFor(rawURL)
 	if err != nil {
 		return nil, redactErr(err, rawURL)
 	}
@@ -82,6 +92,9 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
 	}
+	if err := checkPool(o); err != nil {
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+	}
 	o.ContextTimeoutEnabled = true
 	if scheme == "unix" {
 		return redis.NewClient(o), nil
@@ -104,6 +117,23 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		PoolTimeout: o.PoolTimeout, ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime,
 		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: true, DisableIdentity: o.DisableIdentity,
 	}), nil
+}
+
+// checkPool refuses the connection-pool sizes that go-redis would panic on rather than refuse
+// (a negative pool_size makes a channel of negative size), naming the option and its value.
+func checkPool(o *redis.Options) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"pool_size", o.PoolSize}, {"min_idle_conns", o.MinIdleConns}, {"max_idle_conns", o.MaxIdleConns},
+		{"max_active_conns", o.MaxActiveConns}, {"max_concurrent_dials", o.MaxConcurrentDials},
+	} {
+		if f.v < 0 || f.v > math.MaxInt32 {
+			return fmt.Errorf("%s = %d is not in [0, %d]", f.name, f.v, math.MaxInt32)
+		}
+	}
+	return nil
 }
 
 func firstNonEmpty(a, b string) string {
@@ -234,8 +264,8 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 				o.PoolTimeout = d
 			}
 		case "pool_size":
-			if o.PoolSize, err = strconv.Atoi(val); err != nil || o.PoolSize < 1 {
-				return nil, bad(fmt.Sprintf("pool_size = %q is not a positive number", val))
+			if o.PoolSize, err = strconv.Atoi(val); err != nil || o.PoolSize < 1 || o.PoolSize > math.MaxInt32 {
+				return nil, bad(fmt.Sprintf("pool_size = %q is not a number in [1, %d]", val, math.MaxInt32))
 			}
 		default:
 			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", k))

@@ -197,3 +197,29 @@ func TestNewClientForms(t *testing.T) {
 		_ = c.Close()
 	})
 }
+
+// TestNewClientRefusesBadPoolSizes: pool sizes go-redis would panic on are an error naming the
+// option, in every URL form, and no option makes NewClient panic.
+func TestNewClientRefusesBadPoolSizes(t *testing.T) {
+	for _, u := range []string{
+		"redis://127.0.0.1:1?pool_size=-1",
+		"redis://127.0.0.1:1?pool_size=3000000000",
+		"unix:///tmp/nowhere.sock?pool_size=-1",
+		"redis://127.0.0.1:1?min_idle_conns=-1",
+		"redis://127.0.0.1:1?max_idle_conns=-5",
+		"redis://127.0.0.1:1?max_active_conns=-1",
+		"redis://127.0.0.1:1?master=m&pool_size=3000000000",
+		"redis-sentinel://127.0.0.1:1/m?pool_size=-1",
+		"redis-sentinel://127.0.0.1:1/m?pool_size=3000000000",
+	} {
+		c, err := NewClient(u)
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("NewClient(%q) succeeded; want an error naming the pool option", u)
+			continue
+		}
+		if !strings.Contains(err.Error(), "pool_size") && !strings.Contains(err.Error(), "_conns") {
+			t.Errorf("NewClient(%q) = %v; want the error to name the option", u, err)
+		}
+	}
+}

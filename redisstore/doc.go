@@ -70,10 +70,16 @@
 // outage (a 1.5s SIGSTOP) opened the default breaker after 0.92s, with 145 calls having waited out
 // the 50ms timeout before it did. With open-loop traffic at a steady rate, the ratio is reached
 // about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out.
-// WithBreaker keeps the consecutive rule for those who want it.
+// WithBreaker keeps the consecutive rule for those who want it. A failure is a call that timed
+// out, could not reach Redis, or got a reply saying the server cannot serve now (BUSY, LOADING,
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS, MISCONF, or the client limit);
+// any other error reply is about that key alone (a key holding another type) and counts as an
+// answer. Only the probe closes an open breaker: a call that went out before it opened and
+// succeeds later leaves it open until the cooldown ends.
 //
 // Errors that every key would get — a wrong password (WRONGPASS, NOAUTH), a missing permission
-// (NOPERM), MOVED or ASK through a client that is not a cluster client, a server without Lua
+// (NOPERM, or, on Redis 7.0 and 7.1, the ERR a script gets for a command or key the user may not
+// use), MOVED or ASK through a client that is not a cluster client, a server without Lua
 // scripting — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
 // WithOnError hook, or to log/slog's default logger without one. Each failed probe doubles the
 // cooldown, up to 64 times, so a misconfigured fleet does not reconnect per request. The Limiter

@@ -32,8 +32,8 @@ func Example() {
 	})
 	defer client.Close()
 
-	// A manual clock makes this output reproducible; without WithClock the limiter sends the
-	// process's coarse clock.
+	// A manual clock makes this output reproducible; without WithClock the limiter decides at the
+	// Redis server's time (TIME, read in the script).
 	clk := clock.NewManual(1_760_000_000_000)
 	l, err := redisstore.New(client, "api", policy.SlidingCounter{Limit: 3, Window: time.Second},
 		redisstore.WithClock(clk))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -484,4 +485,64 @@ func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
 	if least := 2*cooldown - time.Since(reopened) - time.Millisecond; d.RetryAfter < least || d.RetryAfter > 2*cooldown {
 		t.Fatalf("a call short-circuited after it: RetryAfter %v; want the rest of %v, at least %v", d.RetryAfter, 2*cooldown, least)
 	}
+}
+
+// TestMisconfOpensBreaker: a server whose last background save failed refuses every write with
+// MISCONF. That is a server that decides nothing, not a refusal of one key: the failures count,
+// the breaker opens, and calls stop going to the server.
+func TestMisconfOpensBreaker(t *testing.T) {
+	// A save into a directory removed after the server started in it fails.
+	dir := t.TempDir() + "/gone"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := redistest.Start("--dir", dir, "--save", "3600 1") // MISCONF needs a save point
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, srv.Addr)
+	ctx := context.Background()
+	if err := admin.Set(ctx, "x", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.BgSave(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := admin.Set(ctx, "x", "2", 0).Err(); err != nil && strings.HasPrefix(err.Error(), "MISCONF") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed save did not make the server refuse writes with MISCONF")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var log errLog
+	l, err := New(admin, "misconf", policy.FixedWindow{Limit: 5, Window: time.Minute}, WithOnError(log.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const calls = 100
+	admitted := 0
+	for i := range calls {
+		d, err := l.Take(ctx, fmt.Sprint("k", i), 1)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("call %d on a MISCONF server: %+v, %v; want ErrUnavailable", i, d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	st := statsOf(l)
+	if !st.BreakerOpen || st.BreakerOpens != 1 || st.RoundTrips > DefaultBreakerMinCalls {
+		t.Fatalf("%d calls on a MISCONF server: breaker open %v (opens %d), %d round trips; want it open after %d",
+			calls, st.BreakerOpen, st.BreakerOpens, st.RoundTrips, DefaultBreakerMinCalls)
+	}
+	t.Logf("%d calls: %d round trips, %d reported, %d admitted by FailOpen", calls, st.RoundTrips, len(log.all()), admitted)
 }

@@ -153,6 +153,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"brace in name", c, "a{b", p, nil, `name = "a{b"`},
 		{"colon in name", c, "a:b", p, nil, `name = "a:b"`},
 		{"nil policy", c, "n", nil, nil, "policy is nil"},
+		{"nil pointer policy", c, "n", (*policy.GCRA)(nil), nil, "policy is nil"},
+		{"pointer policy, invalid", c, "n", &policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"bad limit", c, "n", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit = 0"},
 		{"bad window", c, "n", policy.SlidingCounter{Limit: 1, Window: 1500 * time.Microsecond}, nil, "SlidingCounter.Window = 1.5ms"},
 		{"log limit", c, "n", policy.SlidingLog{Limit: policy.MaxLogLimit + 1, Window: time.Second}, nil, "SlidingLog.Limit = 10001"},

@@ -309,7 +309,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	l.roundTrips.Inc()
 	if err == nil {
 		l.br.success(probe)
-		if l.lastFatal.Load() != nil {
+		if l.lastFatal.Load() != nil && !l.br.open() {
 			l.lastFatal.Store(nil)
 		}
 		return res, 0, nil
@@ -389,14 +389,20 @@ func everyKey(err error, cluster bool) string {
 	switch {
 	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
 		return "authentication failed: check the username and password the client connects with"
-	case redis.HasErrorPrefix(err, "NOPERM"):
-		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL, and GET, SET, PTTL and TIME on the limiter's keys; DEL for Reset)"
+	case redis.HasErrorPrefix(err, "NOPERM"), deniedInScript(rerr.Error()):
+		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL; inside the scripts TIME, GET, SET and PTTL, and for the sliding log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE and PEXPIRE, on the limiter's keys; DEL for Reset)"
 	case !cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
 	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
 		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
 	}
 	return ""
+}
+
+// deniedInScript reports whether msg is how Redis 7.0 and 7.1 refuse a command or key that the
+// user may not use when a script calls it: an ERR reply, where later versions answer NOPERM.
+func deniedInScript(msg string) bool {
+	return strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "The user executing the script can't")
 }
 
 // serverAnswered reports whether err is an error reply about this call alone, as opposed to a
@@ -406,12 +412,13 @@ func serverAnswered(err error) bool {
 	if !errors.As(err, &rerr) {
 		return false
 	}
-	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "NOSCRIPT"} {
+	// MISCONF: a server that cannot persist refuses every write, so it decides nothing.
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "NOSCRIPT", "MISCONF"} {
 		if redis.HasErrorPrefix(err, p) {
 			return false
 		}
 	}
-	return true
+	return !strings.HasPrefix(rerr.Error(), "ERR max number of clients reached")
 }
 
 // Allow reports whether one unit for key is admitted, counting it if so; see Take. Safe for

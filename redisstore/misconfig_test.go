@@ -113,6 +113,26 @@ func TestNoPermissionOpensBreaker(t *testing.T) {
 	misconfigured(t, l, log, "NOPERM")
 }
 
+// TestNoPermissionInsideScriptOpensBreaker: a user who may run the scripts but not a command or
+// key they use is refused from inside the script. Redis 7.0 and 7.1 word that as an ERR reply, not
+// NOPERM; it is still an error every key gets.
+func TestNoPermissionInsideScriptOpensBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rules []string
+	}{
+		{"set", []string{"-set"}},
+		{"get", []string{"-get"}},
+		{"time", []string{"-time"}},
+		{"keys", []string{"resetkeys", "~other:*"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, log := aclLimiter(t, "noperm-"+tc.name, tc.rules...)
+			misconfigured(t, l, log, "lacks a permission")
+		})
+	}
+}
+
 // aclLimiter returns a FailClosed limiter (10 per second, fixed window) on the shared server whose
 // client connects as Redis user user, made with ACL SETUSER's rules on top of every permission
 // (+@all), and the log of its WithOnError hook. The user, limiter and client go when the test ends.

@@ -63,7 +63,8 @@ type algo struct {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 func newAlgo(p policy.Policy, skewMs int64) (algo, error) {
-	if p == nil {
+	p, ok := rules.Value(p)
+	if !ok {
 		return algo{}, fmt.Errorf("redisstore: policy is nil")
 	}
 	if err := p.Validate(); err != nil {

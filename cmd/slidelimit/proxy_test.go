@@ -160,7 +160,8 @@ func TestParseRate(t *testing.T) {
 	for in, want := range map[string]rate{
 		"10/1s": {10, time.Second}, "1000/1h": {1000, time.Hour}, "10r/s": {10, time.Second},
 		"10r/m": {10, time.Minute}, "5/90s": {5, 90 * time.Second}, "7/2d": {7, 48 * time.Hour},
-		"3/250ms": {3, 250 * time.Millisecond},
+		"3/250ms": {3, 250 * time.Millisecond}, "10/ms": {10, time.Millisecond}, "10/h": {10, time.Hour},
+		"10/d": {10, 24 * time.Hour},
 	} {
 		got, err := parseRate(in)
 		require.NoError(t, err, in)

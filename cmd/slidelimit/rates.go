@@ -46,7 +46,7 @@ func shortDuration(d time.Duration) string {
 }
 
 // parseRate parses LIMIT/WINDOW: "10/1s", "1000/1h", "5/90s", and nginx's "10r/s" and "10r/m"
-// (a bare unit s, m, h or d means one of it). The error says what to write instead.
+// (a bare unit ms, s, m, h or d means one of it). The error says what to write instead.
 func parseRate(s string) (rate, error) {
 	num, win, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -62,7 +62,7 @@ func parseRate(s string) (rate, error) {
 	}
 	var window time.Duration
 	switch win {
-	case "s", "m", "h", "d":
+	case "ms", "s", "m", "h", "d":
 		win = "1" + win
 	}
 	window, err = parseDuration(win)

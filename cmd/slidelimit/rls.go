@@ -108,6 +108,16 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}, c.redisURL)
 	}
 
+	// Caught before the config is read and the limiters are built, which take a while for a large
+	// config (and Redis's first answer up to a second): a stop asked for meanwhile is a stop
+	// (exit 0), not a kill by the signal's default action.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// SIGHUP reloads -config at once, as in "slidelimit proxy", whatever -reload-interval; one
+	// that comes during start-up is held until the server runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := rls.LoadConfig(c.config)
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)
@@ -121,8 +131,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			return usageErr(fs, "-redis: %v", err)
 		}
 		defer client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := client.Ping(ctx).Err(); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := client.Ping(pctx).Err(); err != nil && ctx.Err() == nil {
 			logger.Printf("warning: Redis at %s does not answer (%v); descriptors are decided %s until it does", redactURL(c.redisURL), err, onError)
 		}
 		cancel()
@@ -139,15 +149,6 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 		describe = "on Redis " + redactURL(c.redisURL) + " (" + c.redisMode + ")"
 	}
-	// Caught before the limiters are built, which takes a while for a large config: a stop asked
-	// for meanwhile is a stop (exit 0), not a kill by the signal's default action.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	// SIGHUP reloads -config at once, as in "slidelimit proxy", whatever -reload-interval; one
-	// that comes during start-up is held until the server runs.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	srv, err := rls.NewServer(cfg, opts...)
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -286,4 +289,56 @@ func TestRLSRedisClientLogForwarded(t *testing.T) {
 		assert.True(t, strings.HasPrefix(l, "slidelimit rls: "), "a line not from the command's logger: %q", l)
 	}
 	assert.NotContains(t, p.stderr(), "s3cretpw")
+}
+
+// A signal while the command is still starting (here, waiting on a Redis that does not answer)
+// is handled as one after it listens: SIGTERM stops it with exit status 0, and SIGHUP does not
+// stop it, rather than the signal's default action killing it.
+func TestRLSSignalWhileStarting(t *testing.T) {
+	srv, err := redistest.Start()
+	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skip("redis-server is not installed")
+	}
+	require.NoError(t, err, "CI must run the Redis end-to-end tests")
+	t.Cleanup(srv.Stop)
+	require.NoError(t, srv.Pause()) // connections are accepted, nothing is answered
+	t.Cleanup(func() { _ = srv.Resume() })
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644))
+	start := func(t *testing.T) (*exec.Cmd, *bytes.Buffer, chan error) {
+		cmd := exec.Command(binary, "rls", "-config", file, "-listen", "127.0.0.1:0", "-redis", "redis://"+srv.Addr+"/0")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		time.Sleep(300 * time.Millisecond) // past the runtime's start, before the Redis wait ends
+		return cmd, &stderr, done
+	}
+	wait := func(t *testing.T, done chan error, stderr *bytes.Buffer) {
+		select {
+		case err := <-done:
+			require.NoError(t, err, "exit status:\n%s", stderr.String())
+		case <-time.After(failsafe):
+			t.Fatalf("rls did not stop:\n%s", stderr.String())
+		}
+	}
+	t.Run("SIGTERM", func(t *testing.T) {
+		cmd, stderr, done := start(t)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		wait(t, done, stderr)
+		assert.Contains(t, stderr.String(), "stopped before listening")
+	})
+	t.Run("SIGHUP", func(t *testing.T) {
+		cmd, stderr, done := start(t)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+		select {
+		case err := <-done:
+			t.Fatalf("SIGHUP during start-up stopped rls (%v):\n%s", err, stderr.String())
+		case <-time.After(4 * time.Second): // the discovery (2 s) and first ping (1 s) are over
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		wait(t, done, stderr)
+	})
 }

@@ -178,11 +178,12 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	if err := check.Name("batched", "name", name, false, 64); err != nil {
 		return nil, err
 	}
+	p, ok := rules.Value(p)
+	if !ok {
+		return nil, errors.New("batched: policy is nil")
+	}
 	sc, ok := p.(policy.SlidingCounter)
 	if !ok {
-		if p == nil {
-			return nil, errors.New("batched: policy is nil")
-		}
 		return nil, fmt.Errorf("batched: policy %q (%T) is not available in batched mode; use sliding-counter", p.ID(), p)
 	}
 	if err := sc.Validate(); err != nil {

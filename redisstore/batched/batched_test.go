@@ -66,6 +66,8 @@ func TestNewRejects(t *testing.T) {
 		{"empty name", c, "", sc, nil, "name is empty"},
 		{"colon", c, "a:b", sc, nil, "contains ':'"},
 		{"nil policy", c, "a", nil, nil, "policy is nil"},
+		{"nil pointer policy", c, "a", (*policy.SlidingCounter)(nil), nil, "policy is nil"},
+		{"pointer token bucket", c, "a", &policy.TokenBucket{Rate: 1, Burst: 1}, nil, "use sliding-counter"},
 		{"token bucket", c, "a", policy.TokenBucket{Rate: 1, Burst: 1}, nil, "use sliding-counter"},
 		{"invalid policy", c, "a", policy.SlidingCounter{Limit: 0, Window: time.Second}, nil, "SlidingCounter.Limit"},
 		{"sync", c, "a", sc, []Option{WithSyncInterval(0)}, "WithSyncInterval(0s)"},

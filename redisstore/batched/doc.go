@@ -9,9 +9,10 @@
 //
 // A process leases units with one script call that adds them to cur only if the estimate plus the
 // grant stays within the limit, so a unit is counted before anything is admitted with it: as
-// long as Redis answers, the fleet never admits more than the limit allows (over-admission 0). A
-// lease belongs to one window; the first request of the next window gives its unused part back
-// in the same call that leases anew (or the exchange does, one sync interval later at most).
+// long as Redis answers and keeps its data, the fleet never admits more than the limit allows
+// (over-admission 0). A lease belongs to one window; the first request of the next window gives
+// its unused part back in the same call that leases anew (or the exchange does, one sync interval
+// later at most).
 //
 // Decisions with local quota are one map lookup and one compare-and-swap, and allocate nothing.
 // A lease is sized to about two sync intervals of the key's observed rate (a key seen for the
@@ -28,9 +29,11 @@
 // N from its last answered heartbeat; a process that has had none (it started during the outage)
 // uses WithInitialFleetSize's N, 1 by default, so give it the most processes that may run at
 // once. When Redis returns each process charges what it admitted so. A server that comes back
-// empty is noticed (the fleet's epoch token is gone): every process re-declares the units it
-// counted in the current and previous windows, and none leases again until all live ones have
-// had the time to.
+// empty is noticed at the next heartbeat (the fleet's epoch token is gone): every process
+// re-declares the units it counted in the current and previous windows, and none leases again
+// until all live ones have had the time to. Leases granted before that heartbeat, at most one
+// sync interval after the restart, are counted against the emptied state, so the fleet may admit
+// up to one limit more per key in that window (docs/fleet.md, "Bounds").
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

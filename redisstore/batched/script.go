@@ -216,7 +216,7 @@ func transportFailure(err error) bool {
 	if !errors.As(err, &rerr) {
 		return true
 	}
-	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS"} {
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "MISCONF"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

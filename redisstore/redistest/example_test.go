@@ -8,7 +8,8 @@ import (
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
-// A test starts its own server, uses it, pauses it to see what an outage does, and stops it.
+// A test starts its own server on a free loopback port, uses it, and stops it (Pause, Kill and
+// Restart show what an outage does).
 func Example() {
 	srv, err := redistest.Start()
 	if err != nil { // ErrNotInstalled where the server program is not on PATH
