@@ -60,9 +60,13 @@ type Limiter struct {
 	local *engine.Limiter
 
 	members, epochK string
-	fleet           atomic.Int64 // the size shares are divided by, at least 1 (see WithInitialFleetSize)
-	offline         atomic.Bool
-	quietUntil      atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
+	// leaseEpoch is the epoch token the lease script checks (see leaseLua), from the last answered
+	// heartbeat; nil before the first one, and never set on a cluster.
+	leaseEpoch atomic.Pointer[string]
+	cluster    bool
+	fleet      atomic.Int64 // the size shares are divided by, at least 1 (see WithInitialFleetSize)
+	offline    atomic.Bool
+	quietUntil atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -208,7 +212,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
-		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp,
+		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp, cluster: isCluster(client),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		leases: xsync.NewCounter(), returns: xsync.NewCounter(), charges: xsync.NewCounter(),
 		offlineDecisions: xsync.NewCounter(), exchanges: xsync.NewCounter(), failures: xsync.NewCounter(),
@@ -581,7 +585,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	want = max(want, need)
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	cmd, err := leaseScript.run(cctx, l.client, []string{e.rkey}, l.leaseArgs(now, want, need, adj)...)
+	cmd, err := leaseScript.run(cctx, l.client, l.leaseKeys(e), l.leaseArgs(now, want, need, adj)...)
 	cancel()
 	l.leases.Inc()
 	var r reply
@@ -807,7 +811,28 @@ func (l *Limiter) failed(e *entry, a adj) {
 }
 
 func (l *Limiter) leaseArgs(now, want, need int64, a adj) []any {
-	return []any{now, l.limit, l.w, want, need, a.win[0], a.delta[0], a.win[1], a.delta[1], l.ttl}
+	epoch := ""
+	if p := l.leaseEpoch.Load(); p != nil {
+		epoch = *p
+	}
+	return []any{now, l.limit, l.w, want, need, a.win[0], a.delta[0], a.win[1], a.delta[1], l.ttl, epoch}
+}
+
+// leaseKeys is the lease script's KEYS for e: its state, and the epoch key once the epoch is
+// known (see leaseLua). leaseArgs sends the epoch under the same condition; the script checks it
+// only when it has both, which a heartbeat between the two calls cannot break.
+func (l *Limiter) leaseKeys(e *entry) []string {
+	if l.leaseEpoch.Load() != nil {
+		return []string{e.rkey, l.epochK}
+	}
+	return []string{e.rkey}
+}
+
+// isCluster reports whether c spreads keys over the slots of a Redis Cluster, where a script may
+// touch only keys of one slot.
+func isCluster(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.ClusterClient)
+	return ok
 }
 
 // applyGrant adds r's grant to e's lease for window idx, but for keep units that the caller uses

@@ -29,11 +29,13 @@
 // N from its last answered heartbeat; a process that has had none (it started during the outage)
 // uses WithInitialFleetSize's N, 1 by default, so give it the most processes that may run at
 // once. When Redis returns each process charges what it admitted so. A server that comes back
-// empty is noticed at the next heartbeat (the fleet's epoch token is gone): every process
-// re-declares the units it counted in the current and previous windows, and none leases again
-// until all live ones have had the time to. Leases granted before that heartbeat, at most one
-// sync interval after the restart, are counted against the emptied state, so the fleet may admit
-// up to one limit more per key in that window (docs/fleet.md, "Bounds").
+// empty is noticed (the fleet's epoch token is gone): every process re-declares the units it
+// counted in the current and previous windows, and none leases again until all live ones have had
+// the time to. A lease checks the token too and grants nothing without it, so until the next
+// heartbeat the process decides alone, as in an outage. On a Redis Cluster (where the token's
+// key is in another slot than a key's state) only the heartbeat notices, at most one sync
+// interval later, and leases granted before it may admit up to one limit more per key in that
+// window (docs/fleet.md, "Outages").
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

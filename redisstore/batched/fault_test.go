@@ -313,3 +313,56 @@ func requireReconciled(t *testing.T, addr string, p policy.SlidingCounter, admit
 		t.Errorf("not reconciled within 5s: Redis counts fewer units than the fleet admitted")
 	}
 }
+
+// TestEmptyRestartBeforeHeartbeat: Redis restarts empty between two heartbeats (a sync interval
+// of a minute keeps the next one out of the test). A lease asked for then must not be granted
+// against the emptied counts: the script sees the fleet's epoch token gone, and the process
+// decides alone, with an error, until its heartbeat re-declares what it counted.
+func TestEmptyRestartBeforeHeartbeat(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	p := policy.SlidingCounter{Limit: 10, Window: time.Hour}
+	ctx := context.Background()
+	var ls [2]*Limiter
+	for i := range ls {
+		if ls[i], err = New(newClient(t, srv.Addr), "restart", p, WithSyncInterval(time.Minute), WithTimeout(200*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		defer ls[i].Close()
+	}
+	for i := range 10 {
+		if d, err := ls[0].Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d within the limit: %+v, %v", i+1, d, err)
+		}
+	}
+	if d, err := ls[1].Take(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("the 11th unit of a limit of 10: %+v, %v; want refused by Redis", d, err)
+	}
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	silent, alone := 0, 0
+	for i := range 20 {
+		d, err := ls[i%2].Take(ctx, "k", 1)
+		switch {
+		case err == nil && d.Allowed:
+			silent++
+		case errors.Is(err, ErrOffline) && d.Allowed:
+			alone++
+		case err != nil && !errors.Is(err, ErrOffline):
+			t.Fatalf("request %d after the restart: %v; want nil or ErrOffline", i+1, err)
+		}
+	}
+	if silent > 0 {
+		t.Fatalf("after an empty restart %d units were admitted with no error, on top of the 10 of the limit", silent)
+	}
+	// Deciding alone, each of the 2 processes admits at most its share, 10/2.
+	if alone > 10 {
+		t.Fatalf("%d units admitted alone by 2 processes, above their shares of 5", alone)
+	}
+	t.Logf("after the restart: %d admitted alone (ErrOffline), none silently", alone)
+}

@@ -15,7 +15,13 @@ import (
 // that process admits anything with it, which is why the fleet can never admit more than the
 // limit allows.
 //
-// ARGV: now, limit, window ms, want, need, adjWin1, adj1, adjWin2, adj2, ttl ms.
+// ARGV: now, limit, window ms, want, need, adjWin1, adj1, adjWin2, adj2, ttl ms, epoch.
+//
+// When epoch is not empty, KEYS[2] is the fleet's epoch key, and a server that no longer holds that
+// token (it restarted empty, or failed over without the data) is answered with an EPOCHLOST error
+// and nothing else is done: a lease granted against the emptied counts could over-admit until the
+// next heartbeat noticed. On a cluster the epoch key lives in another slot than the key's, so the
+// epoch is not sent and only the heartbeat notices.
 //
 // The script rolls the state to now's window (a state from a later window is kept, now read as
 // its first millisecond), applies up to two signed adjustments to the window starting at adjWin
@@ -38,6 +44,9 @@ import (
 const leaseLua = `
 local call, tonumber, floor, fmt, match = redis.call, tonumber, math.floor, string.format, string.match
 local A, key = ARGV, KEYS[1]
+if #KEYS > 1 and A[11] ~= '' and call('GET', KEYS[2]) ~= A[11] then
+  return redis.error_reply('EPOCHLOST batched: the fleet epoch is gone: Redis lost its data')
+end
 local now, limit, w = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
 local want, need = tonumber(A[4]), tonumber(A[5])
 local start = now - now % w
@@ -216,7 +225,9 @@ func transportFailure(err error) bool {
 	if !errors.As(err, &rerr) {
 		return true
 	}
-	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "MISCONF"} {
+	// EPOCHLOST: the server lost the fleet's counts (see leaseLua); deciding alone until the next
+	// heartbeat re-declares them is the outage's rule.
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "MISCONF", "EPOCHLOST"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -96,6 +96,9 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	}
 	lost = l.epoch != "" && epoch != l.epoch
 	l.epoch = epoch
+	if !l.cluster {
+		l.leaseEpoch.Store(&epoch)
+	}
 	if lost || l.offline.Load() || now < l.quietUntil.Load() {
 		// After an outage the set has lost (a server restarted empty) or is about to drop (every
 		// score older than the liveness) the processes that have not had a heartbeat since: the
@@ -122,7 +125,7 @@ func (l *Limiter) send(ps []pending) bool {
 	}
 	calls := make([]call, len(ps))
 	for i, p := range ps {
-		calls[i] = call{s: leaseScript, keys: []string{p.e.rkey}, args: l.leaseArgs(p.now, p.want, p.need, p.a)}
+		calls[i] = call{s: leaseScript, keys: l.leaseKeys(p.e), args: l.leaseArgs(p.now, p.want, p.need, p.a)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	err := runAll(ctx, l.client, calls)
