@@ -32,14 +32,14 @@ const DiscoveryTimeout = 2 * time.Second
 // (dial_timeout=3s, pool_size=20, ...). A sentinel URL, in either form, takes only db,
 // dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size, sentinel_username and
 // sentinel_password; its user and password are the master's, and sentinel_username and
-// sentinel_password are the sentinels' own. A redis:// or rediss:// URL that names one node of a Redis Cluster is discovered (INFO
-// cluster, one round trip bounded by DiscoveryTimeout) and gets a *redis.ClusterClient seeded
-// with that node, so that every key works; such a URL naming a database other than 0 is refused,
-// as a cluster has only database 0. Otherwise the result is a *redis.Client. When the server
-// cannot be reached at all, NewClient still returns the single-node client (a proxy may start
-// before its Redis does); if the server later turns out to be a cluster node, its MOVED replies
-// open the Limiter's breaker and are reported as ErrMisconfigured, naming the cluster. A server
-// that refuses the password at discovery makes NewClient fail.
+// sentinel_password are the sentinels' own. A redis:// or rediss:// URL that names one node of a
+// Redis Cluster is discovered (INFO cluster, one round trip bounded by DiscoveryTimeout) and gets a
+// *redis.ClusterClient seeded with that node, so that every key works; such a URL naming a database
+// other than 0 is refused, as a cluster has only database 0. Otherwise the result is a
+// *redis.Client. When the server cannot be reached at all, NewClient still returns the single-node
+// client (a proxy may start before its Redis does); if the server later turns out to be a cluster
+// node, its MOVED replies open the Limiter's breaker and are reported as ErrMisconfigured, naming
+// the cluster. A server that refuses the password at discovery makes NewClient fail.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
 // URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
