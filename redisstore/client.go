@@ -173,7 +173,10 @@ func cloneValues(q url.Values) url.Values {
 // NewClient); an error reply that every call would get (a wrong password) is returned.
 func isClusterNode(o *redis.Options) (bool, error) {
 	probe := *o
-	probe.PoolSize, probe.MinIdleConns, probe.MaxRetries, probe.DialerRetries = 1, 0, -1, 1
+	// One connection is enough, but a pool of one starts a goroutine that redials every second
+	// after its first failed dial (go-redis's pool does so once the failures reach the pool
+	// size), which would outlive NewClient on an unreachable server by up to a second.
+	probe.PoolSize, probe.MinIdleConns, probe.MaxRetries, probe.DialerRetries = 2, 0, -1, 1
 	// A cluster node refuses SELECT: ask on database 0, and judge the URL's database after.
 	probe.DB = 0
 	probe.DisableIdentity = true
