@@ -96,12 +96,16 @@ func (b *breaker) record(bad bool) (ok, failed int64) {
 // already in flight when the breaker opened says less about Redis now than the failures that
 // opened it, and the cooldown promised to callers would otherwise end early.
 func (b *breaker) success(probe bool) {
-	if !probe && b.openedAt.Load() != 0 {
+	b.mu.Lock()
+	opened := b.openedAt.Load() != 0
+	if opened && !probe {
+		// Judged under the lock, once: a breaker opened after this read (failure and fatal open
+		// it outside the lock) is left open, since this call only records a success then.
+		b.mu.Unlock()
 		return
 	}
-	b.mu.Lock()
 	b.fails = 0
-	if b.openedAt.Load() != 0 {
+	if opened {
 		// Closing starts a clean window: the failures that opened it are over.
 		b.buckets = [breakerBuckets]struct{ epoch, ok, bad int64 }{}
 		b.openedAt.Store(0)

@@ -72,7 +72,7 @@
 // about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out.
 // WithBreaker keeps the consecutive rule for those who want it. A failure is a call that timed
 // out, could not reach Redis, or got a reply saying the server cannot serve now (BUSY, LOADING,
-// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS, MISCONF, or the client limit);
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS or MISCONF);
 // any other error reply is about that key alone (a key holding another type) and counts as an
 // answer. Only the probe closes an open breaker: a call that went out before it opened and
 // succeeds later leaves it open until the cooldown ends.

@@ -61,7 +61,8 @@ type Limiter struct {
 	offset atomic.Int64
 
 	cluster bool // the client follows MOVED and ASK itself
-	// lastFatal is the last error every key got, reported once; nil once Redis answers again.
+	// lastFatal is the last error every key got, reported once; nil once a call succeeds with the
+	// breaker closed (the probe's success closes it).
 	lastFatal atomic.Pointer[fatalReport]
 
 	closeOnce sync.Once
@@ -418,7 +419,7 @@ func serverAnswered(err error) bool {
 			return false
 		}
 	}
-	return !strings.HasPrefix(rerr.Error(), "ERR max number of clients reached")
+	return true
 }
 
 // Allow reports whether one unit for key is admitted, counting it if so; see Take. Safe for

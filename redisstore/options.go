@@ -300,7 +300,7 @@ func WithPrefix(p string) Option {
 // WithOnError sets a function called with every Redis failure (not with the breaker's short
 // circuits), for logs and metrics. An error that every key gets (ErrMisconfigured: a wrong
 // password, a missing permission, a cluster node behind a single-node client, no scripting) is
-// passed once per cause, until Redis answers again; without a hook it is logged once with
+// passed once per cause, until a probe of Redis succeeds; without a hook it is logged once with
 // log/slog's default logger. It is called synchronously from Take, Refund and Reset, possibly from
 // many goroutines at once, and must be fast and safe for concurrent use.
 func WithOnError(f func(error)) Option {

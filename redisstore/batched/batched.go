@@ -60,10 +60,10 @@ type Limiter struct {
 	local *engine.Limiter
 
 	members, epochK string
-	// leaseEpoch is the epoch token the lease script checks (see leaseLua), from the last answered
-	// heartbeat; nil before the first one, and never set on a cluster.
+	// leaseEpoch is the epoch token from the last answered heartbeat, nil before the first one;
+	// the lease script checks it while epochCheck holds (see leaseLua and checkedEpoch).
 	leaseEpoch atomic.Pointer[string]
-	cluster    bool
+	epochCheck atomic.Bool
 	fleet      atomic.Int64 // the size shares are divided by, at least 1 (see WithInitialFleetSize)
 	offline    atomic.Bool
 	quietUntil atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
@@ -212,7 +212,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
-		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp, cluster: isCluster(client),
+		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		leases: xsync.NewCounter(), returns: xsync.NewCounter(), charges: xsync.NewCounter(),
 		offlineDecisions: xsync.NewCounter(), exchanges: xsync.NewCounter(), failures: xsync.NewCounter(),
@@ -233,6 +233,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		return nil, err
 	}
 	l.fleet.Store(cfg.fleet0)
+	l.epochCheck.Store(singleServer(client))
 	l.syncMu.Lock()
 	l.heartbeat(l.clk.Now())
 	l.syncMu.Unlock()
@@ -563,6 +564,9 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		// given up gets its own error back and nothing is counted for it.
 		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 	}
+	// Read before the quiet: a heartbeat that finds a data loss starts the quiet before it
+	// publishes the new epoch, so a lease sent with the new epoch is never one of the quiet's.
+	epoch := l.checkedEpoch()
 	if l.offline.Load() || now < l.quietUntil.Load() {
 		return l.decideOffline(e, n)
 	}
@@ -585,7 +589,13 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	want = max(want, need)
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	cmd, err := leaseScript.run(cctx, l.client, l.leaseKeys(e), l.leaseArgs(now, want, need, adj)...)
+	cmd, err := leaseScript.run(cctx, l.client, l.leaseKeys(e, epoch), l.leaseArgs(now, want, need, adj, epoch)...)
+	if epoch != "" && crossSlot(err) {
+		// The script never ran: the server is a cluster node after all. Ask again without the
+		// epoch, as on a cluster (see checkedEpoch).
+		l.epochCheck.Store(false)
+		cmd, err = leaseScript.run(cctx, l.client, l.leaseKeys(e, ""), l.leaseArgs(now, want, need, adj, "")...)
+	}
 	cancel()
 	l.leases.Inc()
 	var r reply
@@ -810,30 +820,46 @@ func (l *Limiter) failed(e *entry, a adj) {
 	}
 }
 
-func (l *Limiter) leaseArgs(now, want, need int64, a adj) []any {
-	epoch := ""
-	if p := l.leaseEpoch.Load(); p != nil {
-		epoch = *p
-	}
+// leaseArgs is the lease script's ARGV; epoch is checkedEpoch's, read once for the call.
+func (l *Limiter) leaseArgs(now, want, need int64, a adj, epoch string) []any {
 	return []any{now, l.limit, l.w, want, need, a.win[0], a.delta[0], a.win[1], a.delta[1], l.ttl, epoch}
 }
 
-// leaseKeys is the lease script's KEYS for e: its state, and the epoch key once the epoch is
-// known (see leaseLua). leaseArgs sends the epoch under the same condition; the script checks it
-// only when it has both, which a heartbeat between the two calls cannot break.
-func (l *Limiter) leaseKeys(e *entry) []string {
-	if l.leaseEpoch.Load() != nil {
+// leaseKeys is the lease script's KEYS for e: its state, and the epoch key when there is an
+// epoch to check (see leaseLua).
+func (l *Limiter) leaseKeys(e *entry, epoch string) []string {
+	if epoch != "" {
 		return []string{e.rkey, l.epochK}
 	}
 	return []string{e.rkey}
 }
 
-// isCluster reports whether c spreads keys over the slots of a Redis Cluster, where a script may
-// touch only keys of one slot.
-func isCluster(c redis.UniversalClient) bool {
-	_, ok := c.(*redis.ClusterClient)
+// checkedEpoch is the epoch token a lease sends for the script to check, or "" for none: before
+// the first heartbeat, and where a script cannot read the epoch key together with a key's state,
+// which lie in different slots. That is so on a Redis Cluster, and on a Ring's shards; so the
+// check is made only through a *redis.Client (one server, or a sentinel's master), and dropped
+// for good at the first CROSSSLOT reply (a cluster node behind such a client).
+func (l *Limiter) checkedEpoch() string {
+	if !l.epochCheck.Load() {
+		return ""
+	}
+	if p := l.leaseEpoch.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// singleServer reports whether c talks to one server, where every key lies in one place: a
+// *redis.Client, which also serves a sentinel's master. A cluster client, a ring or a wrapper
+// whose routing is unknown is not one.
+func singleServer(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.Client)
 	return ok
 }
+
+// crossSlot reports whether err is a cluster node's refusal of keys in different slots, which it
+// sends before running anything.
+func crossSlot(err error) bool { return err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") }
 
 // applyGrant adds r's grant to e's lease for window idx, but for keep units that the caller uses
 // at once (only for a grant of at least keep units in window idx), and notes the exchange. taking

@@ -32,10 +32,11 @@
 // empty is noticed (the fleet's epoch token is gone): every process re-declares the units it
 // counted in the current and previous windows, and none leases again until all live ones have had
 // the time to. A lease checks the token too and grants nothing without it, so until the next
-// heartbeat the process decides alone, as in an outage. On a Redis Cluster (where the token's
-// key is in another slot than a key's state) only the heartbeat notices, at most one sync
-// interval later, and leases granted before it may admit up to one limit more per key in that
-// window (docs/fleet.md, "Outages").
+// heartbeat the process decides alone, as in an outage. That check needs the token and a key's
+// state on one server, so it is made only through a *redis.Client on a server that is not a
+// cluster node; through a cluster client, a Ring or a wrapper only the heartbeat notices, at most
+// one sync interval later, and leases granted before it may admit up to one limit more per key
+// in that window (docs/fleet.md, "Outages").
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

@@ -366,3 +366,48 @@ func TestEmptyRestartBeforeHeartbeat(t *testing.T) {
 	}
 	t.Logf("after the restart: %d admitted alone (ErrOffline), none silently", alone)
 }
+
+// TestEpochCheckOnAClusterNode: a plain client on a one-node Redis Cluster (which owns every
+// slot) looks like one server, so leases first carry the epoch key, which the node refuses with
+// CROSSSLOT before running anything; the lease is sent again without it, the check is dropped,
+// and every request is decided on Redis, without an error. A wrapper around a client, whose
+// routing the limiter cannot see, never sends the epoch.
+func TestEpochCheckOnAClusterNode(t *testing.T) {
+	srv, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	ctx := context.Background()
+	admin := newClient(t, srv.Addr)
+	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if info, _ := admin.ClusterInfo(ctx).Result(); strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the one-node cluster did not become ok")
+		}
+	}
+	type wrapped struct{ *redis.Client }
+	for name, c := range map[string]redis.UniversalClient{"plain": newClient(t, srv.Addr), "wrapped": wrapped{newClient(t, srv.Addr)}} {
+		t.Run(name, func(t *testing.T) {
+			l, err := New(c, "node"+name, policy.SlidingCounter{Limit: 5, Window: time.Hour}, WithSyncInterval(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			for i := range 6 {
+				d, err := l.Take(ctx, "k", 1)
+				if err != nil || d.Allowed != (i < 5) {
+					t.Fatalf("request %d: %+v, %v; want decided on Redis, the 6th refused", i+1, d, err)
+				}
+			}
+			if l.epochCheck.Load() {
+				t.Fatal("the epoch check is still on behind a cluster node")
+			}
+		})
+	}
+}

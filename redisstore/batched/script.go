@@ -20,8 +20,9 @@ import (
 // When epoch is not empty, KEYS[2] is the fleet's epoch key, and a server that no longer holds that
 // token (it restarted empty, or failed over without the data) is answered with an EPOCHLOST error
 // and nothing else is done: a lease granted against the emptied counts could over-admit until the
-// next heartbeat noticed. On a cluster the epoch key lives in another slot than the key's, so the
-// epoch is not sent and only the heartbeat notices.
+// next heartbeat noticed. On a cluster (or a Ring) the epoch key lies in another slot (or shard)
+// than the key's, so the epoch is sent only through a client of one server (see checkedEpoch),
+// and elsewhere only the heartbeat notices.
 //
 // The script rolls the state to now's window (a state from a later window is kept, now read as
 // its first millisecond), applies up to two signed adjustments to the window starting at adjWin

@@ -44,11 +44,6 @@ func (l *Limiter) exchange(now int64) {
 	if !ok {
 		return
 	}
-	if lost {
-		// Redis came back empty: every process re-declares what it has counted, and none leases
-		// until all live ones have had a heartbeat to do so.
-		l.quietUntil.Store(now + l.liveness().Milliseconds())
-	}
 	if wasOffline || lost {
 		if !l.reconcile(lost) {
 			return
@@ -96,9 +91,13 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	}
 	lost = l.epoch != "" && epoch != l.epoch
 	l.epoch = epoch
-	if !l.cluster {
-		l.leaseEpoch.Store(&epoch)
+	if lost {
+		// Redis came back empty: every process re-declares what it has counted, and none leases
+		// until all live ones have had a heartbeat to do so. The quiet starts before the new
+		// epoch is published, so that no lease carries the new epoch without seeing the quiet.
+		l.quietUntil.Store(now + l.liveness().Milliseconds())
 	}
+	l.leaseEpoch.Store(&epoch)
 	if lost || l.offline.Load() || now < l.quietUntil.Load() {
 		// After an outage the set has lost (a server restarted empty) or is about to drop (every
 		// score older than the liveness) the processes that have not had a heartbeat since: the
@@ -123,15 +122,20 @@ func (l *Limiter) send(ps []pending) bool {
 	if len(ps) == 0 {
 		return true
 	}
+	epoch := l.checkedEpoch()
 	calls := make([]call, len(ps))
 	for i, p := range ps {
-		calls[i] = call{s: leaseScript, keys: l.leaseKeys(p.e), args: l.leaseArgs(p.now, p.want, p.need, p.a)}
+		calls[i] = call{s: leaseScript, keys: l.leaseKeys(p.e, epoch), args: l.leaseArgs(p.now, p.want, p.need, p.a, epoch)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	err := runAll(ctx, l.client, calls)
+	if err == nil && epoch != "" {
+		err = l.againWithoutEpoch(ctx, ps, calls)
+	}
 	cancel()
 	l.exchanges.Add(int64(len(calls)))
 	ok := true
+	cause := err
 	for i, p := range ps {
 		var r reply
 		e := err
@@ -142,6 +146,9 @@ func (l *Limiter) send(ps []pending) bool {
 			l.failed(p.e, p.a)
 			if transportFailure(e) {
 				ok = false
+				if cause == nil {
+					cause = e // an error reply of one call: the pipeline itself went through
+				}
 			}
 		} else {
 			l.acked(p.e, p.a)
@@ -155,9 +162,35 @@ func (l *Limiter) send(ps []pending) bool {
 	}
 	if !ok {
 		l.offline.Store(true)
-		l.reportErr(fmt.Errorf("%w: exchange: %w", redisstore.ErrUnavailable, err))
+		l.reportErr(fmt.Errorf("%w: exchange: %w", redisstore.ErrUnavailable, cause))
 	}
 	return ok
+}
+
+// againWithoutEpoch sends once more, without the epoch, the calls of a pipeline that a cluster
+// node refused with CROSSSLOT (which it does before running anything), and stops checking the
+// epoch for good (see checkedEpoch). It returns the transport error of that second send.
+func (l *Limiter) againWithoutEpoch(ctx context.Context, ps []pending, calls []call) error {
+	var again []int
+	for i := range calls {
+		if crossSlot(calls[i].cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	l.epochCheck.Store(false)
+	sub := make([]call, len(again))
+	for j, i := range again {
+		p := ps[i]
+		sub[j] = call{s: leaseScript, keys: l.leaseKeys(p.e, ""), args: l.leaseArgs(p.now, p.want, p.need, p.a, "")}
+	}
+	err := runAll(ctx, l.client, sub)
+	for j, i := range again {
+		calls[i].cmd = sub[j].cmd
+	}
+	return err
 }
 
 // flush renews the leases running low and gives back unused leases of ended windows (and, with
