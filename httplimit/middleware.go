@@ -57,8 +57,9 @@ type Limit struct {
 // (Limiter, then Limits) for that many units, and then:
 //   - every limit admitted: sets RateLimit-Policy and RateLimit and calls the next handler;
 //   - one refused: gives back what the others counted, sets those fields and Retry-After (the
-//     longest wait of the refusing limit and of the limits not asked that would refuse too, as
-//     far as their Limiter can report it without counting), and calls OnLimited (429 by default);
+//     longest wait of the refusing limit and of the limits not asked that have no unit left, as
+//     far as their Limiter can report it without counting: a limit with a unit left but fewer
+//     than the request's cost does not lengthen it), and calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others.

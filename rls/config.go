@@ -513,7 +513,13 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	if rl.policyID == "" {
 		rl.policyID = "sliding-counter"
 	}
-	pol, err := buildPolicy(rl.policyID, max(rl.perUnit, 1), rl.window)
+	// requests_per_unit 0 refuses everything and builds no limiter: only the policy's name is
+	// checked, with a rate every policy accepts (a bucket's refill must be whole per second).
+	perUnit, window := rl.perUnit, rl.window
+	if perUnit == 0 {
+		perUnit, window = 1, time.Second
+	}
+	pol, err := buildPolicy(rl.policyID, perUnit, window)
 	if err != nil {
 		return nil, p.errf(f["policy"], "%s: %v", what, err)
 	}

@@ -93,3 +93,17 @@ func TestLoadConfigDirectory(t *testing.T) {
 	require.Equal(t, []string{"alpha", "beta"}, cfg.Domains())
 	require.Equal(t, []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml")}, cfg.Files())
 }
+
+// requests_per_unit 0 refuses every request whatever the policy and unit: a bucket's refill rule
+// (whole per second) does not apply to a limit that builds no bucket.
+func TestZeroPerUnitLoadsForEveryPolicy(t *testing.T) {
+	for _, pol := range []string{"sliding-counter", "fixed-window", "token-bucket", "gcra", "leaky-bucket"} {
+		for _, unit := range []string{"second", "minute", "hour", "day"} {
+			src := "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: " + unit + "\n      requests_per_unit: 0\n      policy: " + pol + "\n"
+			_, err := rls.ParseConfig("f.yaml", []byte(src))
+			require.NoError(t, err, "%s per %s", pol, unit)
+		}
+	}
+	_, err := rls.ParseConfig("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 0\n      policy: no-such\n"))
+	require.ErrorContains(t, err, "no-such", "an unknown policy with requests_per_unit 0")
+}

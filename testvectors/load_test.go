@@ -21,6 +21,9 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 	}{
 		{"bad JSON", `{"policy": "rate-limiter/gcra",`, []string{"f.json", "bad JSON at line 1"}},
 		{"not an object", `[1, 2]`, []string{"bad JSON", "value is a JSON array, want an object"}},
+		{"args an object", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1, "burst": 1},
+			"steps": [{"call": "allow", "args": {"x": 1}, "expect": true}]}]}`,
+			[]string{`case 0 "g": step 0: bad JSON at line 1 column 28 of the step: args is a JSON object, want an array`}}, // just past the brace at column 27
 		{"missing policy", `{"version": 1, "cases": []}`, []string{`missing "policy"`}},
 		{"policy without prefix", `{"policy": "gcra", "version": 1, "cases": []}`, []string{`policy "gcra" does not start with "rate-limiter/"`}},
 		{"unknown policy id", `{"policy": "rate-limiter/sliding-window", "version": 1, "cases": []}`, []string{`unknown policy id "sliding-window"`}},

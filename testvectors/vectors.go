@@ -1,5 +1,5 @@
 // Package testvectors reads, writes and runs vector files in the policy registry's format
-// (docs/testing.md, "Vector files"): per policy, a list of cases, each a fresh limiter with integer
+// (docs/testing.md, "Conformance vectors"): per policy, a list of cases, each a fresh limiter with integer
 // parameters and a list of calls with their expected results.
 //
 // Load and Parse check a file completely before anything runs, and name the case and step of
@@ -170,7 +170,7 @@ type rawStep struct {
 func Parse(name string, data []byte) (*File, error) {
 	var rf rawFile
 	if err := json.Unmarshal(data, &rf); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, describeJSONError(data, err))
+		return nil, fmt.Errorf("%s: %s", name, describeJSONError(data, err, ""))
 	}
 	if rf.Policy == nil {
 		return nil, fmt.Errorf("%s: missing \"policy\"", name)
@@ -203,7 +203,7 @@ func Parse(name string, data []byte) (*File, error) {
 func parseCase(raw json.RawMessage) (Case, error) {
 	var rc rawCase
 	if err := json.Unmarshal(raw, &rc); err != nil {
-		return Case{}, errors.New(describeJSONError(raw, err))
+		return Case{}, errors.New(describeJSONError(raw, err, " of the case"))
 	}
 	c := Case{Name: rc.Name, Seed: 1, Params: make(map[string]int64, len(rc.Params)), Steps: make([]Step, len(rc.Steps))}
 	if rc.Params == nil {
@@ -239,7 +239,7 @@ func parseCase(raw json.RawMessage) (Case, error) {
 func parseStep(raw json.RawMessage) (Step, error) {
 	var rs rawStep
 	if err := json.Unmarshal(raw, &rs); err != nil {
-		return Step{}, errors.New(describeJSONError(raw, err))
+		return Step{}, errors.New(describeJSONError(raw, err, " of the step"))
 	}
 	if rs.Call == nil {
 		return Step{}, errors.New("missing \"call\"")
@@ -282,21 +282,22 @@ func parseInt(raw json.RawMessage) (int64, error) {
 }
 
 // describeJSONError turns a decoding error into text with a line and column where it has an
-// offset.
-func describeJSONError(data []byte, err error) string {
+// offset, counted from the start of data: the file, or (within says so) one case's or step's
+// object, which the error's prefix names.
+func describeJSONError(data []byte, err error, within string) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		line, col := position(data, syn.Offset)
-		return fmt.Sprintf("bad JSON at line %d column %d: %v", line, col, syn)
+		return fmt.Sprintf("bad JSON at line %d column %d%s: %v", line, col, within, syn)
 	case errors.As(err, &typ):
 		line, col := position(data, typ.Offset)
 		field := typ.Field
 		if field == "" {
 			field = "value"
 		}
-		return fmt.Sprintf("bad JSON at line %d column %d: %s is a JSON %s, want %s", line, col, field, typ.Value, kindName(typ.Type))
+		return fmt.Sprintf("bad JSON at line %d column %d%s: %s is a JSON %s, want %s", line, col, within, field, typ.Value, kindName(typ.Type))
 	}
 	return "bad JSON: " + err.Error()
 }
