@@ -400,10 +400,12 @@ func everyKey(err error, cluster bool) string {
 	return ""
 }
 
-// deniedInScript reports whether msg is how Redis 7.0 and 7.1 refuse a command or key that the
-// user may not use when a script calls it: an ERR reply, where later versions answer NOPERM.
+// deniedInScript reports whether msg is how a server refuses, with an ERR reply rather than
+// NOPERM, a command or key that the user may not use when a script calls it: Redis 7.0 and 7.1
+// ("The user executing the script can't …") and Valkey ("ACL failure in script: …").
 func deniedInScript(msg string) bool {
-	return strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "The user executing the script can't")
+	return strings.HasPrefix(msg, "ERR ") &&
+		(strings.Contains(msg, "The user executing the script can't") || strings.Contains(msg, "ACL failure in script"))
 }
 
 // serverAnswered reports whether err is an error reply about this call alone, as opposed to a
