@@ -7,7 +7,7 @@ import (
 )
 
 // batchChunk is how many keys a batch hashes and prefetches before it decides them: a shard.Run's
-// worth. 8 and 32 measured the same (bench/README.md, "Batches, inserts and key floods").
+// worth (see shard.RunLen for why 32; bench/README.md, "Runs of 32 keys").
 const batchChunk = shard.RunLen
 
 // AllowBatch decides n units for each of keys[i], writing whether it was admitted to out[i]. It
@@ -17,8 +17,8 @@ const batchChunk = shard.RunLen
 // batch are decided one after the other, not atomically as a group, so other goroutines'
 // decisions for the same keys may fall between them.
 //
-// It decides in runs of 16 keys, each run at one reading of the clock (a run takes about a
-// microsecond, and the clock counts milliseconds), and checks Close once per run: a batch that
+// It decides in runs of 32 keys, each run at one reading of the clock (a run takes about a
+// microsecond or two, and the clock counts milliseconds), and checks Close once per run: a batch that
 // Close interrupts may decide the rest of its current run after Close has returned, as an Allow
 // call that Close interrupts may.
 //
