@@ -225,7 +225,10 @@ func parseDomain(file string, data []byte) (*domain, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, &ConfigError{File: file, Reason: "empty file: want a map with domain and descriptors"}
 	}
-	root := doc.Content[0]
+	root, err := expand(p, doc.Content[0])
+	if err != nil {
+		return nil, err
+	}
 	fields, err := p.fields(root, "the file", "domain", "descriptors")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,100 @@
+package rls_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+)
+
+// A config that shares its limits through anchors, aliases and merge keys decides as the same
+// config written out in full, as envoyproxy/ratelimit's YAML decoding would load it.
+func TestAliasesLoadAsWrittenOut(t *testing.T) {
+	shared := `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: &strict {unit: second, requests_per_unit: 2}
+  - &base
+    key: plan
+    value: base
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - <<: *base
+    value: free
+  - <<: [*base]
+    value: paid
+    rate_limit: {unit: second, requests_per_unit: 3}   # overrides the merged one
+  - key: nested
+    descriptors: &kids
+      - key: leaf
+        rate_limit: *strict
+  - key: nested2
+    descriptors: *kids
+`
+	full := `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: plan
+    value: base
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: plan
+    value: free
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: plan
+    value: paid
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: nested
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: nested2
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: second, requests_per_unit: 2}
+`
+	a, b := serve(t, parse(t, shared)), serve(t, parse(t, full))
+	reqs := [][]string{
+		{"a", "x"}, {"plan", "base"}, {"plan", "free"}, {"plan", "paid"},
+		{"nested", "n", "leaf", "l"}, {"nested2", "n", "leaf", "l"},
+	}
+	admitted := 0
+	for range 4 {
+		for _, r := range reqs {
+			got, want := outcome(a.call(t, "d", 0, desc(r...))), outcome(b.call(t, "d", 0, desc(r...)))
+			require.Equal(t, want, got, "request %v", r)
+			if got[0] == ok {
+				admitted++
+			}
+		}
+	}
+	// 2 + 1 + 1 + 3 + 2 + 2 of the 24 requests: the limits apply, each with its own count.
+	require.Equal(t, 11, admitted)
+}
+
+// Aliases that loop or multiply past any real config's size are refused with the line, not
+// followed until the process runs out of stack or memory.
+func TestAliasesBounded(t *testing.T) {
+	_, err := rls.ParseConfig("loop.yaml", []byte("domain: d\ndescriptors: &l\n  - key: a\n    descriptors: *l\n"))
+	require.EqualError(t, err, "loop.yaml: line 4: alias *l refers to a node that contains it")
+
+	var laughs strings.Builder
+	laughs.WriteString("domain: d\nl0: &l0 [x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 9; i++ {
+		laughs.WriteString("l" + string(rune('0'+i)) + ": &l" + string(rune('0'+i)) + " [")
+		for j := range 8 {
+			if j > 0 {
+				laughs.WriteString(", ")
+			}
+			laughs.WriteString("*l" + string(rune('0'+i-1)))
+		}
+		laughs.WriteString("]\n")
+	}
+	_, err = rls.ParseConfig("laughs.yaml", []byte(laughs.String()))
+	require.ErrorContains(t, err, "aliases expand the file to more than 1048576 YAML nodes")
+
+	_, err = rls.ParseConfig("merge.yaml", []byte("domain: d\ndescriptors:\n  - <<: [a, b]\n    key: k\n"))
+	require.EqualError(t, err, `merge.yaml: line 3: the merge key << is given the str "a", want a map or a list of maps`)
+}
