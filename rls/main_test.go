@@ -67,7 +67,14 @@ func (s *syncBuffer) String() string {
 // choose another backend) and connects a client to it. Everything stops at the test's end.
 func serve(t *testing.T, cfg *rls.Config, opts ...rls.Option) *served {
 	t.Helper()
-	s := &served{clk: clock.NewManual(t0), log: &syncBuffer{}}
+	return serveFrom(t, t0, cfg, opts...)
+}
+
+// serveFrom is serve with the manual clock at start (Unix milliseconds): the RateLimit header's
+// reset times are counted from the wall clock, so a test of them starts the clock at now.
+func serveFrom(t *testing.T, start int64, cfg *rls.Config, opts ...rls.Option) *served {
+	t.Helper()
+	s := &served{clk: clock.NewManual(start), log: &syncBuffer{}}
 	all := append([]rls.Option{rls.WithBackend(rls.EngineBackend(engine.WithClock(s.clk))), rls.WithLogger(log.New(s.log, "", 0))}, opts...)
 	srv, err := rls.NewServer(cfg, all...)
 	require.NoError(t, err)

@@ -623,11 +623,13 @@ func escapeTo(b *strings.Builder, s string) {
 }
 
 // headersFor formats the draft-10 RateLimit-Policy and RateLimit fields, one list item per
-// limited descriptor, named by its rate limit's name or its config path.
+// enforced descriptor, named by its rate limit's name or its config path. A descriptor in shadow
+// mode has no item: the client is told only of the limits that can refuse it, so that a limit
+// being tried out does not make clients back off.
 func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	var pol, cur []string
 	for _, c := range checks {
-		if c.live.pol == nil {
+		if c.live.pol == nil || c.node.shadow {
 			continue
 		}
 		name := c.node.limit.name
@@ -649,6 +651,11 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		t := d.RetryAfter
 		if d.Allowed || t == 0 {
 			t = max(d.ResetAt.Sub(now), 0)
+		}
+		if c.refunded > 0 && remaining >= d.Limit {
+			// Given back whole: nothing is used, so nothing is waiting to reset. A partial
+			// refund keeps the decision's reset time, the latest the quota can be whole again.
+			t = 0
 		}
 		cur = append(cur, item+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10))
 	}

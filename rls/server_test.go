@@ -257,6 +257,30 @@ func TestHeaders(t *testing.T) {
 	}
 	require.Equal(t, `"per_ip";q=3;w=1, "ten_seconds";q=2;w=10`, h["RateLimit-Policy"])
 	require.Regexp(t, `^"per_ip";r=2;t=\d+, "ten_seconds";r=1;t=\d+$`, h["RateLimit"])
+	// A descriptor in shadow mode has no item, over its limit or not; alone, it has no headers.
+	for range 2 {
+		r = s.call(t, "basic", 0, desc("shadow", "h"), desc("ten_seconds", "s"))
+	}
+	h = map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	require.Equal(t, `"ten_seconds";q=2;w=10`, h["RateLimit-Policy"])
+	require.Regexp(t, `^"ten_seconds";r=0;t=\d+$`, h["RateLimit"])
+	require.Empty(t, s.call(t, "basic", 0, desc("shadow", "h")).GetResponseHeadersToAdd())
+	// A refused request gives back what its other descriptors took: a limit left whole has
+	// nothing to wait for, and one still partly used keeps its reset time.
+	s = serveFrom(t, time.Now().UnixMilli(), loadGood(t), rls.WithHeaders(true))
+	r = s.call(t, "basic", 0, desc("ten_seconds", "fresh"), desc("ten_seconds", "used"), desc("blocked", "b"))
+	require.Equal(t, over, outcome(r)[0])
+	s.call(t, "basic", 0, desc("ten_seconds", "used"))
+	r = s.call(t, "basic", 0, desc("ten_seconds", "fresh"), desc("ten_seconds", "used"), desc("blocked", "b"))
+	h = map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	// The sliding counter's reset time depends on where now falls in its 10s window.
+	require.Regexp(t, `^"ten_seconds";r=2;t=0, "ten_seconds";r=1;t=([1-9]|1[0-9]|20)$`, h["RateLimit"])
 	// Without the option, no headers.
 	plain := serve(t, loadGood(t))
 	require.Empty(t, plain.call(t, "basic", 0, desc("remote_address", "10.0.0.9")).GetResponseHeadersToAdd())
