@@ -46,6 +46,12 @@ func TestClientIPAddr(t *testing.T) {
 		{"Forwarded comma inside quotes", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=203.0.113.5;host="a,b"`}}, "203.0.113.5"},
 		{"Forwarded unknown stops at proxy", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=unknown, for=10.2.2.2"}}, "10.2.2.2"},
 		{"Forwarded element without for", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=203.0.113.5, proto=https"}}, "10.0.0.1"},
+		// A client's unbalanced quote, on the line a proxy appended its element to, cannot take
+		// in that element: the client does not choose its key, nor take the proxy's.
+		{"Forwarded open quote before the proxy's element", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=9.9.9.9;x=", for=203.0.113.5`}}, "203.0.113.5"},
+		{"Forwarded open quote in for", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for="9.9.9.9, for=203.0.113.5`}}, "203.0.113.5"},
+		{"Forwarded escaped quote", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=203.0.113.5;x="a\", b", for=10.2.2.2`}}, "203.0.113.5"},
+		{"Forwarded escaped backslash", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=6.6.6.6;x="a\\", for=203.0.113.5`}}, "203.0.113.5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)

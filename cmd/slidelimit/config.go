@@ -223,7 +223,9 @@ func (r *ruleSpec) matches(method, path string) bool {
 	if r.methods != nil {
 		ok := false
 		for _, m := range r.methods {
-			if m == method {
+			// In any case: frameworks that upper-case the method (WSGI's REQUEST_METHOD) serve
+			// "post" as POST, so a rule for POST must limit it too.
+			if strings.EqualFold(m, method) {
 				ok = true
 				break
 			}

@@ -476,8 +476,9 @@ func TestProxySecondSignalCutsOff(t *testing.T) {
 	failed := up.inFlight(t, p)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
-	terminateCuttingOff(t, p, "1h0m0s")
+	terminateCuttingOff(t, p, "")
 	assert.Contains(t, p.stderr(), "a second stop signal")
+	assert.NotContains(t, p.stderr(), "after -shutdown-timeout", "the timeout was never reached")
 	assert.Error(t, <-failed, "the request in flight was cut off")
 }
 
@@ -758,8 +759,8 @@ func TestProxyWarnsBatchedLimits(t *testing.T) {
 }
 
 // terminateCuttingOff sends p SIGTERM and checks that it exits 0, warning that what was still in
-// flight after -shutdown-timeout (timeout, as the flag was given) was cut off, with no ERROR line:
-// a request cut off at shutdown is not an error of the proxy's.
+// flight after -shutdown-timeout (timeout, as the flag was given; "" for a second signal) was cut
+// off, with no ERROR line: a request cut off at shutdown is not an error of the proxy's.
 func terminateCuttingOff(t *testing.T, p *proc, timeout string) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
@@ -769,6 +770,24 @@ func terminateCuttingOff(t *testing.T, p *proc, timeout string) {
 		t.Fatalf("the proxy did not exit after SIGTERM:\n%s", p.stderr())
 	}
 	assert.NoError(t, p.err, "exit status:\n%s", p.stderr())
-	assert.Contains(t, p.stderr(), `level=WARN msg="requests still in flight after -shutdown-timeout `+timeout+` were cut off"`)
+	want := `level=WARN msg="requests still in flight after -shutdown-timeout ` + timeout + ` were cut off"`
+	if timeout == "" {
+		want = `level=WARN msg="requests still in flight at the second stop signal were cut off"`
+	}
+	assert.Contains(t, p.stderr(), want)
 	assert.NotContains(t, p.stderr(), "level=ERROR")
+}
+
+// With limits that cannot give units back (the sliding log), a limit that was not asked is still
+// listed in RateLimit, and lengthens Retry-After when it is used up for longer: a client that
+// waited only for the refusing limit would be refused again.
+func TestProxySlidingLogListsLimitsNotAsked(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-policy", "sliding-log", "-rate", "2/1s", "-rate", "2/1h")
+	c := newClient(t, true)
+	assert.Equal(t, []int{200, 200}, []int{do(t, c, p.url("/"), nil).status, do(t, c, p.url("/"), nil).status})
+	r := do(t, c, p.url("/"), nil)
+	assert.Equal(t, 429, r.status)
+	assert.Regexp(t, `^"default-1s";r=0;t=1, "default-1h";r=0;t=(359[0-9]|3600)$`, r.rateLimit)
+	assert.Regexp(t, `^(359[0-9]|3600)$`, r.retryAfter, "the longest wait: the hour's")
 }

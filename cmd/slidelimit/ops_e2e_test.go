@@ -113,6 +113,12 @@ func TestProxyForwardedHeaderMode(t *testing.T) {
 	assert.Equal(t, `for="[2001:db8::1]";proto=https, for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
 	assert.Equal(t, 429, fwd(`for="[2001:db8::2]"`), "the same /64")
 	assert.Equal(t, 200, fwd(`for=203.0.113.7`))
+	// A quote the inbound value leaves open is closed before this hop's element, so that an
+	// upstream reading the line from the left still finds that element whole.
+	assert.Equal(t, 200, fwd(`for=198.51.100.1;x="`))
+	assert.Equal(t, `for=198.51.100.1;x="", for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
+	assert.Equal(t, 200, fwd(`for=198.51.100.2;x="a\`))
+	assert.Equal(t, `for=198.51.100.2;x="a\\", for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
 }
 
 // SIGHUP never stops the proxy: without -config it says there is nothing to reload, and a
@@ -550,4 +556,66 @@ func TestProxyUpstreamErrorsInTheLogFormat(t *testing.T) {
 			assert.Equal(t, "ERROR", m["level"])
 		}
 	}
+}
+
+// A reload that gives a rule a second rate, or takes it away, renames the rule's first limit in
+// the fields ("api" becomes "api-1h") but keeps its counts: the exhausted client stays refused.
+func TestProxyReloadKeepsCountsAcrossRenames(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := func(rates string) string {
+		return "rules:\n  - name: api\n    paths: [/api/]\n    rates: [" + rates + "]\n"
+	}
+	writeFile(t, cfg, rule("3/1h, 100/1d"))
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0")
+	c := newClient(t, true)
+	get := func() resp { return do(t, c, p.url("/api/x"), nil) }
+	assert.Equal(t, []int{200, 200, 200, 429}, []int{get().status, get().status, get().status, get().status})
+	reloads := 0
+	for _, rates := range []string{"3/1h", "3/1h, 200/1d"} {
+		writeFile(t, cfg, rule(rates))
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+		reloads++
+		waitFor(t, func() bool { return strings.Count(p.stderr(), "config reloaded") == reloads })
+		r := get()
+		assert.Equal(t, 429, r.status, "rates %s: the 1h limit kept its count", rates)
+		assert.Contains(t, r.rateLimit, "r=0", "rates %s", rates)
+	}
+	assert.Equal(t, `"api-1h";q=3;w=3600, "api-1d";q=200;w=86400`, get().policy, "the fields use the new names")
+}
+
+// A request waiting for its turn under -max-delay when a reload retires its limiter is still
+// decided by that limiter, not forwarded uncounted: the retired limiter is closed only after
+// -shutdown-timeout plus -max-delay.
+func TestProxyRetiredLimiterOutlivesWaiters(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := func(rates string) string {
+		return "rules:\n  - name: api\n    paths: [/api/]\n    rates: [" + rates + "]\n    policy: sliding-log\n"
+	}
+	writeFile(t, cfg, rule("1/2s"))
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "3s", "-shutdown-timeout", "500ms", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	assert.Equal(t, 200, do(t, c, p.url("/api/x"), nil).status)
+	waited := make(chan resp, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, p.url("/api/x"), nil)
+		res, err := c.Do(req)
+		if err != nil {
+			waited <- resp{status: -1, body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		waited <- resp{status: res.StatusCode, rateLimit: res.Header.Get("RateLimit")}
+	}()
+	time.Sleep(200 * time.Millisecond) // the second request is waiting for its turn
+	writeFile(t, cfg, rule("5/2s"))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+	r := <-waited
+	assert.Equal(t, 200, r.status, r.body)
+	assert.Equal(t, `"api";r=0;t=2`, r.rateLimit, "decided by the retired limiter, which was still open")
+	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+	assert.Contains(t, m, "slidelimit_limiter_errors_total 0")
+	assert.Contains(t, m, `slidelimit_decisions_total{decision="allowed",reason="ok",rule="api"} 2`)
 }

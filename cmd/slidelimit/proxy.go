@@ -820,9 +820,10 @@ func (px *proxy) apply(spec *configSpec) error {
 	px.m.lastReload.SetToCurrentTime()
 	if len(retire) > 0 {
 		// Requests already past the router may still ask the old limiters: close them after
-		// the longest such a request is given at shutdown (or when the proxy closes).
+		// the longest such a request is given at shutdown, plus the longest it may wait for its
+		// turn under -max-delay before it asks (or when the proxy closes).
 		px.retiring = append(px.retiring, retire...)
-		time.AfterFunc(px.c.shutdownTimeout, func() {
+		time.AfterFunc(px.c.shutdownTimeout+px.c.maxDelay, func() {
 			for _, b := range retire {
 				b.close()
 			}
@@ -892,8 +893,16 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	if several {
 		storeName += "-" + r.label()
 	}
-	sig := fmt.Sprintf("%s|%s|%#v|%#v|%d", name, storeName, p, local, k)
+	// What identifies a limit's counts: in process, the rule and the policy; on Redis, the keys'
+	// name too. The name in the fields is left out, so that a rule given a second rate (which
+	// renames its first limit "rule-1m") keeps the first one's counts.
+	id := rs.name
+	if px.redis != nil {
+		id = storeName
+	}
+	sig := fmt.Sprintf("%s|%#v|%#v|%d", id, p, local, k)
 	if b := px.built[sig]; b != nil {
+		b.quota.Name = name // read only by the handlers built under px.mu, each into its own copy
 		return b, nil
 	}
 	var opts []engine.Option
@@ -914,9 +923,9 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 		}
 		b.eng, sc.lim, sc.eng = eng, eng.AsLimiter(), eng
 		if canRefund(p) {
-			b.lim, b.refunds = refundable{sc}, true
+			b.lim, b.refunds = refundable{peekable{sc}}, true
 		} else {
-			b.lim = sc
+			b.lim = peekable{sc}
 		}
 		return b, nil
 	}
@@ -1028,7 +1037,9 @@ type infoKey struct{}
 // ruleHandler is the limited reverse proxy of one rule, with its metrics and access log.
 func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 	c := px.c
-	mode := httplimit.FailOpen
+	// In process the only error is a closed limiter's, whose Decision (ReasonClosed) FailLocal
+	// answers 503, as the README says; FailOpen would forward the request uncounted.
+	mode := httplimit.FailLocal
 	if px.redis != nil {
 		mode, _ = slidelimit.ParseFailureMode(c.onRedisError)
 	}
@@ -1351,11 +1362,39 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 		proto = "https"
 	}
 	elem := "for=" + forwardedNode(peer) + ";host=" + strconv.Quote(in.Host) + ";proto=" + proto
-	if trusted && len(in.Header["Forwarded"]) > 0 {
-		out["Forwarded"] = []string{strings.Join(in.Header["Forwarded"], ", ") + ", " + elem}
+	if fs := in.Header["Forwarded"]; trusted && len(fs) > 0 {
+		kept := make([]string, len(fs))
+		for i, f := range fs {
+			kept[i] = closeQuotes(f)
+		}
+		out["Forwarded"] = []string{strings.Join(kept, ", ") + ", " + elem}
 	} else {
 		out["Forwarded"] = []string{elem}
 	}
+}
+
+// closeQuotes ends a quoted string that a Forwarded field value leaves open, as a client can
+// write one: joined with the next element on one line, the open quote would take this proxy's
+// element in for any upstream that reads the line from the left.
+func closeQuotes(v string) string {
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '\\':
+			if quoted {
+				if i == len(v)-1 {
+					return v + `\"` // the escape takes a backslash; the quote then closes
+				}
+				i++
+			}
+		case '"':
+			quoted = !quoted
+		}
+	}
+	if quoted {
+		return v + `"`
+	}
+	return v
 }
 
 // forwardedNode writes a as an RFC 7239 node: IPv6 in brackets and quotes.
@@ -1510,9 +1549,11 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	logger.Info(fmt.Sprintf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
+	var signalled atomic.Bool // the second signal, not the timeout, ended the wait
 	go func() {
 		select {
 		case <-again:
+			signalled.Store(true)
 			logger.Info("a second stop signal: cutting off what is in flight")
 			cancel()
 		case <-sctx.Done():
@@ -1542,7 +1583,11 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		for _, s := range servers {
 			s.Close()
 		}
-		logger.Warn(fmt.Sprintf("requests still in flight after -shutdown-timeout %v were cut off", c.shutdownTimeout))
+		if signalled.Load() {
+			logger.Warn("requests still in flight at the second stop signal were cut off")
+		} else {
+			logger.Warn(fmt.Sprintf("requests still in flight after -shutdown-timeout %v were cut off", c.shutdownTimeout))
+		}
 	}
 	logger.Info("stopped")
 	return nil

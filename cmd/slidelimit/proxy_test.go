@@ -265,6 +265,8 @@ func TestParseConfigErrors(t *testing.T) {
 	assert.True(t, spec.rules[0].matches("POST", "/x/y"))
 	assert.True(t, spec.rules[0].matches("POST", "/xy"), "a plain string prefix, as the README says, not a whole segment")
 	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
+	assert.True(t, spec.rules[0].matches("post", "/x/y"), "a method in any case, as servers that upper-case it see it")
+	assert.True(t, spec.rules[0].matches("Post", "/x/y"))
 	assert.False(t, spec.rules[0].matches("POST", "/y"))
 	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
 }

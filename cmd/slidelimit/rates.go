@@ -274,8 +274,13 @@ func (s *scaled) Take(ctx context.Context, key string, n int64) (slidelimit.Deci
 	return d, err
 }
 
+// peekable adds the Peek method through which httplimit lists, in RateLimit and Retry-After, an
+// in-process limit that was not asked. The engine peeks for every policy, the sliding log's
+// included, though it cannot give units back.
+type peekable struct{ *scaled }
+
 // refundable adds the Refund method httplimit gives units back through.
-type refundable struct{ *scaled }
+type refundable struct{ peekable }
 
 func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
 	if n <= 0 || n > math.MaxInt64/s.k {
@@ -285,7 +290,7 @@ func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.
 }
 
 // Peek shows the limit as it stands for key, counting nothing, in whole requests.
-func (s refundable) Peek(key string) slidelimit.Decision {
+func (s peekable) Peek(key string) slidelimit.Decision {
 	d := s.eng.Peek(key)
 	d.Limit /= s.k
 	d.Remaining /= s.k
