@@ -88,9 +88,21 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		}
 		return newSentinelClient(s + sentinelQuery(q))
 	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("redisstore: Redis URL %q: port %q is not in [1, 65535]", RedactURL(rawURL), p)
+		}
+	}
+	if db := strings.Trim(u.Path, "/"); scheme != "unix" && strings.HasPrefix(db, "-") {
+		// go-redis reads a negative database as 0, so the URL's own number would be ignored.
+		return nil, fmt.Errorf("redisstore: Redis URL %q: database %q is negative", RedactURL(rawURL), db)
+	}
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+	}
+	if o.DB < 0 {
+		return nil, fmt.Errorf("redisstore: Redis URL %q: database %d is negative", RedactURL(rawURL), o.DB)
 	}
 	if err := checkPool(o); err != nil {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)

@@ -200,6 +200,27 @@ func TestNewClientForms(t *testing.T) {
 
 // TestNewClientRefusesBadPoolSizes: pool sizes go-redis would panic on are an error naming the
 // option, in every URL form, and no option makes NewClient panic.
+// A port outside [1, 65535] or a negative database is refused with the URL, as the sentinel form
+// refuses them, rather than dialled or read as database 0.
+func TestNewClientRefusesBadPortsAndDatabases(t *testing.T) {
+	for u, want := range map[string]string{
+		"redis://127.0.0.1:99999":   `port "99999" is not in [1, 65535]`,
+		"redis://127.0.0.1:0":       `port "0" is not in [1, 65535]`,
+		"rediss://127.0.0.1:70000/": `port "70000" is not in [1, 65535]`,
+		"redis://127.0.0.1:6379/-1": `database "-1" is negative`,
+	} {
+		c, err := NewClient(u)
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("NewClient(%q) succeeded; want an error", u)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("NewClient(%q) = %v; want it to say %s", u, err, want)
+		}
+	}
+}
+
 func TestNewClientRefusesBadPoolSizes(t *testing.T) {
 	for _, u := range []string{
 		"redis://127.0.0.1:1?pool_size=-1",

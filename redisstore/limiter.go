@@ -130,8 +130,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // ReasonCostAboveLimit (also when Redis does not decide, in every failure mode). A nil ctx is
 // taken as context.Background().
 //
-// The call to Redis is bounded by ctx and by the limiter's timeout, whichever ends first, and is
-// never retried. When Redis does not decide (timeout, connection error, error reply, or the
+// The call to Redis is bounded by ctx's deadline and by the limiter's timeout, whichever comes
+// first, and is never retried. A ctx cancelled without a deadline does not cut a call already
+// sent short (go-redis sets only deadlines on the socket): that call ends at the timeout. When Redis does not decide (timeout, connection error, error reply, or the
 // breaker is open), Take returns the failure choice's Decision together with an error wrapping
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
 // with it. A key refused recently is decided from the local deny cache with no round trip.
@@ -396,6 +397,9 @@ func everyKey(err error, cluster bool) string {
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
 	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
 		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
+	case strings.HasPrefix(rerr.Error(), "ERR DB index is out of range"):
+		// The SELECT of a new connection: every connection fails it, and each call would dial.
+		return "the server has no database of the number the client selects (the URL's /N or db=N): it has 16 unless its config says otherwise"
 	}
 	return ""
 }

@@ -108,6 +108,31 @@ func TestWrongPasswordOpensBreaker(t *testing.T) {
 	}
 }
 
+// A database the server does not have fails the SELECT of every new connection: an error every
+// key gets, so the breaker opens at once instead of each call dialling again.
+func TestMissingDatabaseOpensBreaker(t *testing.T) {
+	srv, err := redistest.Start("--databases", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+	defer admin.Close()
+	missing := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 9, DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer missing.Close()
+	var log errLog
+	l, err := New(missing, "db", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := connectionsReceived(t, admin)
+	misconfigured(t, l, &log, "DB index is out of range")
+	if conns := connectionsReceived(t, admin) - before; conns > 3 {
+		t.Fatalf("200 calls selecting a missing database opened %d connections, want at most 3", conns)
+	}
+}
+
 func TestNoPermissionOpensBreaker(t *testing.T) {
 	l, log := aclLimiter(t, "noscripts", "-evalsha", "-eval")
 	misconfigured(t, l, log, "NOPERM")

@@ -77,6 +77,11 @@ type Limiter struct {
 	syncMu     sync.Mutex
 	epoch      string
 	lastForget int64
+	// lossGen counts the data losses seen; redeclare says the last one's re-declaration has not
+	// been acknowledged for every key yet, so the next exchange sends it again (each entry's
+	// declared says which loss it has re-declared for, so that none is declared twice).
+	lossGen   uint64
+	redeclare bool
 
 	leases, returns, charges, offlineDecisions, exchanges, failures, refusedLocally *xsync.Counter
 }
@@ -92,8 +97,9 @@ type entry struct {
 	key  string
 	rkey string
 
-	mu   keyLock // serializes everything below, and every exchange for this key
-	dead bool    // forgotten: removed from the table, to be looked up again
+	mu       keyLock // serializes everything below, and every exchange for this key
+	dead     bool    // forgotten: removed from the table, to be looked up again
+	declared uint64  // the data loss (Limiter.lossGen) this key has re-declared its counts for
 	// rec[0] is the window of the cell, rec[1] the one before.
 	rec [2]winRec
 	// Rate tracking: units used up to markWin/mark at the last exchange, at time lastAt.
@@ -283,9 +289,10 @@ func (l *Limiter) Allow(key string) bool {
 // n is refused with ReasonNegativeCost and a cost above the limit with ReasonCostAboveLimit.
 //
 // With quota leased for key's current window, Take decides in process without allocating.
-// Otherwise it leases with one script call bounded by ctx and the limiter's timeout; concurrent
-// callers for the same key wait for that one call (or for an exchange's pipeline that holds the
-// key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
+// Otherwise it leases with one script call bounded by ctx's deadline and the limiter's timeout (a
+// ctx cancelled without a deadline does not cut the call short: it ends at the timeout, as in
+// redisstore); concurrent callers for the same key wait for that one call (or for an exchange's
+// pipeline that holds the key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
 // the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. A
 // request that a refusal Redis gave earlier in the window still answers is refused in process,
 // with no round trip and without waiting for the key's lock, except where the lock's holder may
@@ -754,6 +761,7 @@ type adj struct {
 	ret   [2]int64 // the part of delta that returns unused units
 	off   [2]int64 // off counts the charge brings Redis up to
 	lost  bool
+	gen   uint64 // with lost, the data loss it re-declares for
 }
 
 // adjustments says what e must tell Redis: the previous window's unused lease, to give back, and
@@ -761,7 +769,10 @@ type adj struct {
 // everything the process has counted in both windows instead.
 func (l *Limiter) adjustments(e *entry, lost bool) adj {
 	var a adj
-	a.lost = lost
+	if lost && e.declared == l.lossGen {
+		lost = false // re-declared already, by an earlier try that failed for other keys
+	}
+	a.lost, a.gen = lost, l.lossGen
 	for i := range e.rec {
 		r := &e.rec[i]
 		a.win[i] = r.win
@@ -793,6 +804,9 @@ func (l *Limiter) acked(e *entry, a adj) {
 		r := &e.rec[i]
 		if r.win != a.win[i] || r.win < 0 {
 			continue
+		}
+		if a.lost {
+			e.declared = a.gen
 		}
 		if a.ret[i] > 0 || a.lost {
 			r.returned = true

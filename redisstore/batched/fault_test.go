@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
@@ -365,6 +366,91 @@ func TestEmptyRestartBeforeHeartbeat(t *testing.T) {
 		t.Fatalf("%d units admitted alone by 2 processes, above their shares of 5", alone)
 	}
 	t.Logf("after the restart: %d admitted alone (ErrOffline), none silently", alone)
+}
+
+// dropPipelines lets skip pipelines through, then fails the next n before they reach the server,
+// as a connection refused would.
+type dropPipelines struct{ skip, n atomic.Int32 }
+
+func (d *dropPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (d *dropPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dropPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if d.skip.Add(-1) < 0 && d.n.Add(-1) >= 0 {
+			err := errors.New("dial tcp: connection refused (dropped by the test)")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRedeclarationRetried: after an empty restart, the heartbeat sees the new epoch once; if the
+// pipeline that re-declares the process's counts then fails, the next exchange sends it again
+// (and only once per key), rather than only the charges made offline. Without that, the emptied
+// counts stayed empty and the fleet admitted a whole limit more, with no error.
+func TestRedeclarationRetried(t *testing.T) {
+	t.Run("every pipeline failed", func(t *testing.T) { redeclareAfterFailure(t, 2, 0) })
+	// The first batch of maxBatch keys went through (two pipelines: the restarted server knew no
+	// script, so EVALSHA's NOSCRIPT was followed by EVAL), the second batch failed: the retry
+	// declares only the keys of the second.
+	t.Run("one of two batches failed", func(t *testing.T) { redeclareAfterFailure(t, maxBatch+1, 2) })
+}
+
+func redeclareAfterFailure(t *testing.T, keys int, skip int32) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := newClient(t, srv.Addr)
+	drop := &dropPipelines{}
+	c.AddHook(drop)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Hour})
+	ctx := context.Background()
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprint("k", i)
+	}
+	for _, k := range names {
+		for i := range 5 {
+			if d, err := l.Take(ctx, k, 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d within the limit: %+v, %v", k, i+1, d, err)
+			}
+		}
+	}
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	drop.skip.Store(skip)
+	drop.n.Store(1)
+	clk.Advance(50 * time.Millisecond)
+	l.step() // the heartbeat sees the new epoch; a re-declaring pipeline fails
+	clk.Advance(50 * time.Millisecond)
+	l.step()
+	clk.Advance(30 * time.Second) // past the quiet that follows a data loss
+	l.step()
+	l.step() // a second successful exchange must not declare the counts again
+	// Each key's 5 of 10 were re-declared once: 5 more each, not 10 (lost) nor 0 (declared twice).
+	wrong := map[int]int{}
+	for _, k := range names {
+		admitted := 0
+		for range 10 {
+			if d, _ := l.Take(ctx, k, 1); d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 5 {
+			wrong[admitted]++
+		}
+	}
+	if len(wrong) > 0 {
+		t.Fatalf("after the re-declaration, 10 more requests per key: keys by the number admitted, where not 5: %v (of %d keys)", wrong, keys)
+	}
 }
 
 // TestEpochCheckOnAClusterNode: a plain client on a one-node Redis Cluster (which owns every

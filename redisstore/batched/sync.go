@@ -44,10 +44,17 @@ func (l *Limiter) exchange(now int64) {
 	if !ok {
 		return
 	}
-	if wasOffline || lost {
-		if !l.reconcile(lost) {
+	if lost {
+		l.lossGen++
+		l.redeclare = true
+	}
+	if wasOffline || l.redeclare {
+		// A re-declaration that failed is sent again at the next exchange, however long Redis
+		// then stays up: the heartbeat saw the new epoch once, and will not report the loss again.
+		if !l.reconcile(l.redeclare) {
 			return
 		}
+		l.redeclare = false
 		l.offline.Store(false)
 	}
 	l.flush(now, false)
