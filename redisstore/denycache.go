@@ -26,6 +26,11 @@ type denyCache struct {
 	m         *xsync.MapOf[string, denyEntry]
 	maxKeys   int
 	lastSweep atomic.Int64
+	// gaveBack counts the refunds and resets Redis has applied. A refusal is remembered only if
+	// none was applied while its call was out: one decided on Redis before a refund of the same
+	// key would otherwise be stored after the refund forgot the key, and refuse, with no round
+	// trip, what Redis now admits.
+	gaveBack atomic.Uint64
 }
 
 const sweepGapMs = 1000
@@ -55,7 +60,11 @@ func (c *denyCache) dropIf(key string, e denyEntry) {
 	})
 }
 
-func (c *denyCache) put(key string, e denyEntry, now int64) {
+// version is read before a call whose refusal may be put: put stores it only if no refund or
+// reset was applied since.
+func (c *denyCache) version() uint64 { return c.gaveBack.Load() }
+
+func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 	if c.m.Size() >= c.maxKeys {
 		if _, ok := c.m.Load(key); !ok {
 			c.sweep(now)
@@ -64,7 +73,21 @@ func (c *denyCache) put(key string, e denyEntry, now int64) {
 			}
 		}
 	}
-	c.m.Store(key, e)
+	// Checked under the key's lock, which gaveBackTo's delete also takes: a refund counted after
+	// the check deletes the entry after it is stored.
+	c.m.Compute(key, func(old denyEntry, loaded bool) (denyEntry, bool) {
+		if c.gaveBack.Load() != v {
+			return old, !loaded // leave the key as it is
+		}
+		return e, false
+	})
+}
+
+// gaveBackTo records that Redis applied a refund or reset of key, and forgets key: a refusal put
+// by a call that was out meanwhile is then either not stored or deleted here.
+func (c *denyCache) gaveBackTo(key string) {
+	c.gaveBack.Add(1)
+	c.m.Delete(key)
 }
 
 // forget drops key's entry; the common case (no entry) takes no lock.

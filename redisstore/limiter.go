@@ -247,6 +247,10 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	if perCall > 0 {
 		args[1] = perCall
 	}
+	var version uint64
+	if l.deny != nil {
+		version = l.deny.version()
+	}
 	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, args)
 	refused, cacheable := l.algo.refusalShape(res)
 	if err == nil && !(len(res) == 5 && res[0] == 1 || refused) {
@@ -262,7 +266,7 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	if l.deny != nil {
 		switch {
 		case !r.Allowed && r.RetryAfterMs > 0 && perCall == 0 && cacheable:
-			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local)
+			l.deny.put(sub, l.denyEntryFor(res, local, r.RetryAfterMs), local, version)
 		case r.Allowed && (cost > 0 || l.algo.kind == kindDualBucket):
 			// The dual bucket spends a request even at cost 0.
 			l.deny.forget(sub)
@@ -526,6 +530,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	err := l.client.Del(cctx, l.redisKey(sub)).Err()
 	cancel()
+	if l.deny != nil {
+		l.deny.gaveBackTo(sub) // as after a refund: a refusal decided before the DEL is stale
+	}
 	l.roundTrips.Inc()
 	if err == nil {
 		return nil

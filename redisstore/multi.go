@@ -173,6 +173,12 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		a := l.algo.args(argNow, min(n, l.algo.limit+1))
 		args = append(args, a[1:]...)
 	}
+	versions := make([]uint64, len(m.ls))
+	for i, l := range m.ls {
+		if l.deny != nil {
+			versions[i] = l.deny.version()
+		}
+	}
 	res, wait, err := l0.eval(ctx, m.script, keys, args)
 	if err == nil {
 		err = m.check(res)
@@ -196,7 +202,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		cost := min(n, l.algo.limit+1)
 		pr := policy.Result{Limit: l.algo.limit, Remaining: r[1], RetryAfterMs: r[2], ResetAtMs: r[3]}
 		if _, cacheable := l.algo.refusalShape(r); l.deny != nil && pr.RetryAfterMs > 0 && cacheable {
-			l.deny.put(sub, l.denyEntryFor(r, local, pr.RetryAfterMs), local)
+			l.deny.put(sub, l.denyEntryFor(r, local, pr.RetryAfterMs), local, versions[i])
 		}
 		return l.decision(pr, cost, l.algo.limit), nil
 	}

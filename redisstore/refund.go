@@ -172,6 +172,10 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Deci
 	args := l.algo.args(now, cost)
 	args = append(args[:4], d.ResetAt.UnixMilli(), l.algo.fillMs, gcd(max(l.algo.rate, 1), 1000))
 	res, _, err := l.eval(ctx, s, []string{l.redisKey(sub)}, args)
+	if l.deny != nil {
+		// Also after an error: the script may have run even if its reply was lost.
+		l.deny.gaveBackTo(sub)
+	}
 	if err == nil && len(res) != 1 {
 		err = fmt.Errorf("%w: redisstore: refund script returned %v, want 1 value", ErrUnavailable, res)
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
@@ -88,5 +91,74 @@ func TestRefundBoundedByCounted(t *testing.T) {
 	failOpen := engine.Decision{Allowed: true, Limit: 10, Reason: engine.ReasonOK}
 	if got, err := l.Refund(ctx, "k", 1, failOpen); err != nil || got != 0 {
 		t.Fatalf("Refund of a decision that counted nothing gave back %d, %v; want 0", got, err)
+	}
+}
+
+// holdReply lets the next command armed for it run on the server, then holds its reply until
+// released: a Take decided on Redis before a refund whose reply comes back after it.
+type holdReply struct {
+	armed        atomic.Bool
+	ran, release chan struct{}
+}
+
+func (h *holdReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.armed.CompareAndSwap(true, false) {
+			close(h.ran)
+			<-h.release
+		}
+		return err
+	}
+}
+
+// TestRefusalBeforeRefundNotRemembered: a refusal Redis decided before a refund of the same key,
+// whose reply arrives after the refund, is not remembered by the deny cache; it used to be, and
+// the key was then refused with no round trip, for the refusal's whole wait, while Redis had room.
+// Reset is the same case.
+func TestRefusalBeforeRefundNotRemembered(t *testing.T) {
+	for _, giveBack := range []string{"refund", "reset"} {
+		t.Run(giveBack, func(t *testing.T) {
+			c := newClient(t, testAddr)
+			hold := &holdReply{ran: make(chan struct{}), release: make(chan struct{})}
+			c.AddHook(hold)
+			l, err := New(c, "race-"+giveBack, policy.SlidingCounter{Limit: 1, Window: time.Hour}, WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			first, err := l.Take(ctx, "k", 1)
+			if err != nil || !first.Allowed {
+				t.Fatalf("first take: %+v, %v", first, err)
+			}
+			hold.armed.Store(true)
+			refused := make(chan engine.Decision, 1)
+			go func() {
+				d, _ := l.Take(ctx, "k", 1)
+				refused <- d
+			}()
+			<-hold.ran // refused on Redis; its reply is held
+			if giveBack == "refund" {
+				if g, err := l.Refund(ctx, "k", 1, first); err != nil || g != 1 {
+					t.Fatalf("refund: %d, %v", g, err)
+				}
+			} else if err := l.Reset(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			close(hold.release)
+			if d := <-refused; d.Allowed {
+				t.Fatalf("the take decided before the %s was admitted: %+v", giveBack, d)
+			}
+			before := statsOf(l).RoundTrips
+			if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("after the %s Redis has room, but the take was refused: %+v, %v (round trips %d, was %d)",
+					giveBack, d, err, statsOf(l).RoundTrips, before)
+			}
+		})
 	}
 }
