@@ -53,53 +53,87 @@ func (e *expander) node(n *yaml.Node) (*yaml.Node, error) {
 	return n, nil // a scalar: shared, as nothing writes it
 }
 
-// mapping copies a map with its merge keys applied. A key given in the map itself wins over a
-// merged one, and an earlier map in a merge list over a later one, as YAML's merge key type
-// defines. Keys given twice in the map itself are both kept, for the parser to report.
+// mapping copies a map with its merge keys applied as envoyproxy/ratelimit's YAML library
+// (gopkg.in/yaml.v2) applies them when it decodes a config: in document order, each field, given
+// or merged, setting its value over any earlier one (a field written before a merge key is
+// overwritten by a merged one), the maps of a merge list from the last to the first (so the first
+// wins), and a map set over a map combining with it, field by field, as decoding into the struct
+// already there does (a descriptor's rate_limit). A field given twice in the map itself is kept
+// twice, for the parser to report.
 func (e *expander) mapping(n *yaml.Node) (*yaml.Node, error) {
 	c := *n
 	c.Content = nil
-	var merges []*yaml.Node
-	own := map[string]bool{}
+	at := map[string]int{} // a string key's index in c.Content
+	given := map[string]bool{}
+	set := func(k, v *yaml.Node, own bool) {
+		i, seen := at[k.Value]
+		if k.Kind != yaml.ScalarNode || !seen || own && given[k.Value] {
+			if k.Kind == yaml.ScalarNode && !seen {
+				at[k.Value] = len(c.Content)
+			}
+			c.Content = append(c.Content, k, v)
+		} else {
+			if old := c.Content[i+1]; old.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode {
+				v = combine(old, v)
+			}
+			c.Content[i+1] = v
+		}
+		if own && k.Kind == yaml.ScalarNode {
+			given[k.Value] = true
+		}
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
-			merges = append(merges, v)
+		k, err := e.node(n.Content[i])
+		if err != nil {
+			return nil, err
+		}
+		v, err := e.node(n.Content[i+1])
+		if err != nil {
+			return nil, err
+		}
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!merge" {
+			set(k, v, true)
 			continue
 		}
-		v, err := e.node(v)
-		if err != nil {
-			return nil, err
+		maps := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			maps = v.Content
 		}
-		if k.Kind == yaml.ScalarNode {
-			own[k.Value] = true
-		}
-		c.Content = append(c.Content, k, v)
-	}
-	for _, m := range merges {
-		m, err := e.node(m)
-		if err != nil {
-			return nil, err
-		}
-		maps := []*yaml.Node{m}
-		if m.Kind == yaml.SequenceNode {
-			maps = m.Content
-		}
-		for _, mm := range maps {
-			if mm.Kind != yaml.MappingNode {
-				return nil, e.p.errf(mm, "the merge key << is given %s, want a map or a list of maps", kindName(mm))
+		for _, m := range maps {
+			if m.Kind != yaml.MappingNode {
+				return nil, e.p.errf(m, "the merge key << is given %s, want a map or a list of maps", kindName(m))
 			}
-			for i := 0; i+1 < len(mm.Content); i += 2 {
-				k := mm.Content[i]
-				if k.Kind == yaml.ScalarNode {
-					if own[k.Value] {
-						continue
-					}
-					own[k.Value] = true
-				}
-				c.Content = append(c.Content, k, mm.Content[i+1])
+		}
+		for j := len(maps) - 1; j >= 0; j-- {
+			m := maps[j]
+			for i := 0; i+1 < len(m.Content); i += 2 {
+				set(m.Content[i], m.Content[i+1], false)
 			}
 		}
 	}
 	return &c, nil
+}
+
+// combine is map a with the fields of map b set over it, maps within combining in turn.
+func combine(a, b *yaml.Node) *yaml.Node {
+	c := *a
+	c.Content = append([]*yaml.Node(nil), a.Content...)
+	for i := 0; i+1 < len(b.Content); i += 2 {
+		k, v := b.Content[i], b.Content[i+1]
+		j := -1
+		for x := 0; x+1 < len(c.Content); x += 2 {
+			if ck := c.Content[x]; ck.Kind == yaml.ScalarNode && k.Kind == yaml.ScalarNode && ck.Value == k.Value {
+				j = x
+			}
+		}
+		switch {
+		case j < 0:
+			c.Content = append(c.Content, k, v)
+		case c.Content[j+1].Kind == yaml.MappingNode && v.Kind == yaml.MappingNode:
+			c.Content[j+1] = combine(c.Content[j+1], v)
+		default:
+			c.Content[j+1] = v
+		}
+	}
+	return &c
 }

@@ -98,3 +98,43 @@ func TestAliasesBounded(t *testing.T) {
 	_, err = rls.ParseConfig("merge.yaml", []byte("domain: d\ndescriptors:\n  - <<: [a, b]\n    key: k\n"))
 	require.EqualError(t, err, `merge.yaml: line 3: the merge key << is given the str "a", want a map or a list of maps`)
 }
+
+// Merge keys apply as envoyproxy/ratelimit's YAML library applies them when it decodes: in
+// document order (a field written before << is overwritten by the merged one), the first map of a
+// merge list winning, and a map set over a map combining with it field by field. An alias may
+// also stand for a field name.
+func TestMergeKeysAsEnvoyLoadsThem(t *testing.T) {
+	s := serve(t, parse(t, `
+domain: d
+descriptors:
+  - key: holder
+    metadata:                       # accepted and unused: a place for anchors
+      base: &base {key: m, rate_limit: {unit: hour, requests_per_unit: 4}}
+      x: &x {rate_limit: {unit: hour, requests_per_unit: 2}}
+      y: &y {rate_limit: {unit: hour, requests_per_unit: 3}}
+  - key: a
+    rate_limit: &rl {unit: hour, requests_per_unit: 5}
+  - key: b
+    rate_limit:
+      requests_per_unit: 10
+      <<: *rl                       # after the field: the merged 5 wins
+  - key: c                          # overwritten by the merged key: m
+    <<: *base
+    rate_limit: {requests_per_unit: 7}   # combined with the merged one: 7 an hour
+  - key: e
+    <<: [*x, *y]                    # the first map of the list wins: 2 an hour
+  - &k key: f
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - *k : g                          # an alias as a field name: key g
+    rate_limit: {unit: hour, requests_per_unit: 6}
+`))
+	for key, want := range map[string]int{"a": 5, "b": 5, "m": 7, "c": 10, "e": 2, "f": 1, "g": 6} {
+		admitted := 0
+		for range 10 {
+			if outcome(s.call(t, "d", 0, desc(key, "v")))[0] == ok {
+				admitted++
+			}
+		}
+		require.Equal(t, want, admitted, "descriptor %s: admitted of 10", key)
+	}
+}

@@ -391,6 +391,10 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		switch {
 		case n.value == "":
 			parent.byKey[n.key] = n
+		case strings.Contains(strings.TrimSuffix(n.value, "*"), "*"):
+			// envoyproxy/ratelimit reads such a value as a pattern; taken as an exact value here,
+			// its limit would never apply, so it is refused rather than loaded in silence.
+			return p.errf(item, "%s: value %q has a * before its end: only a trailing * (a prefix) is supported", what, n.value)
 		case strings.HasSuffix(n.value, "*"):
 			n.prefix, n.value = true, strings.TrimSuffix(n.value, "*")
 			parent.prefixes = append(parent.prefixes, n)
@@ -400,6 +404,12 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 	}
 	sort.SliceStable(parent.prefixes, func(i, j int) bool { return len(parent.prefixes[i].value) > len(parent.prefixes[j].value) })
 	return nil
+}
+
+// wholeNumber reports whether s is digits, with an optional sign and YAML's underscores.
+func wholeNumber(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return s != "" && strings.Trim(s, "0123456789_") == ""
 }
 
 func orTop(path string) string {
@@ -475,6 +485,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	}
 	if isNull(rpuNode) {
 		return nil, p.errf(n, "%s has no requests_per_unit", what)
+	}
+	if rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float" && wholeNumber(rpuNode.Value) {
+		// YAML reads a whole number too large for 64 bits as a float.
+		return nil, p.errf(rpuNode, "requests_per_unit %s in %s is out of range [0, %d]", rpuNode.Value, what, int64(policy.MaxLimit))
 	}
 	if rpuNode.Kind != yaml.ScalarNode || rpuNode.Tag != "!!int" {
 		return nil, p.errf(rpuNode, "requests_per_unit in %s is %s, want a whole number", what, kindName(rpuNode))
