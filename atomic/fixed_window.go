@@ -148,9 +148,9 @@ func (c *fixedWindowWord) Normalize(w0, _ uint64, now int64) (uint64, uint64, bo
 
 // Stale reports the time since the start of the window the state was last counted in; a count
 // from an earlier window than now's holds nothing.
-func (c *fixedWindowWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
+func (c *fixedWindowWord) Stale(w0, _ uint64, now, limit int64) (int64, bool) {
 	n, back := c.back(w0, now)
-	return now - (n-back)*c.w, back > 0 || underHalf(int64(w0&c.cmask), c.limit)
+	return now - (n-back)*c.w, back > 0 || underHalf(int64(w0&c.cmask), judged(limit, c.limit))
 }
 
 // Refund gives back units counted in the window ending at resetAt while it is the cell's current

@@ -180,6 +180,30 @@ func TestEvictStalestNeverResetsAKeyUsingItsLimit(t *testing.T) {
 	}
 }
 
+// TestEvictStalestJudgesPerKeyLimits: a key using all of a per-key limit below the policy's is not
+// evicted at the cap, for either policy with per-key limits; the fixed window used to judge it
+// against the policy's limit, evict it, and then admit it past its own.
+func TestEvictStalestJudgesPerKeyLimits(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.FixedWindow{Limit: 10, Window: time.Hour},
+		policy.SlidingCounter{Limit: 10, Window: time.Hour},
+	} {
+		t.Run(p.ID(), func(t *testing.T) {
+			clk := clock.NewManual(start)
+			l, err := New(p, WithClock(clk), WithMaxKeys(1), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+			require.NoError(t, err)
+			defer l.Close()
+			require.True(t, l.TakeWithLimit("a", 2, 2).Allowed)
+			require.False(t, l.TakeWithLimit("a", 1, 2).Allowed)
+			require.Equal(t, ReasonKeyCap, l.Take("b", 1).Reason, "a uses its whole limit of 2: not evictable")
+			require.False(t, l.TakeWithLimit("a", 1, 2).Allowed, "a kept its count")
+			var st Stats
+			l.Stats(&st)
+			require.Zero(t, st.EvictedAtCap)
+		})
+	}
+}
+
 // TestEvictStalestSamplesEveryShard: at the cap, with every key far below its limit, a new key
 // finds a victim whichever shards hold the keys.
 func TestEvictStalestSamplesEveryShard(t *testing.T) {

@@ -42,6 +42,22 @@ func TestBudgetIsTheIntervalsShareOfThePeriod(t *testing.T) {
 	}
 }
 
+// The pace cap, MaxSlotsPerSecond × interval, holds for intervals of hours: computed as a Duration
+// product it overflowed from about 1h42m, and from 3h25m to 5h7m it wrapped to a small figure that
+// cut each tick's visits far below the table.
+func TestBudgetLongIntervals(t *testing.T) {
+	s := New(nil, &shard.Config{}, clock.NewManual(0))
+	for _, d := range []time.Duration{2 * time.Hour, 3*time.Hour + 24*time.Minute + 58046*time.Millisecond, 4 * time.Hour, 5 * time.Hour, 100 * time.Hour} {
+		s.interval, s.period = d, d
+		if got := s.budget(1_000_000); got != 1_000_000 {
+			t.Errorf("interval %v: budget of 1e6 slots = %d, want all of them", d, got)
+		}
+		if got := s.budget(1 << 62); got != uint64(MaxSlotsPerSecond*d.Seconds()) {
+			t.Errorf("interval %v: budget of 2^62 slots = %d, want the pace cap %d", d, got, uint64(MaxSlotsPerSecond*d.Seconds()))
+		}
+	}
+}
+
 // An idle limiter (no key, every table at its smallest) is not swept: its shards' horizons are
 // left to pass, a decision there would sweep its own shard. Once a key arrives the sweeper runs
 // again and renews them: at once when the first key wakes it (shard.Config.FirstKey, here with a

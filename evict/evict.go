@@ -126,7 +126,8 @@ func (s *Sweeper) budget(slots uint64) uint64 {
 	// slots × interval/period, rounded up. Dividing by the whole ticks per period instead would
 	// visit every slot each tick for any period under twice the interval (2s over 1.1s is 1).
 	share := uint64(math.Ceil(float64(slots) * float64(s.interval) / float64(s.period)))
-	limit := uint64(MaxSlotsPerSecond * s.interval / time.Second)
+	// In floating point: MaxSlotsPerSecond × an interval above 1h42m overflows a Duration.
+	limit := uint64(min(MaxSlotsPerSecond*s.interval.Seconds(), math.MaxUint64/2))
 	return max(min(share, limit), minBudget)
 }
 
