@@ -497,3 +497,32 @@ func TestEpochCheckOnAClusterNode(t *testing.T) {
 		})
 	}
 }
+
+// TestPermissionErrorsGoOffline: a user who may keep the fleet's membership but not touch the
+// keys' state gets NOPERM on every lease. That is an error every key gets, so the process decides
+// alone (ErrOffline) and asks Redis again once per sync interval, from the heartbeat, rather than
+// making a round trip for every request.
+func TestPermissionErrorsGoOffline(t *testing.T) {
+	admin := newClient(t, testAddr)
+	flushAll(t, admin)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "members-only", "reset", "on", ">pw", "~slb:{t:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "ACL", "DELUSER", "members-only")
+	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "members-only", Password: "pw", DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 100, Window: time.Hour})
+	l.step()
+	offline := 0
+	for range 200 {
+		if _, err := l.Take(ctx, "k", 1); errors.Is(err, ErrOffline) {
+			offline++
+		}
+	}
+	var s Stats
+	l.Stats(&s)
+	if s.Leases > 2 || offline < 199 {
+		t.Fatalf("200 requests under NOPERM: %d leases asked of Redis, %d decided offline; want at most 2 and the rest offline (%+v)", s.Leases, offline, s)
+	}
+}
