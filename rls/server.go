@@ -257,18 +257,29 @@ func (s *Server) Config() *Config {
 	return s.st.cfg
 }
 
-// check is one descriptor of a request that a rate limit applies to.
+// check is one descriptor of a request that a rate limit applies to, and the later descriptors of
+// the request that name the same limit and key (dups), decided with it as one take of their costs
+// summed: decided apart, each would be judged against the others' takes, which a refusal then
+// gives back, and report a remaining count and a wait that no longer hold.
 type check struct {
 	i        int
+	dups     []dup
 	node     *node
 	live     *live
 	key      string
-	cost     int64
+	cost     int64 // the descriptor's cost and its dups', summed (clamped as one cost is)
+	own      int64 // the descriptor's own cost
 	d        slidelimit.Decision
 	taken    bool // decided by a take (not a query)
 	refunded int64
 	query    slidelimit.Decision // what a query found before the takes (see predict)
 	queried  bool
+}
+
+// dup is a descriptor decided with an earlier one: its index in the request, and its own cost.
+type dup struct {
+	i    int
+	cost int64
 }
 
 // ShouldRateLimit decides a request, all or nothing: when any descriptor that is not in shadow
@@ -339,7 +350,19 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		if cost == 0 {
 			cost = 1
 		}
-		checks = append(checks, check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost})
+		c := check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost, own: cost}
+		merged := false
+		for k := range checks {
+			if o := &checks[k]; o.live == c.live && o.key == c.key {
+				o.dups = append(o.dups, dup{i, cost})
+				o.cost = min(o.cost+cost, policy.MaxLimit+1)
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			checks = append(checks, c)
+		}
 	}
 	if replaced != nil {
 		kept := checks[:0]
@@ -419,8 +442,18 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	for k := range checks {
 		c := &checks[k]
 		s.fill(resp.Statuses[c.i], c)
+		for _, d := range c.dups {
+			s.fill(resp.Statuses[d.i], c)
+		}
 		if k < stopped {
-			s.count(st, req.GetDomain(), descs[c.i], c)
+			// Each descriptor counts its own hits in the metrics.
+			one := *c
+			one.cost = c.own
+			s.count(st, req.GetDomain(), descs[c.i], &one)
+			for _, d := range c.dups {
+				one.cost = d.cost
+				s.count(st, req.GetDomain(), descs[d.i], &one)
+			}
 		}
 	}
 	if s.headers {

@@ -363,3 +363,28 @@ descriptors:
 	r := s.call(t, "c", 0, desc("k", "x"))
 	require.Equal(t, uint32(399), r.GetStatuses()[0].GetLimitRemaining(), fmt.Sprint(outcome(r)))
 }
+
+// Descriptors of one request that name the same limit and key are decided as one take of their
+// costs summed, so each status tells what holds after the request: the same remaining count, and
+// no wait where the sum is above the limit, which waiting never admits.
+func TestDuplicateDescriptorsDecidedTogether(t *testing.T) {
+	s := serve(t, loadGood(t)) // remote_address: 3 a second
+	ip := func() *ratelimitv3.RateLimitDescriptor { return desc("remote_address", "10.0.0.7") }
+	r := s.call(t, "basic", 0, ip(), ip())
+	require.Equal(t, []string{ok, ok, ok}, outcome(r))
+	for _, st := range r.GetStatuses() {
+		require.Equal(t, uint32(1), st.GetLimitRemaining(), "after both")
+	}
+	s.advance(time.Second + time.Millisecond)
+	s.advance(time.Second)
+	r = s.call(t, "basic", 2, ip(), ip()) // 4 of a limit of 3
+	require.Equal(t, []string{over, over, over}, outcome(r))
+	for _, st := range r.GetStatuses() {
+		require.Equal(t, uint32(3), st.GetLimitRemaining(), "nothing was taken")
+		require.Nil(t, st.GetDurationUntilReset(), "waiting never admits 4 of 3")
+	}
+	r = s.call(t, "basic", 0, ip())
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	require.Equal(t, uint32(2), r.GetStatuses()[0].GetLimitRemaining())
+	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_hits_total{descriptor="remote_address",domain="basic"} 7`, "each descriptor's own hits")
+}
