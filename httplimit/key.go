@@ -8,10 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/slidelimit/slidelimit/internal/forwarded"
 )
 
 // ForwardedHeader names the request header that trusted proxies write the client chain into. It
@@ -163,7 +164,7 @@ func (c *ClientIP) hopsRightToLeft(r *http.Request) iter.Seq[string] {
 // element without for= contributes an empty hop, which is not an address and so stops the walk:
 // the proxy that wrote it did not say who its client was.
 func appendForwardedFor(out []string, v string) []string {
-	for _, elem := range splitElementsFromRight(v) {
+	for _, elem := range forwarded.Elements(v) {
 		hop := ""
 		for _, pair := range splitQuoted(elem, ';') {
 			name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -174,44 +175,6 @@ func appendForwardedFor(out []string, v string) []string {
 		out = append(out, hop)
 	}
 	return out
-}
-
-// splitElementsFromRight splits one Forwarded field value at the commas outside quoted strings,
-// found from the right. A proxy appends its element to the end of the value it received, which a
-// client may have begun with an unbalanced quote: read from the left, that quote would take in the
-// elements the trusted proxies wrote after it, and the client would choose the hop that keys it.
-// Read from the right, the proxies' well-formed elements come apart first, whatever the client
-// left open before them.
-func splitElementsFromRight(s string) []string {
-	var parts []string
-	end, quoted := len(s), false
-	for i := len(s) - 1; i >= 0; i-- {
-		switch s[i] {
-		case '"':
-			if !escaped(s, i) {
-				quoted = !quoted
-			}
-		case ',':
-			if !quoted {
-				parts = append(parts, s[i+1:end])
-				end = i
-			}
-		}
-	}
-	parts = append(parts, s[:end])
-	slices.Reverse(parts)
-	return parts
-}
-
-// escaped reports whether s[i] follows an odd run of backslashes, so that it is escaped inside a
-// quoted string. Each run is counted once, by the quote after it, so a value is scanned in linear
-// time.
-func escaped(s string, i int) bool {
-	n := 0
-	for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
-		n++
-	}
-	return n%2 == 1
 }
 
 // splitQuoted splits s at sep outside double-quoted strings (RFC 7230 quoted-string, with

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"hash/maphash"
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
@@ -26,12 +27,20 @@ type denyCache struct {
 	m         *xsync.MapOf[string, denyEntry]
 	maxKeys   int
 	lastSweep atomic.Int64
-	// gaveBack counts the refunds and resets Redis has applied. A refusal is remembered only if
-	// none was applied while its call was out: one decided on Redis before a refund of the same
-	// key would otherwise be stored after the refund forgot the key, and refuse, with no round
-	// trip, what Redis now admits.
-	gaveBack atomic.Uint64
+	// gaveBack counts the refunds and resets Redis has applied, per stripe of keys. A refusal is
+	// remembered only if none was applied to its key's stripe while its call was out: one
+	// decided on Redis before a refund of the same key would otherwise be stored after the
+	// refund forgot the key, and refuse, with no round trip, what Redis now admits. Striped so
+	// that refunds of other keys, which rls makes on every request refused on another
+	// descriptor, seldom keep a refusal out.
+	gaveBack [gaveBackStripes]atomic.Uint64
 }
+
+const gaveBackStripes = 256
+
+var stripeSeed = maphash.MakeSeed()
+
+func stripeOf(key string) int { return int(maphash.String(stripeSeed, key) % gaveBackStripes) }
 
 const sweepGapMs = 1000
 
@@ -60,9 +69,9 @@ func (c *denyCache) dropIf(key string, e denyEntry) {
 	})
 }
 
-// version is read before a call whose refusal may be put: put stores it only if no refund or
-// reset was applied since.
-func (c *denyCache) version() uint64 { return c.gaveBack.Load() }
+// version is read before a call for key whose refusal may be put: put stores the refusal only if
+// no refund or reset was applied to the key's stripe since.
+func (c *denyCache) version(key string) uint64 { return c.gaveBack[stripeOf(key)].Load() }
 
 func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 	if c.m.Size() >= c.maxKeys {
@@ -76,7 +85,7 @@ func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 	// Checked under the key's lock, which gaveBackTo's delete also takes: a refund counted after
 	// the check deletes the entry after it is stored.
 	c.m.Compute(key, func(old denyEntry, loaded bool) (denyEntry, bool) {
-		if c.gaveBack.Load() != v {
+		if c.gaveBack[stripeOf(key)].Load() != v {
 			return old, !loaded // leave the key as it is
 		}
 		return e, false
@@ -86,7 +95,7 @@ func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 // gaveBackTo records that Redis applied a refund or reset of key, and forgets key: a refusal put
 // by a call that was out meanwhile is then either not stored or deleted here.
 func (c *denyCache) gaveBackTo(key string) {
-	c.gaveBack.Add(1)
+	c.gaveBack[stripeOf(key)].Add(1)
 	c.m.Delete(key)
 }
 

@@ -41,7 +41,8 @@
 // skew, it never refuses what Redis would admit as long as other hosts only take from the key
 // (another host's Refund or Reset lowers the count without reaching this cache, which may go on
 // refusing until the entry's retry time; this host's own forget the key, and a refusal whose call
-// was out while one of them ran is not remembered), for two reasons. First, under server time an
+// was out while one of them ran is not remembered, unless the refund's reply was lost and Redis
+// applied it later), for two reasons. First, under server time an
 // entry reckons the server's time as this process's clock plus the offset measured on the reply
 // that created it; the local clock was read before the request was sent, so the offset is at
 // least the true one and the entry expires no later than the refusal does on the server. The

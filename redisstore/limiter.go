@@ -249,7 +249,7 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	}
 	var version uint64
 	if l.deny != nil {
-		version = l.deny.version()
+		version = l.deny.version(sub)
 	}
 	res, wait, err := l.eval(ctx, l.algo.script, []string{l.redisKey(sub)}, args)
 	refused, cacheable := l.algo.refusalShape(res)

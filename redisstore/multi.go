@@ -176,7 +176,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	versions := make([]uint64, len(m.ls))
 	for i, l := range m.ls {
 		if l.deny != nil {
-			versions[i] = l.deny.version()
+			versions[i] = l.deny.version(sub)
 		}
 	}
 	res, wait, err := l0.eval(ctx, m.script, keys, args)

@@ -162,3 +162,49 @@ func TestRefusalBeforeRefundNotRemembered(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundOfAnotherKeyKeepsRefusals: a refund of another key, applied while a refusal's call was
+// out, does not keep that refusal out of the deny cache; with one count for every key, the refunds
+// rls makes all the time sent most refused keys back to Redis on each request.
+func TestRefundOfAnotherKeyKeepsRefusals(t *testing.T) {
+	other := "other"
+	for i := 0; stripeOf(other) == stripeOf("k"); i++ {
+		other = fmt.Sprint("other", i)
+	}
+	c := newClient(t, testAddr)
+	hold := &holdReply{ran: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(hold)
+	l, err := New(c, "race-other", policy.SlidingCounter{Limit: 1, Window: time.Hour}, WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first take: %+v, %v", d, err)
+	}
+	o, err := l.Take(ctx, other, 1)
+	if err != nil || !o.Allowed {
+		t.Fatalf("take of %s: %+v, %v", other, o, err)
+	}
+	hold.armed.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = l.Take(ctx, "k", 1)
+	}()
+	<-hold.ran
+	if g, err := l.Refund(ctx, other, 1, o); err != nil || g != 1 {
+		t.Fatalf("refund of %s: %d, %v", other, g, err)
+	}
+	close(hold.release)
+	<-done
+	before := statsOf(l)
+	if d, _ := l.Take(ctx, "k", 1); d.Allowed {
+		t.Fatalf("k is used up: %+v", d)
+	}
+	if after := statsOf(l); after.RoundTrips != before.RoundTrips || after.DenyCacheHits != before.DenyCacheHits+1 {
+		t.Fatalf("the refusal of k was not remembered: round trips %d -> %d, deny cache hits %d -> %d",
+			before.RoundTrips, after.RoundTrips, before.DenyCacheHits, after.DenyCacheHits)
+	}
+}

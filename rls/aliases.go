@@ -96,6 +96,10 @@ func (e *expander) mapping(n *yaml.Node) (*yaml.Node, error) {
 			continue
 		}
 		maps := []*yaml.Node{v}
+		if raw := n.Content[i+1]; raw.Kind == yaml.AliasNode && v.Kind != yaml.MappingNode {
+			// yaml.v2 reads a list of maps only when it is written in place.
+			return nil, e.p.errf(raw, "the merge key << is given an alias to %s, want a map (a list of maps must be written in place)", kindName(v))
+		}
 		if v.Kind == yaml.SequenceNode {
 			maps = v.Content
 		}
@@ -114,20 +118,25 @@ func (e *expander) mapping(n *yaml.Node) (*yaml.Node, error) {
 	return &c, nil
 }
 
-// combine is map a with the fields of map b set over it, maps within combining in turn.
+// combine is map a with the fields of map b set over it, maps within combining in turn. Keys are
+// found through an index, so that combining large maps stays linear.
 func combine(a, b *yaml.Node) *yaml.Node {
 	c := *a
 	c.Content = append([]*yaml.Node(nil), a.Content...)
+	at := make(map[string]int, len(c.Content)/2)
+	for x := 0; x+1 < len(c.Content); x += 2 {
+		if ck := c.Content[x]; ck.Kind == yaml.ScalarNode {
+			at[ck.Value] = x // the last of a key given twice, as a scan would find
+		}
+	}
 	for i := 0; i+1 < len(b.Content); i += 2 {
 		k, v := b.Content[i], b.Content[i+1]
-		j := -1
-		for x := 0; x+1 < len(c.Content); x += 2 {
-			if ck := c.Content[x]; ck.Kind == yaml.ScalarNode && k.Kind == yaml.ScalarNode && ck.Value == k.Value {
-				j = x
-			}
-		}
+		j, ok := at[k.Value]
 		switch {
-		case j < 0:
+		case k.Kind != yaml.ScalarNode || !ok:
+			if k.Kind == yaml.ScalarNode {
+				at[k.Value] = len(c.Content)
+			}
 			c.Content = append(c.Content, k, v)
 		case c.Content[j+1].Kind == yaml.MappingNode && v.Kind == yaml.MappingNode:
 			c.Content[j+1] = combine(c.Content[j+1], v)

@@ -1,6 +1,7 @@
 package rls_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,6 +98,24 @@ func TestAliasesBounded(t *testing.T) {
 
 	_, err = rls.ParseConfig("merge.yaml", []byte("domain: d\ndescriptors:\n  - <<: [a, b]\n    key: k\n"))
 	require.EqualError(t, err, `merge.yaml: line 3: the merge key << is given the str "a", want a map or a list of maps`)
+
+	// As in yaml.v2, a list of maps merged through an alias is refused: it must be written in place.
+	_, err = rls.ParseConfig("merge.yaml", []byte("domain: d\ndescriptors:\n  - key: h\n    descriptors: &l\n      - key: q\n  - key: a\n    <<: *l\n"))
+	require.EqualError(t, err, `merge.yaml: line 7: the merge key << is given an alias to a list, want a map (a list of maps must be written in place)`)
+
+	// Large maps merged into each other load: with an index, in a fraction of a second (40,000
+	// fields each way took 15 s when each key was found by a scan).
+	var big strings.Builder
+	big.WriteString("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      m:\n")
+	for i := range 40000 {
+		fmt.Fprintf(&big, "        f%d: 1\n", i)
+	}
+	big.WriteString("      <<:\n        m:\n")
+	for i := range 40000 {
+		fmt.Fprintf(&big, "          f%d: 2\n", i)
+	}
+	_, err = rls.ParseConfig("big.yaml", []byte(big.String()))
+	require.NoError(t, err)
 }
 
 // Merge keys apply as envoyproxy/ratelimit's YAML library applies them when it decodes: in

@@ -391,10 +391,10 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		switch {
 		case n.value == "":
 			parent.byKey[n.key] = n
-		case strings.Contains(strings.TrimSuffix(n.value, "*"), "*"):
+		case strings.Contains(n.value, "*") && !strings.HasSuffix(n.value, "*"):
 			// envoyproxy/ratelimit reads such a value as a pattern; taken as an exact value here,
 			// its limit would never apply, so it is refused rather than loaded in silence.
-			return p.errf(item, "%s: value %q has a * before its end: only a trailing * (a prefix) is supported", what, n.value)
+			return p.errf(item, "%s: value %q has a * before its end: only a value ending in * (a prefix) is supported", what, n.value)
 		case strings.HasSuffix(n.value, "*"):
 			n.prefix, n.value = true, strings.TrimSuffix(n.value, "*")
 			parent.prefixes = append(parent.prefixes, n)

@@ -43,7 +43,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"shadow_not_bool.yaml", "line 4", `shadow_mode is the str "yes please", want true or false`},
 		{"empty_file.yaml", "", "empty file"},
 		{"huge_requests.yaml", "line 6", "requests_per_unit 99999999999999999999999 in rate_limit of key1 is out of range [0, 4294967295]"},
-		{"middle_wildcard.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/users" has a * before its end: only a trailing * (a prefix) is supported`},
+		{"middle_wildcard.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/users" has a * before its end: only a value ending in * (a prefix) is supported`},
 	}
 	ents, err := os.ReadDir("testdata/bad")
 	require.NoError(t, err)

@@ -117,6 +117,10 @@ func TestProxyForwardedHeaderMode(t *testing.T) {
 	// upstream reading the line from the left still finds that element whole.
 	assert.Equal(t, 200, fwd(`for=198.51.100.1;x="`))
 	assert.Equal(t, `for=198.51.100.1;x="", for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
+	// The load balancer appended its element to a client's line that left a quote open: the quote
+	// is closed at the end of the client's element, so both elements stay whole for the upstream.
+	assert.Equal(t, 200, fwd(`for=6.6.6.6;x=", for=198.51.100.3`))
+	assert.Equal(t, `for=6.6.6.6;x="", for=198.51.100.3, for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
 	assert.Equal(t, 200, fwd(`for=198.51.100.2;x="a\`))
 	assert.Equal(t, `for=198.51.100.2;x="a\\", for=127.0.0.1;host="`+p.addr+`";proto=http`, up.last().Get("Forwarded"))
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/internal/forwarded"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/batched"
@@ -1365,36 +1366,12 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	if fs := in.Header["Forwarded"]; trusted && len(fs) > 0 {
 		kept := make([]string, len(fs))
 		for i, f := range fs {
-			kept[i] = closeQuotes(f)
+			kept[i] = forwarded.Repair(f)
 		}
 		out["Forwarded"] = []string{strings.Join(kept, ", ") + ", " + elem}
 	} else {
 		out["Forwarded"] = []string{elem}
 	}
-}
-
-// closeQuotes ends a quoted string that a Forwarded field value leaves open, as a client can
-// write one: joined with the next element on one line, the open quote would take this proxy's
-// element in for any upstream that reads the line from the left.
-func closeQuotes(v string) string {
-	quoted := false
-	for i := 0; i < len(v); i++ {
-		switch v[i] {
-		case '\\':
-			if quoted {
-				if i == len(v)-1 {
-					return v + `\"` // the escape takes a backslash; the quote then closes
-				}
-				i++
-			}
-		case '"':
-			quoted = !quoted
-		}
-	}
-	if quoted {
-		return v + `"`
-	}
-	return v
 }
 
 // forwardedNode writes a as an RFC 7239 node: IPv6 in brackets and quotes.

@@ -1,0 +1,90 @@
+// Package forwarded reads and repairs values of the Forwarded header field (RFC 7239) as a proxy
+// behind other proxies must: from the right, where the elements the trusted proxies appended are,
+// whatever a client wrote before them. It is shared by httplimit, which reads the field, and the
+// slidelimit command's proxy, which appends to it. Its functions are pure and safe for concurrent
+// use.
+package forwarded
+
+import "slices"
+
+// Elements splits one Forwarded field value at the commas outside quoted strings, found from the
+// right. A proxy appends its element to the end of the value it received, which a client may have
+// begun with an unbalanced quote: read from the left, that quote would take in the elements the
+// trusted proxies wrote after it, and the client would choose the hop that keys it. Read from the
+// right, the proxies' well-formed elements come apart first, whatever the client left open before
+// them.
+func Elements(s string) []string {
+	var parts []string
+	end, quoted := len(s), false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case '"':
+			if !escaped(s, i) {
+				quoted = !quoted
+			}
+		case ',':
+			if !quoted {
+				parts = append(parts, s[i+1:end])
+				end = i
+			}
+		}
+	}
+	parts = append(parts, s[:end])
+	slices.Reverse(parts)
+	return parts
+}
+
+// escaped reports whether s[i] follows an odd run of backslashes, so that it is escaped inside a
+// quoted string. Each run is counted once, by the quote after it, so a value is scanned in linear
+// time.
+func escaped(s string, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// CloseQuotes ends a quoted string that one element leaves open, as a client can write one, so
+// that the element stays whole for a reader from the left once more elements follow it.
+func CloseQuotes(elem string) string {
+	quoted := false
+	for i := 0; i < len(elem); i++ {
+		switch elem[i] {
+		case '\\':
+			if quoted {
+				if i == len(elem)-1 {
+					return elem + `\"` // the escape takes a backslash; the quote then closes
+				}
+				i++
+			}
+		case '"':
+			quoted = !quoted
+		}
+	}
+	if quoted {
+		return elem + `"`
+	}
+	return elem
+}
+
+// Repair returns a Forwarded field value with every element's open quote closed (see CloseQuotes),
+// the elements found from the right (see Elements): a value a trusted proxy appended to after a
+// client's open quote then reads the same from either side.
+func Repair(v string) string {
+	elems := Elements(v)
+	changed := false
+	for i, e := range elems {
+		if c := CloseQuotes(e); c != e {
+			elems[i], changed = c, true
+		}
+	}
+	if !changed {
+		return v
+	}
+	out := elems[0]
+	for _, e := range elems[1:] {
+		out += "," + e
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+package forwarded
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestElements(t *testing.T) {
+	for in, want := range map[string][]string{
+		`for=a`:                            {`for=a`},
+		`for=a, for=b`:                     {`for=a`, ` for=b`},
+		`for=a;host="x,y", for=b`:          {`for=a;host="x,y"`, ` for=b`},
+		`for=6.6.6.6;x=", for=203.0.113.5`: {`for=6.6.6.6;x="`, ` for=203.0.113.5`},
+		`for="9.9.9.9, for=203.0.113.5`:    {`for="9.9.9.9`, ` for=203.0.113.5`},
+		`for=a;x="q\", r", for=b`:          {`for=a;x="q\", r"`, ` for=b`},
+		`for=a;x="q\\", for=b`:             {`for=a;x="q\\"`, ` for=b`},
+		``:                                 {``},
+		`,`:                                {``, ``},
+	} {
+		if got := Elements(in); !slices.Equal(got, want) {
+			t.Errorf("Elements(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRepair(t *testing.T) {
+	for in, want := range map[string]string{
+		`for=a, for=b`:                       `for=a, for=b`,
+		`for=6.6.6.6;x=", for=203.0.113.5`:   `for=6.6.6.6;x="", for=203.0.113.5`,
+		`for=6.6.6.6;x="a\`:                  `for=6.6.6.6;x="a\\"`,
+		`for="[2001:db8::1]";proto=https`:    `for="[2001:db8::1]";proto=https`,
+		`for=1;x=", for="[2001:db8::5]";p=h`: `for=1;x="", for="[2001:db8::5]";p=h`,
+	} {
+		if got := Repair(in); got != want {
+			t.Errorf("Repair(%q) = %q, want %q", in, got, want)
+		}
+		// Read from either side, a repaired value gives the same elements.
+		if got := Repair(in); !slices.Equal(Elements(got), leftToRight(got)) {
+			t.Errorf("Repair(%q) = %q reads %q from the right, %q from the left", in, got, Elements(got), leftToRight(got))
+		}
+	}
+}
+
+// leftToRight splits s at the commas outside quoted strings, read from the left.
+func leftToRight(s string) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			if quoted {
+				i++
+			}
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				parts = append(parts, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(parts, s[start:])
+}
