@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // DiscoveryTimeout bounds the one round trip NewClient makes to learn whether a server is a
@@ -198,8 +200,8 @@ func isClusterNode(o *redis.Options) (bool, error) {
 	defer cancel()
 	info, err := c.Info(ctx, "cluster").Result()
 	if err != nil {
-		if everyKey(err, false) != "" {
-			return false, fmt.Errorf("%s: %w", everyKey(err, false), err)
+		if check.EveryKey(err, false) != "" {
+			return false, fmt.Errorf("%s: %w", check.EveryKey(err, false), err)
 		}
 		return false, nil
 	}

@@ -61,23 +61,10 @@ func (e *expander) node(n *yaml.Node) (*yaml.Node, error) {
 // already there does (a descriptor's rate_limit). A field given twice in the map itself is kept
 // twice, for the parser to report.
 func (e *expander) mapping(n *yaml.Node) (*yaml.Node, error) {
-	c := *n
-	c.Content = nil
-	at := map[string]int{} // a string key's index in c.Content
-	given := map[string]bool{}
+	f := fieldSetter{at: map[string]int{}}
+	given := map[string]bool{} // fields the map itself gives
 	set := func(k, v *yaml.Node, own bool) {
-		i, seen := at[k.Value]
-		if k.Kind != yaml.ScalarNode || !seen || own && given[k.Value] {
-			if k.Kind == yaml.ScalarNode && !seen {
-				at[k.Value] = len(c.Content)
-			}
-			c.Content = append(c.Content, k, v)
-		} else {
-			if old := c.Content[i+1]; old.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode {
-				v = combine(old, v)
-			}
-			c.Content[i+1] = v
-		}
+		f.set(k, v, own && given[k.Value])
 		if own && k.Kind == yaml.ScalarNode {
 			given[k.Value] = true
 		}
@@ -115,34 +102,45 @@ func (e *expander) mapping(n *yaml.Node) (*yaml.Node, error) {
 			}
 		}
 	}
+	c := *n
+	c.Content = f.content
 	return &c, nil
 }
 
-// combine is map a with the fields of map b set over it, maps within combining in turn. Keys are
-// found through an index, so that combining large maps stays linear.
-func combine(a, b *yaml.Node) *yaml.Node {
-	c := *a
-	c.Content = append([]*yaml.Node(nil), a.Content...)
-	at := make(map[string]int, len(c.Content)/2)
-	for x := 0; x+1 < len(c.Content); x += 2 {
-		if ck := c.Content[x]; ck.Kind == yaml.ScalarNode {
-			at[ck.Value] = x // the last of a key given twice, as a scan would find
+// fieldSetter builds a map's fields, each set over any earlier one of its name, a map set over a
+// map combining with it (see combine). Keys are found through an index, so that large maps stay
+// linear.
+type fieldSetter struct {
+	content []*yaml.Node
+	at      map[string]int // a string key's first index in content
+}
+
+// set sets field k to v; with dup, a k set before is kept as well, for the parser to report.
+func (f *fieldSetter) set(k, v *yaml.Node, dup bool) {
+	i, seen := f.at[k.Value]
+	if k.Kind != yaml.ScalarNode || !seen || dup {
+		if k.Kind == yaml.ScalarNode && !seen {
+			f.at[k.Value] = len(f.content)
 		}
+		f.content = append(f.content, k, v)
+		return
+	}
+	if old := f.content[i+1]; old.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode {
+		v = combine(old, v)
+	}
+	f.content[i+1] = v
+}
+
+// combine is map a with the fields of map b set over it, maps within combining in turn.
+func combine(a, b *yaml.Node) *yaml.Node {
+	f := fieldSetter{at: make(map[string]int, len(a.Content)/2)}
+	for i := 0; i+1 < len(a.Content); i += 2 {
+		f.set(a.Content[i], a.Content[i+1], true)
 	}
 	for i := 0; i+1 < len(b.Content); i += 2 {
-		k, v := b.Content[i], b.Content[i+1]
-		j, ok := at[k.Value]
-		switch {
-		case k.Kind != yaml.ScalarNode || !ok:
-			if k.Kind == yaml.ScalarNode {
-				at[k.Value] = len(c.Content)
-			}
-			c.Content = append(c.Content, k, v)
-		case c.Content[j+1].Kind == yaml.MappingNode && v.Kind == yaml.MappingNode:
-			c.Content[j+1] = combine(c.Content[j+1], v)
-		default:
-			c.Content[j+1] = v
-		}
+		f.set(b.Content[i], b.Content[i+1], false)
 	}
+	c := *a
+	c.Content = f.content
 	return &c
 }

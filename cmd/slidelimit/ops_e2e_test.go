@@ -562,14 +562,17 @@ func TestProxyUpstreamErrorsInTheLogFormat(t *testing.T) {
 	}
 }
 
+// apiRule is a config of one rule, api, for the paths under /api/: its rates, then more lines.
+func apiRule(rates, more string) string {
+	return "rules:\n  - name: api\n    paths: [/api/]\n    rates: [" + rates + "]\n" + more
+}
+
 // A reload that gives a rule a second rate, or takes it away, renames the rule's first limit in
 // the fields ("api" becomes "api-1h") but keeps its counts: the exhausted client stays refused.
 func TestProxyReloadKeepsCountsAcrossRenames(t *testing.T) {
 	up := newUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "rules.yaml")
-	rule := func(rates string) string {
-		return "rules:\n  - name: api\n    paths: [/api/]\n    rates: [" + rates + "]\n"
-	}
+	rule := func(rates string) string { return apiRule(rates, "") }
 	writeFile(t, cfg, rule("3/1h, 100/1d"))
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0")
 	c := newClient(t, true)
@@ -594,9 +597,7 @@ func TestProxyReloadKeepsCountsAcrossRenames(t *testing.T) {
 func TestProxyRetiredLimiterOutlivesWaiters(t *testing.T) {
 	up := newUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "rules.yaml")
-	rule := func(rates string) string {
-		return "rules:\n  - name: api\n    paths: [/api/]\n    rates: [" + rates + "]\n    policy: sliding-log\n"
-	}
+	rule := func(rates string) string { return apiRule(rates, "    policy: sliding-log\n") }
 	writeFile(t, cfg, rule("1/2s"))
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "3s", "-shutdown-timeout", "500ms", "-metrics-listen", "127.0.0.1:0")
 	c := newClient(t, true)

@@ -5,7 +5,10 @@
 // use.
 package forwarded
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Elements splits one Forwarded field value at the commas outside quoted strings, found from the
 // right. A proxy appends its element to the end of the value it received, which a client may have
@@ -45,9 +48,9 @@ func escaped(s string, i int) bool {
 	return n%2 == 1
 }
 
-// CloseQuotes ends a quoted string that one element leaves open, as a client can write one, so
+// closeQuotes ends a quoted string that one element leaves open, as a client can write one, so
 // that the element stays whole for a reader from the left once more elements follow it.
-func CloseQuotes(elem string) string {
+func closeQuotes(elem string) string {
 	quoted := false
 	for i := 0; i < len(elem); i++ {
 		switch elem[i] {
@@ -68,23 +71,19 @@ func CloseQuotes(elem string) string {
 	return elem
 }
 
-// Repair returns a Forwarded field value with every element's open quote closed (see CloseQuotes),
+// Repair returns a Forwarded field value with every element's open quote closed (see closeQuotes),
 // the elements found from the right (see Elements): a value a trusted proxy appended to after a
 // client's open quote then reads the same from either side.
 func Repair(v string) string {
 	elems := Elements(v)
 	changed := false
 	for i, e := range elems {
-		if c := CloseQuotes(e); c != e {
+		if c := closeQuotes(e); c != e {
 			elems[i], changed = c, true
 		}
 	}
 	if !changed {
 		return v
 	}
-	out := elems[0]
-	for _, e := range elems[1:] {
-		out += "," + e
-	}
-	return out
+	return strings.Join(elems, ",")
 }

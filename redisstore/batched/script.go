@@ -5,9 +5,10 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // leaseLua is the one script that touches a key's fleet counts. The key holds "win cur prev": the
@@ -234,20 +235,8 @@ func transportFailure(err error) bool {
 			return true
 		}
 	}
-	return everyKey(rerr.Error())
-}
-
-// everyKey reports whether msg is an error reply every key would get: a user without the password
-// or a permission the scripts need (NOPERM, or the ERR a script gets for a command or key the user
-// may not use), a server without scripting, a database it lacks. Asked again per request, they
-// would cost a round trip each and never succeed; counted as failures, they send the process
-// offline, where only the heartbeat asks Redis again, once per sync interval.
-func everyKey(msg string) bool {
-	for _, p := range []string{"NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command", "ERR DB index is out of range"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return strings.HasPrefix(msg, "ERR ") &&
-		(strings.Contains(msg, "The user executing the script can't") || strings.Contains(msg, "ACL failure in script"))
+	// An error every key gets (a password, a permission, no scripting, a missing database) would
+	// cost every request a round trip that never succeeds: offline, only the heartbeat asks again.
+	// A cluster client follows MOVED itself, and a plain one's is left to the call, as before.
+	return check.EveryKey(err, true) != ""
 }
