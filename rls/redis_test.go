@@ -137,6 +137,6 @@ func TestRedisDownDecidesByFailureMode(t *testing.T) {
 		require.Contains(t, scrape(t, s.srv), "slidelimit_rls_backend_errors_total 20")
 		lines := strings.Count(s.log.String(), "by the backend's failure mode")
 		require.True(t, lines >= 1 && lines <= 2, "%d log lines for 20 errors:\n%s", lines, s.log.String())
-		require.Contains(t, s.log.String(), "rls: domain basic descriptor a: redisstore:")
+		require.Contains(t, s.log.String(), "domain basic descriptor a: redisstore:")
 	}
 }

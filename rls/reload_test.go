@@ -53,14 +53,14 @@ func TestWatchAppliesEditsAndKeepsLastGood(t *testing.T) {
 	waitFor("the raised limit", func() bool {
 		return s.call(t, "app", 0, desc("k", "y")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
-	require.Contains(t, s.log.String(), "rls: config reloaded from "+dir+": domains app")
+	require.Contains(t, s.log.String(), "config reloaded from "+dir+": domains app")
 	r := s.call(t, "app", 0, desc("kept", "x"))
 	require.Equal(t, uint32(1), r.GetStatuses()[0].GetLimitRemaining(), "an unchanged limit keeps its count")
 
 	// A broken edit: logged with the file and the reason, and the last good config stays.
 	write("domain: app\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
 	waitFor("the log line", func() bool {
-		return contains(s.log.String(), "rls: config change in "+dir+" not applied, keeping the last good config: "+file+": line 4: unknown unit \"fortnight\"")
+		return contains(s.log.String(), "config change in "+dir+" not applied, keeping the last good config: "+file+": line 4: unknown unit \"fortnight\"")
 	})
 	require.Equal(t, uint32(5), s.call(t, "app", 0, desc("k", "z")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
 	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_config_reloads_total{result="error"} 1`)

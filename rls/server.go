@@ -96,6 +96,8 @@ func WithHeaders(on bool) Option {
 }
 
 // WithLogger sends the server's log lines (reloads, backend errors) to l (default: discarded).
+// The lines carry no prefix of their own: l's prefix is the one they get. l is called from any
+// goroutine, as a log.Logger may be.
 func WithLogger(l *log.Logger) Option {
 	return func(s *Server) error {
 		if l == nil {
@@ -553,7 +555,7 @@ func (s *Server) logBackendError(c *check, err error, admitted bool) {
 	if n := s.unlogged.Swap(0); n > 0 {
 		more = fmt.Sprintf("; %d more backend errors since the last line", n)
 	}
-	s.logger.Printf("rls: domain %s descriptor %s: %v (decided %v by the backend's failure mode)%s", c.live.domain, c.node.path, err, admitted, more)
+	s.logger.Printf("domain %s descriptor %s: %v (decided %v by the backend's failure mode)%s", c.live.domain, c.node.path, err, admitted, more)
 }
 
 // giveBack returns what the admitted checks took, where the limiter can.

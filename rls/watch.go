@@ -76,11 +76,11 @@ func (s *Server) ReloadFile(path string) error {
 	}
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("error").Inc()
-		s.logger.Printf("rls: config change in %s not applied, keeping the last good config: %v", path, err)
+		s.logger.Printf("config change in %s not applied, keeping the last good config: %v", path, err)
 		return err
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
-	s.logger.Printf("rls: config reloaded from %s: domains %s", path, strings.Join(cfg.Domains(), ", "))
+	s.logger.Printf("config reloaded from %s: domains %s", path, strings.Join(cfg.Domains(), ", "))
 	return nil
 }
 

@@ -180,6 +180,9 @@ func TestRLSServesReloadsAndStops(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.Equal(t, uint32(4), rlsCall(t, c, "edge", "remote_address", "198.51.100.3").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
+	// The package's own lines carry its name once, after the command's.
+	assert.Regexp(t, `(?m)^slidelimit rls: \S+ \S+ config change in `+regexp.QuoteMeta(dir)+` not applied`, p.stderr())
+	assert.NotContains(t, p.stderr(), "rls: rls:")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
