@@ -37,6 +37,7 @@ type Server struct {
 
 	backend Backend
 	headers bool
+	now     func() time.Time
 	logger  *log.Logger
 	metrics *metrics
 	health  *health.Server
@@ -95,6 +96,20 @@ func WithHeaders(on bool) Option {
 	}
 }
 
+// WithNow sets the time against which the RateLimit field's t (seconds until a quota resets) is
+// computed (default: time.Now). A backend built on an engine with a manual clock
+// (engine.WithClock) needs a reading of that clock here, as its reset times are on it. now is
+// called once per response, from any goroutine.
+func WithNow(now func() time.Time) Option {
+	return func(s *Server) error {
+		if now == nil {
+			return errors.New("rls: WithNow(nil)")
+		}
+		s.now = now
+		return nil
+	}
+}
+
 // WithLogger sends the server's log lines (reloads, backend errors) to l (default: discarded).
 // The lines carry no prefix of their own: l's prefix is the one they get. l is called from any
 // goroutine, as a log.Logger may be.
@@ -115,7 +130,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("rls: NewServer: config is nil")
 	}
-	s := &Server{logger: log.New(io.Discard, "", 0)}
+	s := &Server{logger: log.New(io.Discard, "", 0), now: time.Now}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -440,7 +455,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 			}
 		}
 	}
-	now := time.Now()
+	now := s.now()
 	for k := range checks {
 		c := &checks[k]
 		s.fill(resp.Statuses[c.i], c)

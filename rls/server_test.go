@@ -388,3 +388,29 @@ func TestDuplicateDescriptorsDecidedTogether(t *testing.T) {
 	require.Equal(t, uint32(2), r.GetStatuses()[0].GetLimitRemaining())
 	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_hits_total{descriptor="remote_address",domain="basic"} 7`, "each descriptor's own hits")
 }
+
+// Reset times are on the backend's clock: WithNow gives the headers that clock's reading, so a
+// manual clock far from the wall clock still gives t the seconds left on it.
+func TestHeadersOnTheBackendsClock(t *testing.T) {
+	const start = 1_000_000_003_000 // 3 s into a 10 s window, in 2001
+	var s *served
+	now := func() time.Time { return time.UnixMilli(s.clk.Now()) }
+	s = serveFrom(t, start, loadGood(t), rls.WithHeaders(true), rls.WithNow(now))
+	header := func(r *rlsv3.RateLimitResponse) string {
+		for _, hv := range r.GetResponseHeadersToAdd() {
+			if hv.GetKey() == "RateLimit" {
+				return hv.GetValue()
+			}
+		}
+		return ""
+	}
+	// Both report the end of the current window (docs/policies.md): a second's fixed window ends
+	// 1 s on, the sliding counter's 10 s window 7 s on.
+	require.Equal(t, `"fixed";r=1;t=1`, header(s.call(t, "basic", 0, desc("fixed", "a"))))
+	require.Equal(t, `"ten_seconds";r=1;t=7`, header(s.call(t, "basic", 0, desc("ten_seconds", "a"))))
+	s.advance(2500 * time.Millisecond)
+	require.Equal(t, `"ten_seconds";r=0;t=5`, header(s.call(t, "basic", 0, desc("ten_seconds", "a"))))
+
+	_, err := rls.NewServer(loadGood(t), rls.WithNow(nil))
+	require.ErrorContains(t, err, "WithNow(nil)")
+}
