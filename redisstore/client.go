@@ -31,7 +31,8 @@ const DiscoveryTimeout = 2 * time.Second
 //	redis://[user[:password]@]host:port[/db]?master=name            the same, sentinel at host:port
 //
 // The options of the redis://, rediss:// and unix:// forms are go-redis's URL options
-// (dial_timeout=3s, pool_size=20, ...). A sentinel URL, in either form, takes only db,
+// (dial_timeout=3s, pool_size=20, ...), all of which a cluster client (below) keeps too. The
+// sentinel forms have no TLS: rediss:// with master= is refused, as are negative timeouts. A sentinel URL, in either form, takes only db,
 // dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size, sentinel_username and
 // sentinel_password; its user and password are the master's, and sentinel_username and
 // sentinel_password are the sentinels' own. A redis:// or rediss:// URL that names one node of a
@@ -84,6 +85,10 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}
 	q := u.Query()
 	if m := firstNonEmpty(q.Get("master"), q.Get("master_name")); m != "" && scheme != "unix" {
+		if scheme == "rediss" {
+			// The sentinel form has no TLS: a URL that asks for it must not go in clear.
+			return nil, fmt.Errorf("redisstore: Redis URL %q: sentinel over TLS (rediss:// with master=) is not supported; build a redis.FailoverClient with TLSConfig and pass it to New", RedactURL(rawURL))
+		}
 		s := "redis-sentinel://" + userinfo(u) + u.Host + "/" + url.PathEscape(m)
 		if db := strings.Trim(u.Path, "/"); db != "" {
 			s += "/" + db
@@ -123,13 +128,35 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	if o.DB != 0 {
 		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, o.Addr)
 	}
+	// Every option the URL set: it named one node, and the client is for that node's cluster.
 	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
-		ClientName: o.ClientName, Protocol: o.Protocol,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns,
-		PoolTimeout: o.PoolTimeout, ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime,
-		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: true, DisableIdentity: o.DisableIdentity,
+		Addrs:                   []string{o.Addr},
+		Username:                o.Username,
+		Password:                o.Password,
+		TLSConfig:               o.TLSConfig,
+		ClientName:              o.ClientName,
+		Protocol:                o.Protocol,
+		DialTimeout:             o.DialTimeout,
+		ReadTimeout:             o.ReadTimeout,
+		WriteTimeout:            o.WriteTimeout,
+		PoolFIFO:                o.PoolFIFO,
+		PoolSize:                o.PoolSize,
+		PoolTimeout:             o.PoolTimeout,
+		MinIdleConns:            o.MinIdleConns,
+		MaxIdleConns:            o.MaxIdleConns,
+		MaxActiveConns:          o.MaxActiveConns,
+		MaxConcurrentDials:      o.MaxConcurrentDials,
+		ConnMaxIdleTime:         o.ConnMaxIdleTime,
+		ConnMaxLifetime:         o.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+		MaxRetries:              o.MaxRetries,
+		MinRetryBackoff:         o.MinRetryBackoff,
+		MaxRetryBackoff:         o.MaxRetryBackoff,
+		PipelinePoolSize:        o.PipelinePoolSize,
+		PipelineReadBufferSize:  o.PipelineReadBufferSize,
+		PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+		ContextTimeoutEnabled:   true,
+		DisableIdentity:         o.DisableIdentity,
 	}), nil
 }
 
@@ -269,6 +296,11 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 			d, err := time.ParseDuration(val)
 			if err != nil {
 				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, val))
+			}
+			if d < 0 {
+				// go-redis sets no socket deadline at all for most negative timeouts, the
+				// context's included, so a call could outlast its deadline.
+				return nil, bad(fmt.Sprintf("%s = %q is negative", k, val))
 			}
 			switch k {
 			case "dial_timeout":

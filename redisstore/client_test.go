@@ -244,3 +244,55 @@ func TestNewClientRefusesBadPoolSizes(t *testing.T) {
 		}
 	}
 }
+
+// A sentinel URL has no TLS form, so rediss:// with master= is refused rather than sent in clear;
+// a negative timeout in a sentinel URL, which go-redis reads as "set no deadline at all" (the
+// context's included), is refused with the option's name.
+func TestNewClientSentinelRefusals(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"rediss://:secret@127.0.0.1:26379?master=mymaster", "sentinel over TLS (rediss:// with master=) is not supported"},
+		{"redis-sentinel://127.0.0.1:26379/mymaster?read_timeout=-1s", `read_timeout = "-1s" is negative`},
+		{"redis-sentinel://127.0.0.1:26379/mymaster?write_timeout=-2ns", `write_timeout = "-2ns" is negative`},
+		{"redis://127.0.0.1:26379?master=m&dial_timeout=-1s", `dial_timeout = "-1s" is negative`},
+	} {
+		c2, err := NewClient(c.url)
+		if err == nil {
+			c2.Close()
+			t.Errorf("NewClient(%q) = a client, want an error with %q", c.url, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("NewClient(%q) = %v, want an error with %q and no password", c.url, err, c.want)
+		}
+	}
+}
+
+// New refuses a client whose negative timeouts make go-redis set no socket deadline: against a
+// paused server such a client's calls outlast every deadline.
+func TestNewRefusesAClientWithoutSocketDeadlines(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -2, WriteTimeout: -2})
+	defer c.Close()
+	_, err := New(c, "nodeadline", policy.SlidingCounter{Limit: 5, Window: time.Second}, WithTimeout(50*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "no socket deadline") {
+		t.Fatalf("New with ReadTimeout -2: %v, want an error saying no socket deadline is set", err)
+	}
+}
+
+// A redis:// URL naming a cluster node keeps every option it set in the cluster client it gets.
+func TestClusterURLKeepsItsOptions(t *testing.T) {
+	nodes := startCluster(t, 1)
+	c, err := NewClient("redis://" + nodes[0].Addr + "?max_active_conns=3&pool_fifo=true&min_retry_backoff=5ms&max_concurrent_dials=2&pipeline_pool_size=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("got %T for a cluster node", c)
+	}
+	o := cc.Options()
+	if o.MaxActiveConns != 3 || !o.PoolFIFO || o.MinRetryBackoff != 5*time.Millisecond || o.MaxConcurrentDials != 2 || o.PipelinePoolSize != 4 {
+		t.Fatalf("the cluster client lost the URL's options: MaxActiveConns %d, PoolFIFO %v, MinRetryBackoff %v, MaxConcurrentDials %d, PipelinePoolSize %d",
+			o.MaxActiveConns, o.PoolFIFO, o.MinRetryBackoff, o.MaxConcurrentDials, o.PipelinePoolSize)
+	}
+}

@@ -76,8 +76,9 @@ type Limiter struct {
 // Validate accepts, deciding as the engine does. Any
 // redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
 // sentinel-backed client; it must honour the per-call deadline, so a go-redis client needs
-// ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's), and New
-// returns an error naming the option otherwise. The Limiter does not close client.
+// ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's) and no
+// negative read or write timeout other than -1 (-2 turns socket deadlines off), and New returns
+// an error naming the option otherwise. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
 	if check.IsNil(client) {
 		return nil, errors.New("redisstore: client is nil")

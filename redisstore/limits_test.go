@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,74 @@ func TestTakeWithLimitRefusesWhatItCannot(t *testing.T) {
 	}
 	if d, _ := log.TakeWithLimit(ctx, "k", 1, policy.MaxLogLimit+1); d.Reason != engine.ReasonInvalidLimit {
 		t.Fatalf("sliding log limit above MaxLogLimit: %+v", d)
+	}
+}
+
+// A sliding log that a larger per-call limit filled with more than 32 distinct times is refused
+// under a smaller limit, per call or the policy's, as any key past its limit is: the script once
+// sent such a log back whole (for the deny cache) under a limit of at most 32, a reply Take did
+// not accept, so the default FailOpen admitted, uncounted, until the log decayed.
+func TestSlidingLogLoweredBelowALongLogRefuses(t *testing.T) {
+	ctx := context.Background()
+	const t0 = 1_760_000_000_000
+	for _, c := range []struct {
+		name   string
+		policy int64
+		take   func(l *Limiter) (engine.Decision, error)
+	}{
+		{"per call", 100, func(l *Limiter) (engine.Decision, error) { return l.TakeWithLimit(ctx, "k", 1, 10) }},
+		{"policy", 10, func(l *Limiter) (engine.Decision, error) { return l.Take(ctx, "k", 1) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewManual(t0)
+			l := mustNew(t, "loglower"+strings.ReplaceAll(c.name, " ", ""), policy.SlidingLog{Limit: c.policy, Window: time.Minute}, WithClock(clk))
+			for i := range 40 {
+				clk.Set(t0 + int64(i))
+				if d, err := l.TakeWithLimit(ctx, "k", 1, 100); err != nil || !d.Allowed {
+					t.Fatalf("take %d at limit 100: %+v, %v", i, d, err)
+				}
+			}
+			for range 2 { // the second may come from the deny cache
+				d, err := c.take(l)
+				if err != nil || d.Allowed || d.Reason != engine.ReasonLimited || d.Remaining != 0 {
+					t.Fatalf("limit 10 with 40 taken: %+v, %v; want a refusal (ReasonLimited, nothing remaining) and no error", d, err)
+				}
+				// The oldest of the 40 leaves the window a minute after it came; 31 must leave.
+				if want := time.Minute - 39*time.Millisecond + 30*time.Millisecond; d.RetryAfter != want {
+					t.Fatalf("RetryAfter %v, want %v", d.RetryAfter, want)
+				}
+			}
+		})
+	}
+}
+
+// The deny cache answers a refusal as Redis would after a larger per-call limit filled the log
+// past the policy's limit: the cache rebuilds a log at the policy's limit, which would keep only
+// its oldest entries, so such a refusal is not remembered.
+func TestSlidingLogDenyCacheAfterARaisedLimit(t *testing.T) {
+	ctx := context.Background()
+	const t0 = 1_760_000_000_000
+	clk := clock.NewManual(t0)
+	p := policy.SlidingLog{Limit: 5, Window: time.Second}
+	plain := mustNew(t, "logplain", p, WithClock(clk), WithDenyCache(0))
+	cached := mustNew(t, "logcached", p, WithClock(clk))
+	for i := range 20 {
+		clk.Set(t0 + int64(i))
+		for _, l := range []*Limiter{plain, cached} {
+			if d, err := l.TakeWithLimit(ctx, "k", 1, 20); err != nil || !d.Allowed {
+				t.Fatalf("%s take %d at limit 20: %+v, %v", l.Name(), i, d, err)
+			}
+		}
+	}
+	for i := range 5 {
+		clk.Set(t0 + 20 + int64(i))
+		want, err1 := plain.Take(ctx, "k", 1)
+		got, err2 := cached.Take(ctx, "k", 1)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if want.Allowed || !sameDecision(got, want) {
+			t.Fatalf("step %d: with the deny cache %+v, without %+v (want the same refusal)", i, got, want)
+		}
 	}
 }

@@ -297,7 +297,9 @@ if n > 0 then reset = newest() + w end
 -- n exceeds a lowered per-call limit: nothing is left, never less.
 local remaining = limit - n
 if remaining < 0 then remaining = 0 end
-if n == 0 or limit > 32 then return {0, remaining, retry, reset, now, -2} end
+-- A log longer than the limit (one a larger per-call limit filled) is not sent: it may hold more
+-- than 32 times, and the cache, which rebuilds the log at the policy's limit, would drop its newest.
+if n == 0 or n > limit or limit > 32 then return {0, remaining, retry, reset, now, -2} end
 -- A small log goes back whole, as (time, count) pairs oldest first, for the deny cache.
 local out = {0, remaining, retry, reset, now}
 local e = call('ZRANGEBYSCORE', key, '(' .. fmt('%d', cut), '+inf', 'WITHSCORES')

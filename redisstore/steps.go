@@ -129,7 +129,8 @@ func (a *algo) args(now, cost int64) []any {
 
 // MaxCachedLogLimit is the largest sliding-log limit whose refusals the deny cache remembers:
 // the script then returns the whole log, at most this many entries, and the cache keeps it in
-// under DenyCacheEntryBytes. Refusals under a larger limit always go to Redis.
+// under DenyCacheEntryBytes. Refusals under a larger limit, and those of a key whose log holds more
+// than the limit (a larger per-call limit filled it), always go to Redis.
 const MaxCachedLogLimit = 32
 
 // refusalShape reports whether res is a well-formed refusal for a, and whether it carries a

@@ -178,7 +178,7 @@ func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uin
 // 64 bytes) applying policy p, which must be a policy.SlidingCounter, to every key across the
 // fleet of processes that share client's Redis. client must honour the per-call deadline (a
 // go-redis client needs ContextTimeoutEnabled: true, or read and write timeouts no longer than
-// WithTimeout's). New registers the process in the fleet with one heartbeat (if Redis does not
+// WithTimeout's, and no negative timeout but -1; New refuses one that has not). New registers the process in the fleet with one heartbeat (if Redis does not
 // answer, the limiter starts offline and keeps trying) and starts the exchange goroutine. The
 // Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {

@@ -51,6 +51,8 @@ func TestNewRejects(t *testing.T) {
 	sc := policy.SlidingCounter{Limit: 10, Window: time.Second}
 	noCtx := redis.NewClient(&redis.Options{Addr: testAddr})
 	defer noCtx.Close()
+	noDeadline := redis.NewClient(&redis.Options{Addr: testAddr, ContextTimeoutEnabled: true, ReadTimeout: -2})
+	defer noDeadline.Close()
 	for _, tc := range []struct {
 		name   string
 		client redis.UniversalClient
@@ -77,6 +79,7 @@ func TestNewRejects(t *testing.T) {
 		{"id", c, "a", sc, []Option{WithProcessID("")}, "process id is empty"},
 		{"clock", c, "a", sc, []Option{WithClock(nil)}, "WithClock(nil)"},
 		{"no context timeout", noCtx, "a", sc, nil, "ContextTimeoutEnabled"},
+		{"no socket deadline", noDeadline, "a", sc, nil, "no socket deadline"},
 	} {
 		l, err := New(tc.client, tc.lname, tc.p, tc.opts...)
 		if err == nil {

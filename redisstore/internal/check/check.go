@@ -58,7 +58,10 @@ func IsNil(c redis.UniversalClient) bool {
 // Client refuses a go-redis client that would not honour the per-call deadline: go-redis applies
 // a context's deadline to socket reads and writes only with ContextTimeoutEnabled, and otherwise
 // waits ReadTimeout (3s by default), which is how goroutines pile up behind a paused server. A
-// client of another type (a wrapper) is not checked.
+// negative timeout once the client has set its options up (ReadTimeout: -2 given, or any
+// negative duration but -1) makes go-redis set no socket deadline at all, the context's
+// included, so it is refused whatever ContextTimeoutEnabled says. A client of another type (a
+// wrapper) is not checked.
 func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
 	var ctxOK bool
 	var rt, wt time.Duration
@@ -74,6 +77,10 @@ func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
 		ctxOK, rt, wt = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
 	default:
 		return nil
+	}
+	if rt < 0 || wt < 0 {
+		return fmt.Errorf("%s: client Options.ReadTimeout = %v, WriteTimeout = %v: a negative timeout (-2, or any negative duration but -1) "+
+			"makes go-redis set no socket deadline, so the per-call deadline (%v) would not bound a call; use -1 (no timeout of its own) with ContextTimeoutEnabled: true", pkg, rt, wt, timeout)
 	}
 	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
 		return nil

@@ -46,6 +46,31 @@ func TestClient(t *testing.T) {
 	if err := Client("pkg", slow, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 		t.Errorf("a client that ignores deadlines: %v, want an error naming ContextTimeoutEnabled", err)
 	}
+	// -1 is "no timeout of its own" (the context's still applies); -2, or another negative
+	// duration, sets no socket deadline at all, the context's included.
+	minusOne := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
+	defer minusOne.Close()
+	if err := Client("pkg", minusOne, 50*time.Millisecond); err != nil {
+		t.Errorf("ReadTimeout -1 with ContextTimeoutEnabled was refused: %v", err)
+	}
+	for _, o := range []*redis.Options{
+		{ReadTimeout: -2, WriteTimeout: -1},
+		{ReadTimeout: -1, WriteTimeout: -2},
+		{ReadTimeout: -time.Second},
+		{WriteTimeout: -time.Second},
+	} {
+		o.Addr, o.ContextTimeoutEnabled = "127.0.0.1:1", true
+		c := redis.NewClient(o)
+		if err := Client("pkg", c, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no socket deadline") {
+			t.Errorf("ReadTimeout %v, WriteTimeout %v: %v, want an error saying no socket deadline is set", o.ReadTimeout, o.WriteTimeout, err)
+		}
+		c.Close()
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2})
+	defer cl.Close()
+	if err := Client("pkg", cl, 50*time.Millisecond); err == nil {
+		t.Error("a cluster client with ReadTimeout -2 was accepted")
+	}
 }
 
 func TestIsNil(t *testing.T) {
