@@ -201,7 +201,9 @@ func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 
 // Multi checks one request against several limiters at once (for example 10 per second and 1,000
 // per hour on the same key), all or nothing: when one refuses, the units the others had counted
-// are given back at once, so a refused request leaves none of them charged. Its methods are safe
+// are given back at once, as far as a refund can prove them (see All): a refused request leaves
+// the window policies charged with none of them, and a bucket with what its refund could not
+// prove, which is nothing when Rate divides 1000 and no time passed. Its methods are safe
 // for concurrent use. Between the take and the give-back, a concurrent request may see the units
 // as taken and be refused; that is the price of not holding a lock across limiters.
 type Multi struct {

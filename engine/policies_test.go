@@ -810,3 +810,34 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		require.ErrorContains(t, err, c.want)
 	}
 }
+
+// The buckets' waits for a cost several units short, by docs/policies.md's general rules, worked
+// by hand: the dual bucket waits for every missing token, not one.
+func TestBucketWaitsForEveryMissingUnit(t *testing.T) {
+	clk := clock.NewManual(1_000_000)
+	dual, err := New(policy.DualBucket{RequestsPerMin: 100, TokensPerMin: 600}, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dual.Close()
+	if d := dual.Take("k", 600); !d.Allowed {
+		t.Fatalf("the first 600 tokens were refused: %+v", d)
+	}
+	// Requests: 99 left, none needed. Tokens: 0 left, credit 0: ceilDiv(60 × 60000, 600) = 6000.
+	if d := dual.Take("k", 60); d.Allowed || d.RetryAfter != 6*time.Second {
+		t.Fatalf("60 tokens on an empty bucket: %+v, want a refusal with RetryAfter 6s", d)
+	}
+	leaky, err := New(policy.LeakyBucket{Rate: 3, Capacity: 10}, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leaky.Close()
+	if d := leaky.Take("k", 9); !d.Allowed {
+		t.Fatalf("9 of 10 were refused: %+v", d)
+	}
+	clk.Advance(100 * time.Millisecond) // drains 0.3 of a unit: level 9, credit 300
+	// ceilDiv((9 + 4 − 10) × 1000 − 300, 3) = ceilDiv(2700, 3) = 900.
+	if d := leaky.Take("k", 4); d.Allowed || d.RetryAfter != 900*time.Millisecond {
+		t.Fatalf("4 more at level 9 of 10: %+v, want a refusal with RetryAfter 900ms", d)
+	}
+}
