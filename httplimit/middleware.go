@@ -452,7 +452,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return
 		}
-		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && waited+d.RetryAfter <= h.maxDelay && h.startWaiting() {
+		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && d.RetryAfter <= h.maxDelay-waited && h.startWaiting() {
 			t := time.NewTimer(d.RetryAfter)
 			select {
 			case <-t.C:
