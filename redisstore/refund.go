@@ -140,6 +140,10 @@ func gcd(a, b int64) int64 {
 // not answer it gives back nothing and returns an error wrapping ErrUnavailable (or the caller's
 // context error). It forgets key in the local deny cache. Safe for concurrent use.
 //
+// A Decision the failure mode made (FailOpen's admission, FailLocal's in-process fallback)
+// counted nothing on Redis and reports Counted 0, so it gives nothing back: a unit the fallback
+// counted stays counted there until its window or bucket lets it go.
+//
 // As with the engine's Refund, a Decision is a plain value: a second refund of the same d cannot
 // be told from the first, each call is bounded by d.Counted on its own, and k refunds of one d
 // (concurrent or not) give back at most k*d.Counted in all, never more than the key still holds.

@@ -188,7 +188,51 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		spec.rules = append(spec.rules, r)
 	}
 	spec.rules = append(spec.rules, def)
+	if err := checkLimitNames(spec.rules); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// checkLimitNames refuses two limits of the same name: a rule "api" with several rates names its
+// limits "api-1m", "api-1h", which a rule named "api-1m" would share in the fields, and on Redis
+// in its keys, so that the two rules would count into one another's windows.
+func checkLimitNames(rules []ruleSpec) error {
+	type owner struct {
+		rule  *ruleSpec
+		label string
+	}
+	seen := map[string]owner{}
+	describe := func(o owner) string {
+		switch {
+		case o.rule.where == "" && o.label == "":
+			return "the command line's limit"
+		case o.rule.where == "":
+			return "the command line's " + o.label + " limit"
+		case o.label == "":
+			return o.rule.where
+		}
+		return fmt.Sprintf("%s's %s limit", o.rule.where, o.label)
+	}
+	for i := range rules {
+		r := &rules[i]
+		for _, rt := range r.rates {
+			o := owner{rule: r}
+			name := r.name
+			if len(r.rates) > 1 {
+				o.label = rt.label()
+				name += "-" + o.label
+			}
+			if prev, ok := seen[name]; ok && prev.rule != r {
+				if o.rule.where == "" { // the file's rule is at fault, not the command line
+					o, prev = prev, o
+				}
+				return fmt.Errorf("%s and %s are both named %q (in the RateLimit fields and the Redis keys); rename one of the rules", describe(o), describe(prev), name)
+			}
+			seen[name] = o
+		}
+	}
+	return nil
 }
 
 // checkName accepts a rule name: it becomes part of the RateLimit fields, of Redis key names and

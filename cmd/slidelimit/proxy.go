@@ -426,6 +426,7 @@ type proxy struct {
 	built  map[string]*builtLimit
 	closed bool
 
+	configSeen     os.FileInfo           // -config as it was just before start-up read it
 	retired        []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
 	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
 	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
@@ -656,6 +657,9 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		return nil, err
 	}
 	if c.configPath != "" {
+		// Seen before it is read, so that an edit made while the proxy starts is newer than what
+		// the watcher compares with, and is picked up at its first poll.
+		px.configSeen, _ = os.Stat(c.configPath)
 		fileSpec, err := parseConfigFile(c.configPath, def)
 		if err != nil {
 			return nil, fmt.Errorf("-config %v", err)
@@ -1313,7 +1317,7 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		t := time.NewTicker(px.c.configPoll)
 		defer t.Stop()
 		tick = t.C
-		last, _ = os.Stat(px.c.configPath)
+		last = px.configSeen
 	}
 	for {
 		select {

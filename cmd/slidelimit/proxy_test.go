@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"flag"
 	"io"
 	"log/slog"
@@ -237,19 +238,21 @@ func TestParseConfigErrors(t *testing.T) {
 		"rulez: []\n":                            `line 1: the file: unknown field "rulez" (want exempt, rules)`,
 		"exempt:\n  path: [/x]\n":                `line 2: exempt: unknown field "path" (want paths, cidrs)`,
 		"rules:\n  - name: a\n    rates: 1/1s\n": "line 3: rules[0] (a): rates: want a list, like [10/1s, 1000/1h]",
-		"rules:\n  - name: a\n    rates: [1/1s]\n    policy: bogus\n":     `rules[0] (a): policy "bogus": unknown policy; one of sliding-counter,`,
-		"rules:\n  - rates: [1/1s]\n":                                     `rules[0]: name "": must be 1 to 64 characters`,
-		"rules:\n  - name: a b\n    rates: [1/1s]\n":                      `name "a b": only letters, digits`,
-		"rules:\n  - name: default\n    rates: [1/1s]\n":                  `name "default" is used twice`,
-		"rules:\n  - name: a\n":                                           "rules[0] (a): rates: at least one",
-		"rules:\n  - name: a\n    rates: [1/60]\n":                        "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
-		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":                  "two limits with the window 1s",
-		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":       `key "cookie": must be ip, header:NAME, conn or path`,
-		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n":      `paths: "api" must start with /`,
-		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [/admin//]\n": `paths: "/admin//" is matched against clean paths, so write it as "/admin/"`,
-		"exempt:\n  paths: [/a/./b]\n":                                    `exempt.paths: "/a/./b" is matched against clean paths, so write it as "/a/b"`,
-		"exempt:\n  cidrs: [10.0.0.0/33]\n":                               `exempt.cidrs: "10.0.0.0/33"`,
-		"exempt:\n  cidrs: [\"::ffff:10.0.0.0/95\"]\n":                    `exempt.cidrs: httplimit: "::ffff:10.0.0.0/95": an IPv4-mapped IPv6 range must be /96 or longer`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    policy: bogus\n":                       `rules[0] (a): policy "bogus": unknown policy; one of sliding-counter,`,
+		"rules:\n  - rates: [1/1s]\n":                                                       `rules[0]: name "": must be 1 to 64 characters`,
+		"rules:\n  - name: a b\n    rates: [1/1s]\n":                                        `name "a b": only letters, digits`,
+		"rules:\n  - name: default\n    rates: [1/1s]\n":                                    `name "default" is used twice`,
+		"rules:\n  - name: a\n":                                                             "rules[0] (a): rates: at least one",
+		"rules:\n  - name: a\n    rates: [1/1s, 5/1m]\n  - name: a-1m\n    rates: [9/1m]\n": `rules[1] (a-1m) and rules[0] (a)'s 1m limit are both named "a-1m"`,
+		"rules:\n  - name: a-1s\n    rates: [9/1h]\n  - name: a\n    rates: [1/1s, 5/1m]\n": `rules[1] (a)'s 1s limit and rules[0] (a-1s) are both named "a-1s"`,
+		"rules:\n  - name: a\n    rates: [1/60]\n":                                          "rules[0] (a): rates: \"1/60\": the window 60 has no unit",
+		"rules:\n  - name: a\n    rates: [1/1s, 2/1s]\n":                                    "two limits with the window 1s",
+		"rules:\n  - name: a\n    rates: [1/1s]\n    key: cookie\n":                         `key "cookie": must be ip, header:NAME, conn or path`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [api]\n":                        `paths: "api" must start with /`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [/admin//]\n":                   `paths: "/admin//" is matched against clean paths, so write it as "/admin/"`,
+		"exempt:\n  paths: [/a/./b]\n":                                                      `exempt.paths: "/a/./b" is matched against clean paths, so write it as "/a/b"`,
+		"exempt:\n  cidrs: [10.0.0.0/33]\n":                                                 `exempt.cidrs: "10.0.0.0/33"`,
+		"exempt:\n  cidrs: [\"::ffff:10.0.0.0/95\"]\n":                                      `exempt.cidrs: httplimit: "::ffff:10.0.0.0/95": an IPv4-mapped IPv6 range must be /96 or longer`,
 	} {
 		_, err := parseConfig([]byte(in), def)
 		assert.ErrorContains(t, err, want, "%q", in)
@@ -417,4 +420,32 @@ func TestParseConfigTrailingEmptyDocument(t *testing.T) {
 		_, err := parseConfig([]byte(rules+tail), def)
 		assert.ErrorContains(t, err, "a second YAML document (each --- starts one)", "%q", tail)
 	}
+}
+
+// The command line's limits with several windows are named like a rule's ("default-1m"), so a
+// rule of that name is refused, as a rule of the name "default" is.
+func TestParseConfigRefusesARuleNamedLikeTheCommandLinesLimit(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}, {1000, time.Hour}}, policyID: "sliding-counter", key: "ip"}
+	_, err := parseConfig([]byte("rules:\n  - name: default-1h\n    rates: [1/1s]\n"), def)
+	assert.ErrorContains(t, err, `rules[0] (default-1h) and the command line's 1h limit are both named "default-1h"`)
+	_, err = parseConfig([]byte("rules:\n  - name: default-1s\n    rates: [1/1s]\n"), def)
+	assert.NoError(t, err, "no limit of the command line's is named default-1s")
+}
+
+// An edit made while the proxy starts (after it read -config, before it polls) is picked up at
+// the first poll: the watcher used to take the edited file as the one in use, and kept the
+// rules read before the edit until the next change.
+func TestConfigEditDuringStartIsPickedUp(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("rules:\n  - name: a\n    rates: [1/1h]\n"), 0o600))
+	ip := startInProcess(t, 0, "-config", cfg, "-config-poll", "10ms")
+	require.Len(t, ip.px.state.Load().rules, 2, "rule a and the default")
+	require.NoError(t, os.WriteFile(cfg, []byte("rules:\n  - name: a\n    rates: [1/1h]\n  - name: b\n    rates: [1/1h]\n"), 0o600))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { ip.px.watchConfig(ctx, nil); close(watched) }()
+	defer func() { cancel(); <-watched }()
+	assert.Eventually(t, func() bool { return len(ip.px.state.Load().rules) == 3 }, 3*time.Second, 10*time.Millisecond,
+		"the edit made before the watcher started was never read; log:\n%s", ip.log)
 }
