@@ -525,6 +525,14 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool)
 		sampled++
 	}
 	l.evictCursor.Add(max(i, 1))
+	// TakeWithLimit lowers judgeLimit before its take, so a sampled state holding a take at a new
+	// lowest limit L may have been judged against the limit read above, from before the lowering:
+	// a key holding half of L or more would be evicted. Every such lowering precedes the take the
+	// sample read, so it is visible to this load: a limit that fell calls for a new sample (a
+	// lower limit only protects more keys, so nothing found means nothing to find).
+	if best.Found() && l.judgeLimit.Load() != limit {
+		return false, true
+	}
 	evicted = shard.EvictCandidateKeep(&l.cfg, &best)
 	switch {
 	case !evicted:
