@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
@@ -351,22 +352,13 @@ func checkKey(k string) error {
 		// A name that is not an HTTP token can never arrive: Go's server answers 400 to a
 		// request carrying one, so every client would be keyed as if it sent none.
 		for _, r := range name {
-			if !isTokenChar(r) {
+			if !httpguts.IsTokenRune(r) {
 				return fmt.Errorf("%q: header name %q has %q, which a header name cannot hold (letters, digits and !#$%%&'*+-.^_`|~ only), like header:X-Api-Key", k, name, r)
 			}
 		}
 		return nil
 	}
 	return fmt.Errorf("%q: must be ip, header:NAME, conn or path", k)
-}
-
-// isTokenChar reports whether r may appear in an HTTP field name (RFC 9110's tchar).
-func isTokenChar(r rune) bool {
-	switch {
-	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		return true
-	}
-	return r < 0x80 && strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }
 
 // clientIP returns the ClientIP that keys clients by -trusted-proxies, -forwarded-header and
