@@ -47,7 +47,8 @@ const DefaultIPv6Prefix = 64
 // own key by sending a forged X-Forwarded-For: from an untrusted peer the header is ignored, and
 // behind a trusted proxy only what the proxy appended counts. If every hop is trusted the leftmost
 // one is the client; if a trusted proxy reports a hop that is not an address ("unknown", an
-// obfuscated identifier, garbage), that proxy is taken as the client.
+// obfuscated identifier, garbage), that proxy is taken as the client. An address whose port is
+// obfuscated (RFC 7239's for="192.0.2.43:_hidden") is an address.
 //
 // Configure a ClientIP before use and do not change it afterwards; its methods may then be called
 // from any number of goroutines at once.
@@ -215,10 +216,17 @@ func unquote(s string) string {
 }
 
 // parseHop parses one address as proxies write it: "192.0.2.1", "192.0.2.1:4711", "2001:db8::1",
-// "[2001:db8::1]" or "[2001:db8::1]:4711". It returns the zero Addr for anything else. The form
-// is told apart before parsing, so that the common cases build no error value.
+// "[2001:db8::1]" or "[2001:db8::1]:4711", the port possibly obfuscated as RFC 7239 allows
+// ("192.0.2.1:_p"). It returns the zero Addr for anything else. The form is told apart before
+// parsing, so that the common cases build no error value.
 func parseHop(s string) netip.Addr {
 	s = strings.TrimSpace(s)
+	// A hidden port hides nothing of the address, which still tells clients apart: without it
+	// every client behind a proxy that hides ports would share that proxy's key.
+	if i := strings.LastIndexByte(s, ':'); i > 0 && len(s) > i+2 && s[i+1] == '_' &&
+		(s[0] == '[' && s[i-1] == ']' || s[0] != '[' && strings.IndexByte(s, ':') == i) {
+		s = s[:i]
+	}
 	var a netip.Addr
 	var err error
 	switch {

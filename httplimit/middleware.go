@@ -132,10 +132,11 @@ type Middleware struct {
 	Problem bool
 
 	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, as
-	// nginx's limit_req delay does: when every wait the limiter asks for (its RetryAfter) fits
-	// in MaxDelay altogether, the request sleeps it and is decided again; otherwise, or when the
-	// request's context ends, it is refused. A waiting request holds its goroutine and
-	// connection; nothing is counted while it waits.
+	// nginx's limit_req delay does: when every wait the limits ask for fits in MaxDelay
+	// altogether, the request sleeps it and is decided again; otherwise, or when the request's
+	// context ends, it is refused. Each wait is the one Retry-After would give: the refusing
+	// limit's RetryAfter, or longer when a limit not asked has no unit left for longer. A
+	// waiting request holds its goroutine and connection; nothing is counted while it waits.
 	MaxDelay time.Duration
 
 	// MaxWaiting bounds how many requests may wait under MaxDelay at once, across every client
@@ -171,8 +172,9 @@ type Middleware struct {
 
 // Validate reports a configuration that Wrap cannot serve: a nil Limiter (ErrNoLimiter, as from
 // Local(nil)), a nil Limits entry, a Quota.Name with characters an HTTP structured-field string
-// cannot hold, names that are missing or repeated among several limits, a negative Quota or
-// MaxDelay, or an unknown ErrorMode. The error names the field and the value.
+// cannot hold, names that are missing or repeated among several limits, a negative Quota,
+// MaxDelay or MaxWaiting, or an unknown ErrorMode. The error names the field and the value. It
+// only reads m: calls may run at once with each other and with Wrap, not with a change to m.
 func (m *Middleware) Validate() error {
 	if m.Limiter == nil {
 		return fmt.Errorf("%w: Middleware.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
@@ -452,17 +454,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, http.StatusServiceUnavailable, "rate limiter unavailable", "")
 			return
 		}
-		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 && d.RetryAfter <= h.maxDelay-waited && h.startWaiting() {
-			t := time.NewTimer(d.RetryAfter)
-			select {
-			case <-t.C:
-				h.waiting.Add(-1)
-				waited += d.RetryAfter
-				clear(f.st)
-				continue
-			case <-r.Context().Done():
-				h.waiting.Add(-1)
-				t.Stop()
+		if idx >= 0 && !h.shadow && d.Reason == engine.ReasonLimited && h.maxDelay > 0 && d.RetryAfter > 0 {
+			// The wait includes the limits not asked that are used up for longer: sleeping only the
+			// refusing limit's would end in a refusal by the next, after holding the request (and
+			// a place among MaxWaiting) for nothing.
+			if wait := h.longestWait(f, d.RetryAfter); wait <= h.maxDelay-waited && h.startWaiting() {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+					h.waiting.Add(-1)
+					waited += wait
+					clear(f.st)
+					continue
+				case <-r.Context().Done():
+					h.waiting.Add(-1)
+					t.Stop()
+				}
 			}
 		}
 		if h.onDecision != nil && (idx >= 0 || anyDecided(f.st)) {
@@ -483,6 +490,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, d, h.limits[idx].rawName)
 		return
 	}
+}
+
+// longestWait is the longer of the refusing limit's wait and those of f's limits not asked that
+// have no unit left, as setFields works out Retry-After.
+func (h *handler) longestWait(f *frame, wait time.Duration) time.Duration {
+	for i, s := range f.st {
+		if e := &h.limits[i]; s == unasked && e.peek != nil {
+			if d := e.peek(f.key); !d.Allowed && d.RetryAfter > wait {
+				wait = d.RetryAfter
+			}
+		}
+	}
+	return wait
 }
 
 func anyDecided(st []entryState) bool {
@@ -608,6 +628,12 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 					continue
 				}
 				d = e.peek(g.key)
+				if d.Reason == engine.ReasonClosed {
+					// A closed limiter reports nothing of the key: r=0 would tell the client a
+					// quota is spent that no limiter is counting, as an asked one's failure does
+					// not.
+					continue
+				}
 				if g == f && wait > 0 && !d.Allowed && d.RetryAfter > wait {
 					wait = d.RetryAfter
 				}
