@@ -3,6 +3,7 @@ package rls
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -138,32 +139,9 @@ func LoadConfig(path string) (*Config, error) {
 	// Taken before the files are read: a change made while they are read shows up as a
 	// difference at Watch's next poll, rather than being missed.
 	fp := fingerprint(path)
-	st, err := os.Stat(path)
+	files, err := configFiles(path)
 	if err != nil {
-		return nil, &ConfigError{File: path, Reason: errReason(err)}
-	}
-	var files []string
-	if st.IsDir() {
-		ents, err := os.ReadDir(path)
-		if err != nil {
-			return nil, &ConfigError{File: path, Reason: errReason(err)}
-		}
-		for _, e := range ents {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-				continue
-			}
-			full := filepath.Join(path, name)
-			if fst, err := os.Stat(full); err != nil || fst.IsDir() {
-				continue
-			}
-			files = append(files, full)
-		}
-		if len(files) == 0 {
-			return nil, &ConfigError{File: path, Reason: "directory holds no .yaml or .yml file"}
-		}
-	} else {
-		files = []string{path}
+		return nil, err
 	}
 	cfg := &Config{domains: map[string]*domain{}, files: files, source: path, fp: fp}
 	for _, f := range files {
@@ -181,6 +159,45 @@ func LoadConfig(path string) (*Config, error) {
 		cfg.domains[d.name] = d
 	}
 	return cfg, nil
+}
+
+// configFiles lists the files LoadConfig reads from path. Only regular files are read (symbolic
+// links followed): reading a FIFO, a socket or a device would block, or never end.
+func configFiles(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Reason: errReason(err)}
+	}
+	if !st.IsDir() {
+		if !st.Mode().IsRegular() {
+			return nil, &ConfigError{File: path, Reason: fmt.Sprintf("not a regular file or a directory (%v)", st.Mode().Type())}
+		}
+		return []string{path}, nil
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Reason: errReason(err)}
+	}
+	var files []string
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		full := filepath.Join(path, name)
+		fst, err := os.Stat(full)
+		if err != nil || fst.IsDir() {
+			continue
+		}
+		if !fst.Mode().IsRegular() {
+			return nil, &ConfigError{File: full, Reason: fmt.Sprintf("not a regular file (%v)", fst.Mode().Type())}
+		}
+		files = append(files, full)
+	}
+	if len(files) == 0 {
+		return nil, &ConfigError{File: path, Reason: "directory holds no .yaml or .yml file"}
+	}
+	return files, nil
 }
 
 // ParseConfig is LoadConfig for one file's contents; name stands for the file in errors. Safe to
@@ -328,10 +345,24 @@ func (p *parser) boolean(n *yaml.Node, field string) (bool, error) {
 		return false, nil
 	}
 	var b bool
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+		// envoyproxy/ratelimit's YAML library reads YAML 1.1, whose booleans include yes, on
+		// and their kin; a file written for it must load here alike. Quoted, they are strings
+		// there too.
+		if v, ok := yaml11Bools[n.Value]; ok {
+			return v, nil
+		}
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
 		return false, p.errf(n, "%s is %s, want true or false", field, kindName(n))
 	}
 	return b, nil
+}
+
+// yaml11Bools are YAML 1.1's plain booleans that YAML 1.2 reads as strings.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 func (p *parser) children(parent *node, list *yaml.Node, parentPath string) error {
@@ -486,16 +517,32 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	if isNull(rpuNode) {
 		return nil, p.errf(n, "%s has no requests_per_unit", what)
 	}
-	if rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float" && wholeNumber(rpuNode.Value) {
+	outOfRange := func() (*rateLimit, error) {
+		return nil, p.errf(rpuNode, "requests_per_unit %s in %s is out of range [0, %d]", rpuNode.Value, what, int64(policy.MaxLimit))
+	}
+	switch {
+	case rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float" && wholeNumber(rpuNode.Value):
 		// YAML reads a whole number too large for 64 bits as a float.
-		return nil, p.errf(rpuNode, "requests_per_unit %s in %s is out of range [0, %d]", rpuNode.Value, what, int64(policy.MaxLimit))
-	}
-	if rpuNode.Kind != yaml.ScalarNode || rpuNode.Tag != "!!int" {
+		return outOfRange()
+	case rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float":
+		// envoyproxy/ratelimit loads a float into its integer field (10.0 and 1e3 are 10 and
+		// 1000), so files written for it may hold one. A fraction it drops without a word;
+		// here it is refused, as a limit of 10.5 is not the limit of 10 it would become.
+		var f float64
+		if rpuNode.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) {
+			return nil, p.errf(rpuNode, "requests_per_unit %s in %s is not a whole number", rpuNode.Value, what)
+		}
+		if f < 0 || f > float64(policy.MaxLimit) {
+			return outOfRange()
+		}
+		rl.perUnit = int64(f)
+	case rpuNode.Kind != yaml.ScalarNode || rpuNode.Tag != "!!int":
 		return nil, p.errf(rpuNode, "requests_per_unit in %s is %s, want a whole number", what, kindName(rpuNode))
-	}
-	rl.perUnit, err = strconv.ParseInt(rpuNode.Value, 0, 64)
-	if err != nil || rl.perUnit < 0 || rl.perUnit > policy.MaxLimit {
-		return nil, p.errf(rpuNode, "requests_per_unit %s in %s is out of range [0, %d]", rpuNode.Value, what, int64(policy.MaxLimit))
+	default:
+		rl.perUnit, err = strconv.ParseInt(rpuNode.Value, 0, 64)
+		if err != nil || rl.perUnit < 0 || rl.perUnit > policy.MaxLimit {
+			return outOfRange()
+		}
 	}
 	switch {
 	case unitName != "" && windowText != "":

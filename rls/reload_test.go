@@ -121,3 +121,22 @@ func TestReloadFileAlongsideWatch(t *testing.T) {
 	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_config_reloads_total{result="ok"} 1`)
 	require.Equal(t, 1, strings.Count(s.log.String(), "config reloaded from"), s.log.String())
 }
+
+// Watch returns once the server is closed, though its ctx goes on: it polled until ctx ended,
+// a goroutine outliving the server it reloads.
+func TestWatchStopsAtClose(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "app.yaml"), []byte("domain: app\ndescriptors:\n  - key: k\n"), 0o644))
+	cfg, err := rls.LoadConfig(dir)
+	require.NoError(t, err)
+	srv, err := rls.NewServer(cfg)
+	require.NoError(t, err)
+	watched := make(chan struct{})
+	go func() { srv.Watch(context.Background(), dir, 10*time.Millisecond); close(watched) }()
+	require.NoError(t, srv.Close())
+	select {
+	case <-watched:
+	case <-time.After(failsafe):
+		t.Fatal("Watch went on polling after Close")
+	}
+}

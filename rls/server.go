@@ -284,8 +284,8 @@ type check struct {
 	node     *node
 	live     *live
 	key      string
-	cost     int64 // the descriptor's cost and its dups', summed (clamped as one cost is)
-	own      int64 // the descriptor's own cost
+	cost     int64   // the descriptor's cost and its dups', summed (clamped as one cost is)
+	hits     float64 // the descriptor's own hits, unclamped, for the metrics
 	d        slidelimit.Decision
 	taken    bool // decided by a take (not a query)
 	refunded int64
@@ -293,10 +293,10 @@ type check struct {
 	queried  bool
 }
 
-// dup is a descriptor decided with an earlier one: its index in the request, and its own cost.
+// dup is a descriptor decided with an earlier one: its index in the request, and its own hits.
 type dup struct {
 	i    int
-	cost int64
+	hits float64
 }
 
 // ShouldRateLimit decides a request, all or nothing: when any descriptor that is not in shadow
@@ -323,6 +323,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	descs := req.GetDescriptors()
+	var twins twinIndex
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
@@ -359,25 +360,19 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		if n.limit.unlimited {
 			continue
 		}
-		cost := int64(req.GetHitsAddend())
+		hits := uint64(req.GetHitsAddend())
 		if h := d.GetHitsAddend(); h != nil {
-			// Every cost above the largest limit decides alike; the clamp keeps it an int64.
-			cost = int64(min(h.GetValue(), uint64(policy.MaxLimit)+1))
+			hits = h.GetValue()
 		}
-		if cost == 0 {
-			cost = 1
-		}
-		c := check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost, own: cost}
-		merged := false
-		for k := range checks {
-			if o := &checks[k]; o.live == c.live && o.key == c.key {
-				o.dups = append(o.dups, dup{i, cost})
-				o.cost = min(o.cost+cost, policy.MaxLimit+1)
-				merged = true
-				break
-			}
-		}
-		if !merged {
+		hits = max(hits, 1) // 0 means 1
+		// Every cost above the largest limit decides alike; the clamp keeps it an int64.
+		cost := int64(min(hits, uint64(policy.MaxLimit)+1))
+		c := check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost, hits: float64(hits)}
+		if k, ok := twins.find(checks, c.live, c.key); ok {
+			o := &checks[k]
+			o.dups = append(o.dups, dup{i, c.hits})
+			o.cost = min(o.cost+cost, policy.MaxLimit+1)
+		} else {
 			checks = append(checks, c)
 		}
 	}
@@ -462,15 +457,13 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 		for _, d := range c.dups {
 			s.fill(resp.Statuses[d.i], c)
 		}
-		if k < stopped {
-			// Each descriptor counts its own hits in the metrics.
-			one := *c
-			one.cost = c.own
-			s.count(st, req.GetDomain(), descs[c.i], &one)
-			for _, d := range c.dups {
-				one.cost = d.cost
-				s.count(st, req.GetDomain(), descs[d.i], &one)
-			}
+		// Each descriptor counts its own hits in the metrics, those only queried after a
+		// refusal included: they were decided, as a store that gives units back decides them by
+		// a take it gives back.
+		over, near := outcomeOf(c)
+		s.count(st, req.GetDomain(), descs[c.i], c.node, c.hits, over, near)
+		for _, d := range c.dups {
+			s.count(st, req.GetDomain(), descs[d.i], c.node, d.hits, over, near)
 		}
 	}
 	if s.headers {
@@ -601,7 +594,7 @@ func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
 		remaining = min(remaining+c.refunded, d.Limit)
 	}
 	st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
-	overLimit := !d.Allowed || (!c.taken && d.Remaining < c.cost)
+	overLimit, _ := outcomeOf(c)
 	switch {
 	case overLimit && c.node.shadow:
 		st.Code = rlsv3.RateLimitResponse_OK
@@ -616,30 +609,77 @@ func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
 	}
 }
 
-// count records one check in the metrics, under its descriptor's config path, or the request's
+// outcomeOf reports whether c is over its limit (refused, or only queried and short of its cost)
+// and, if not, whether its hit leaves less than a fifth of the limit (envoyproxy/ratelimit's
+// default near-limit ratio).
+func outcomeOf(c *check) (over, near bool) {
+	d := c.d
+	left := d.Remaining
+	if !c.taken {
+		left -= c.cost
+	}
+	if !d.Allowed || left < 0 {
+		return true, false
+	}
+	return false, d.Limit > 0 && (d.Limit-left)*5 > d.Limit*4
+}
+
+// count records one descriptor's hits in the metrics, under its config path, or the request's
 // own entries for a descriptor with detailed_metric.
-func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescriptor, c *check) {
-	m := st.series[c.node]
-	if c.node.detailed {
+func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescriptor, n *node, hits float64, over, near bool) {
+	m := st.series[n]
+	if n.detailed {
 		parts := make([]string, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			parts[j] = segment(e.GetKey(), e.GetValue())
 		}
 		m = s.metrics.seriesFor(domain, strings.Join(parts, "."))
 	}
-	cost := float64(c.cost)
-	m.hits.Add(cost)
-	if !c.d.Allowed {
-		m.overLimit.Add(cost)
-		if c.node.shadow {
-			m.shadow.Add(cost)
+	m.hits.Add(hits)
+	switch {
+	case over:
+		m.overLimit.Add(hits)
+		if n.shadow {
+			m.shadow.Add(hits)
 		}
-		return
+	case near:
+		m.nearLimit.Add(hits)
 	}
-	// Near the limit: the hit left less than a fifth of it, as envoyproxy/ratelimit's default.
-	if lim := c.d.Limit; lim > 0 && (lim-c.d.Remaining)*5 > lim*4 {
-		m.nearLimit.Add(cost)
+}
+
+// twinIndex finds the check that a descriptor is a twin of (same limiter, same key). A request
+// has a handful of descriptors, scanned in place; a map takes over past twinScan of them, so that
+// one with thousands (a message of up to 4 MiB can hold 100,000) costs linear time rather than
+// quadratic while holding the server's read lock, which a reload waits for.
+type twinIndex map[twinKey]int
+
+type twinKey struct {
+	live *live
+	key  string
+}
+
+const twinScan = 16
+
+func (x *twinIndex) find(checks []check, l *live, key string) (int, bool) {
+	if *x == nil && len(checks) <= twinScan {
+		for k := range checks {
+			if checks[k].live == l && checks[k].key == key {
+				return k, true
+			}
+		}
+		return 0, false
 	}
+	if *x == nil {
+		*x = make(twinIndex, 2*len(checks))
+		for k := range checks {
+			(*x)[twinKey{checks[k].live, checks[k].key}] = k
+		}
+	}
+	k, ok := (*x)[twinKey{l, key}]
+	if !ok {
+		(*x)[twinKey{l, key}] = len(checks) // the caller appends it next
+	}
+	return k, ok
 }
 
 // subjectOf is the limiter key of a request descriptor: its entries as k=v joined by '&', with

@@ -4,19 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
 
-// Watch polls path (as given to LoadConfig) every interval (default 1s) until ctx ends, and
-// applies each change once the files have stayed the same for one interval (so within two
-// intervals of the edit): a config that loads replaces the server's (see Reload); one that does
-// not is logged with its reason, and the last good config stays in use until the files change
-// again. A config read from path and applied by other means (ReloadFile, the command's SIGHUP,
-// or Reload of a LoadConfig(path)) is where Watch goes on from: if path no longer holds what that
-// config was read from, Watch applies the files, as it applies any edit.
+// Watch polls path (as given to LoadConfig) every interval (default 1s) until ctx ends or the
+// server is closed (it returns within an interval of Close), and applies each change once the
+// files have stayed the same for one interval (so within two intervals of the edit): a config
+// that loads replaces the server's (see Reload); one that does not is logged with its reason,
+// and the last good config stays in use until the files change again. Only the files LoadConfig
+// reads are watched. A config read from path and applied by other means (ReloadFile, the
+// command's SIGHUP, or Reload of a LoadConfig(path)) is where Watch goes on from: if path no
+// longer holds what that config was read from, Watch applies the files, as it applies any edit.
 // Polling rather than file events works the same on every filesystem, and for Kubernetes
 // ConfigMaps, whose files are swapped by renaming a symbolic link. Watch blocks; run it in its own
 // goroutine. Safe to run alongside calls.
@@ -40,7 +39,11 @@ func (s *Server) Watch(ctx context.Context, path string, interval time.Duration)
 			return
 		case <-t.C:
 		}
-		if cfg := s.Config(); cfg != nil && cfg.source == path && cfg.fp != applied {
+		cfg := s.Config()
+		if cfg == nil {
+			return // closed: nothing left to reload, and polling on would outlive the server
+		}
+		if cfg.source == path && cfg.fp != applied {
 			// path was loaded since the last poll, by the reload below or by ReloadFile (the
 			// command's SIGHUP): what was read is where this goes on from, so an edit made
 			// between a poll and the read is not loaded a second time, and one made during the
@@ -85,19 +88,14 @@ func (s *Server) ReloadFile(path string) error {
 }
 
 // fingerprint hashes the names and contents of the files LoadConfig would read, so that any
-// change, including a file added or removed, is seen whatever the timestamps say.
+// change, including a file added or removed, is seen whatever the timestamps say. Files that
+// LoadConfig skips are not read (an editor's swap file, a FIFO that would block the poll); a
+// path that does not load hashes as its error, so that fixing it is a change.
 func fingerprint(path string) [32]byte {
 	h := sha256.New()
-	files := []string{path}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		files = files[:0]
-		ents, _ := os.ReadDir(path)
-		for _, e := range ents {
-			if !strings.HasPrefix(e.Name(), ".") {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-		sort.Strings(files)
+	files, err := configFiles(path)
+	if err != nil {
+		h.Write([]byte("error: " + err.Error()))
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)

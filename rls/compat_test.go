@@ -1,0 +1,52 @@
+package rls_test
+
+import (
+	"testing"
+
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/require"
+)
+
+// envoyproxy/ratelimit reads its files with gopkg.in/yaml.v2, a YAML 1.1 reader: yes, on and
+// their kin are booleans there (quoted, they are strings), and a float is loaded into the whole
+// requests_per_unit. Files written for it load here alike. The expected values are what yaml.v2
+// v2.4.0 decodes these scalars to.
+func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
+	file := func(shadow, rpu string) string {
+		return "domain: d\ndescriptors:\n- key: k\n  shadow_mode: " + shadow + "\n  rate_limit:\n    unit: second\n    requests_per_unit: " + rpu + "\n"
+	}
+	for shadow, on := range map[string]bool{
+		"yes": true, "Yes": true, "YES": true, "y": true, "Y": true, "on": true, "On": true, "ON": true, "True": true,
+		"no": false, "No": false, "NO": false, "n": false, "N": false, "off": false, "Off": false, "OFF": false, "false": false,
+	} {
+		s := serve(t, parse(t, file(shadow, "1")))
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "d", 0, desc("k", "v"))), shadow)
+		want := []string{over, over}
+		if on {
+			want = []string{ok, ok}
+		}
+		require.Equal(t, want, outcome(s.call(t, "d", 0, desc("k", "v"))), "shadow_mode: %s", shadow)
+	}
+	for rpu, want := range map[string]uint32{"10.0": 10, "1e3": 1000, "1.5e1": 15, "1.0e+1": 10, "-0.0": 0, "4294967295.0": 4294967295} {
+		cfg := parse(t, file("false", rpu))
+		s := serve(t, cfg)
+		r := s.call(t, "d", 0, desc("k", "v"))
+		require.Equal(t, want, r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), "requests_per_unit: %s", rpu)
+	}
+	for _, c := range []struct{ shadow, rpu, reason string }{
+		{"'yes'", "1", `shadow_mode is the str "yes", want true or false`},
+		{`"on"`, "1", `shadow_mode is the str "on", want true or false`},
+		{"yess", "1", `shadow_mode is the str "yess", want true or false`},
+		// yaml.v2 truncates a fraction; a limit of 10.5 is refused rather than made 10.
+		{"no", "10.5", "requests_per_unit 10.5 in rate_limit of k is not a whole number"},
+		{"no", "9.999999999999999e2", "requests_per_unit 9.999999999999999e2 in rate_limit of k is not a whole number"},
+		{"no", ".inf", "requests_per_unit .inf in rate_limit of k is not a whole number"},
+		{"no", ".nan", "requests_per_unit .nan in rate_limit of k is not a whole number"},
+		{"no", "1e10", "requests_per_unit 1e10 in rate_limit of k is out of range [0, 4294967295]"},
+		{"no", "-1.0", "requests_per_unit -1.0 in rate_limit of k is out of range [0, 4294967295]"},
+	} {
+		cfg, err := rls.ParseConfig("test.yaml", []byte(file(c.shadow, c.rpu)))
+		require.Nil(t, cfg)
+		require.ErrorContains(t, err, c.reason)
+	}
+}
