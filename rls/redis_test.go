@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +140,25 @@ func TestRedisDownDecidesByFailureMode(t *testing.T) {
 		require.True(t, lines >= 1 && lines <= 2, "%d log lines for 20 errors:\n%s", lines, s.log.String())
 		require.Contains(t, s.log.String(), "domain basic descriptor a: redisstore:")
 	}
+}
+
+// A request with thousands of descriptors is decided on a bounded number of goroutines: one for
+// each queued them all on the client's pool at once, where those waiting past the store's
+// timeout failed, and were decided by the failure mode, admitted uncounted. The timeout is 250ms,
+// five times the default, so that only that queueing (20,000 round trips) could reach it.
+func TestRedisManyDescriptorsDecidedWithinTheTimeout(t *testing.T) {
+	addr := startRedis(t)
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: j\n    rate_limit: {unit: day, requests_per_unit: 5}\n")
+	s := serve(t, cfg, rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithTimeout(250*time.Millisecond))))
+	var ds []*ratelimitv3.RateLimitDescriptor
+	for i := range 20_000 {
+		ds = append(ds, desc("k", strconv.Itoa(i)))
+	}
+	ds = append(ds, desc("j", "x"))
+	r := s.call(t, "d", 0, ds...)
+	require.Equal(t, ok, outcome(r)[0])
+	for i, st := range r.GetStatuses() {
+		require.Equal(t, uint32(4), st.GetLimitRemaining(), "descriptor %d", i)
+	}
+	requireSeries(t, scrape(t, s.srv), "slidelimit_rls_backend_errors_total 0")
 }

@@ -499,25 +499,19 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 // It reports whether every descriptor is expected to admit, so that they may be taken in
 // parallel.
 func (s *Server) predict(ctx context.Context, checks []check) (allAdmit bool, err error) {
-	var wg sync.WaitGroup
 	errs := make([]error, len(checks))
-	for k := range checks {
+	atOnce(len(checks), func(k int) {
 		c := &checks[k]
 		if c.live.lim == nil || c.node.shadow {
-			continue
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d, err := c.live.lim.Take(ctx, c.key, 0)
-			if err != nil && ctx.Err() != nil {
-				errs[k] = status.FromContextError(ctx.Err()).Err()
-				return
-			}
-			c.query, c.queried = d, err == nil
-		}()
-	}
-	wg.Wait()
+		d, err := c.live.lim.Take(ctx, c.key, 0)
+		if err != nil && ctx.Err() != nil {
+			errs[k] = status.FromContextError(ctx.Err()).Err()
+			return
+		}
+		c.query, c.queried = d, err == nil
+	})
 	for _, err := range errs {
 		if err != nil {
 			return false, err
@@ -532,22 +526,36 @@ func (s *Server) predict(ctx context.Context, checks []check) (allAdmit bool, er
 
 // takeAll takes every check at once.
 func (s *Server) takeAll(ctx context.Context, checks []check) error {
-	var wg sync.WaitGroup
 	errs := make([]error, len(checks))
-	for k := range checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[k] = s.take(ctx, &checks[k], checks[k].cost)
-		}()
-	}
-	wg.Wait()
+	atOnce(len(checks), func(k int) { errs[k] = s.take(ctx, &checks[k], checks[k].cost) })
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// maxAtOnce bounds the goroutines one request's descriptors are decided on: a request may hold
+// thousands of descriptors, and a goroutine for each would queue them all on the store client's
+// connection pool at once, to fail there on its timeout.
+const maxAtOnce = 32
+
+// atOnce calls f(0), ..., f(n-1) on up to maxAtOnce goroutines and returns when every call has.
+func atOnce(n int, f func(k int)) {
+	workers := min(n, maxAtOnce)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1) - 1); k < n; k = int(next.Add(1) - 1) {
+				f(k)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // logBackendError logs at most one backend error a second, with the number left out since the
