@@ -35,8 +35,8 @@ func benchRequests(n int) []*rlsv3.RateLimitRequest {
 	return reqs
 }
 
-// The decision alone, without gRPC: two descriptors, all or nothing, on the engine.
-func BenchmarkShouldRateLimit(b *testing.B) {
+// benchServer serves benchConfig on the engine until the benchmark ends.
+func benchServer(b *testing.B) *rls.Server {
 	cfg, err := rls.ParseConfig("bench.yaml", []byte(benchConfig))
 	if err != nil {
 		b.Fatal(err)
@@ -45,7 +45,13 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
+	b.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// The decision alone, without gRPC: two descriptors, all or nothing, on the engine.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	srv := benchServer(b)
 	reqs := benchRequests(1024)
 	var next atomic.Uint64
 	b.ReportAllocs()
@@ -63,15 +69,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 
 // The same over gRPC on loopback, one connection per parallel caller: what Envoy sees.
 func BenchmarkShouldRateLimitGRPC(b *testing.B) {
-	cfg, err := rls.ParseConfig("bench.yaml", []byte(benchConfig))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := rls.NewServer(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchServer(b)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -106,15 +104,7 @@ func BenchmarkShouldRateLimitGRPC(b *testing.B) {
 // carry: finding the twins among them was quadratic (160,000 took 44 s under the read lock a
 // reload waits for).
 func BenchmarkShouldRateLimitManyDescriptors(b *testing.B) {
-	cfg, err := rls.ParseConfig("bench.yaml", []byte(benchConfig))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := rls.NewServer(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchServer(b)
 	req := &rlsv3.RateLimitRequest{Domain: "bench"}
 	for i := range 20_000 {
 		req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
