@@ -50,8 +50,11 @@
 // during the entry's life (at most the retry time), and clock drift over that span. Second, under
 // any time source, an entry never outlives the key on Redis: the script returns the key's PTTL
 // with every refusal, and the entry ends then, so a host an hour ahead that writes a window in the
-// future makes the others' caches refuse only while Redis itself still holds that state. The
-// cache keeps at most WithDenyCache keys, each in at most DenyCacheEntryBytes (long subjects are
+// future makes the others' caches refuse only while Redis itself still holds that state. A key
+// that Redis loses after the refusal (FLUSHALL, a restart without persistence, a failover to an
+// empty replica, a DEL from outside) is not seen: its entry refuses, until the entry's retry
+// time, requests that Redis would now admit as a new key's; nothing is admitted past the limit.
+// The cache keeps at most WithDenyCache keys, each in at most DenyCacheEntryBytes (long subjects are
 // kept as their hash), so it is bounded in bytes (WithDenyCacheBytes) whatever clients send. It
 // remembers the sliding log's refusals only up to MaxCachedLogLimit, whose whole log it keeps.
 //

@@ -256,7 +256,8 @@ func WithBreakerRatio(b BreakerRatio) Option {
 // refuse what Redis would refuse too (their requests only add to the count). Another host's
 // Refund or Reset lowers the count on Redis without reaching this cache, which may then refuse,
 // until the entry's retry time, a request Redis would admit (this host's own Refund and Reset
-// forget the entry). The cache is safe for concurrent use and takes no lock on a lookup.
+// forget the entry); so does Redis losing the key (FLUSHALL, a restart without persistence, a
+// failover to an empty replica, a DEL from outside). The cache is safe for concurrent use and takes no lock on a lookup.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) error {
 		if maxKeys < 0 || maxKeys > 1<<26 {
