@@ -1082,7 +1082,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			}
 		},
 	}
-	inner := mw.Wrap(px.rp)
+	inner := mw.Wrap(keepForFinal(px.rp))
 	if c.logAdmitted == 0 && c.logRefused == 0 {
 		return inner
 	}
@@ -1154,8 +1154,8 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
+	if w.code == 0 && !interim(code) {
+		w.code = code // a 103 Early Hints is not the request's status: the final one follows
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -1174,6 +1174,78 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// interim reports whether code is an informational response that a final one follows (101
+// Switching Protocols ends the HTTP exchange, so it is final).
+func interim(code int) bool {
+	return code >= 100 && code < 200 && code != http.StatusSwitchingProtocols
+}
+
+// keepForFinal serves h, keeping the RateLimit fields the middleware set for the final response.
+// The reverse proxy sends an upstream's 1xx response (103 Early Hints) with every header set so
+// far and then clears them, so without this the 103 carried the fields and the final response
+// none.
+func keepForFinal(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&finalWriter{ResponseWriter: w}, r)
+	})
+}
+
+// finalWriter holds the RateLimit fields back from 1xx responses and puts them on the final one,
+// first, as if no 1xx had come (the upstream's own fields of those names follow).
+type finalWriter struct {
+	http.ResponseWriter
+	saved http.Header
+	final bool
+}
+
+var rateLimitFields = []string{"Ratelimit-Policy", "Ratelimit"} // canonical forms
+
+func (w *finalWriter) WriteHeader(code int) {
+	if w.final || !interim(code) {
+		w.restore()
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	hdr := w.Header()
+	if w.saved == nil {
+		w.saved = http.Header{}
+		for _, f := range rateLimitFields {
+			if v, ok := hdr[f]; ok {
+				w.saved[f] = v
+			}
+		}
+	}
+	for f := range w.saved {
+		delete(hdr, f)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *finalWriter) restore() {
+	if w.final {
+		return
+	}
+	w.final = true
+	hdr := w.Header()
+	for f, v := range w.saved {
+		hdr[f] = append(v[:len(v):len(v)], hdr[f]...)
+	}
+}
+
+func (w *finalWriter) Write(b []byte) (int, error) {
+	w.restore()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *finalWriter) Flush() {
+	w.restore()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *finalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) status() int {
 	if w.code == 0 {
