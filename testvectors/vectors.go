@@ -330,8 +330,9 @@ func position(data []byte, offset int64) (line, col int) {
 
 // Check reports the first problem of f: an unknown policy or version, a case without a name or
 // with a duplicate one, a missing, unknown or out-of-range param, an unknown call or one the
-// policy does not answer, a wrong number of arguments, a time outside [0, MaxNow] (2^62 and later cannot be stored), or an expected
-// value of the wrong type. The error names the file, the case and the step.
+// policy does not answer, a wrong number of arguments, a time outside [0, MaxNow] (2^62 and later
+// cannot be stored) or before an earlier step's time in the same case, or an expected value of the
+// wrong type. The error names the file, the case and the step.
 func (f *File) Check() error {
 	name := f.Path
 	if name == "" {
@@ -362,9 +363,19 @@ func (f *File) Check() error {
 		if _, err := reference.New(id, c.Params); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
+		// The engine's clock never goes backwards for one key, and the reference model and the
+		// engine would answer a backward step differently, so such a case pins nothing.
+		last, lastStep := int64(0), -1
 		for si, s := range c.Steps {
 			if err := checkStep(id, s); err != nil {
 				return fmt.Errorf("%s: step %d: %w", where, si, err)
+			}
+			if n := arity[s.Call]; n > 0 {
+				now := s.Args[n-1]
+				if lastStep >= 0 && now < last {
+					return fmt.Errorf("%s: step %d: %s: now = %d is before step %d's now = %d; time within a case never goes backwards", where, si, s.Call, now, lastStep, last)
+				}
+				last, lastStep = now, si
 			}
 		}
 	}
