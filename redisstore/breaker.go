@@ -121,12 +121,13 @@ func (b *breaker) success(probe bool) {
 }
 
 // failure counts one failed call; a failed probe, the threshold-th consecutive failure, or a
-// window whose failure ratio reaches the bound (re)opens the breaker for another cooldown.
-func (b *breaker) failure(probe bool) {
+// window whose failure ratio reaches the bound (re)opens the breaker for another cooldown. It
+// reports whether this call opened a closed breaker.
+func (b *breaker) failure(probe bool) (opened bool) {
 	if probe {
 		b.openedAt.Store(b.since())
 		b.probing.Store(false)
-		return
+		return false
 	}
 	b.mu.Lock()
 	trip := false
@@ -140,7 +141,9 @@ func (b *breaker) failure(probe bool) {
 	b.mu.Unlock()
 	if trip && b.openedAt.CompareAndSwap(0, b.since()) {
 		b.opens.Add(1)
+		return true
 	}
+	return false
 }
 
 // fatal opens the breaker at once, for an error that every key would get (a wrong password, a

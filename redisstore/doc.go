@@ -77,10 +77,13 @@
 // about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out.
 // WithBreaker keeps the consecutive rule for those who want it. A failure is a call that timed
 // out, could not reach Redis, or got a reply saying the server cannot serve now (BUSY, LOADING,
-// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS or MISCONF);
-// any other error reply is about that key alone (a key holding another type) and counts as an
-// answer. Only the probe closes an open breaker: a call that went out before it opened and
-// succeeds later leaves it open until the cooldown ends.
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS or MISCONF, also where Redis 5
+// and 6 wrap such a reply in an ERR about the script that met it); any other error reply is about
+// that key alone (a key holding another type) and counts as an answer. Only the probe closes an
+// open breaker: a call that went out before it opened and succeeds later leaves it open until the
+// cooldown ends. While it is open, each call's error wraps ErrCircuitOpen and names the last
+// failure (a store pointed at a read-only replica says READONLY on every call), and without a
+// WithOnError hook each opening is logged once with log/slog's default logger.
 //
 // Errors that every key would get — a wrong password (WRONGPASS, NOAUTH), a missing permission
 // (NOPERM, or, on Redis 7.0 and 7.1 and on Valkey, the ERR a script gets for a command or key the
@@ -88,7 +91,8 @@
 // scripting, a database number the server does not have — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
 // WithOnError hook, or to log/slog's default logger without one. Each failed probe doubles the
 // cooldown, up to 64 times, so a misconfigured fleet does not reconnect per request. The Limiter
-// starts no goroutine.
+// starts no goroutine of its own; the process-wide coarse clock it shares runs one until the last
+// user of it is closed.
 //
 // # Connecting
 //

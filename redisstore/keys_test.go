@@ -359,6 +359,9 @@ func TestKeyErrorKeepsBreakerClosed(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") || d.Allowed {
 		t.Fatalf("Take on a list key: %+v, %v", d, err)
 	}
+	if !strings.Contains(err.Error(), l.Key("victim")) {
+		t.Errorf("Take on a list key: %v; want the key %s named", err, l.Key("victim"))
+	}
 	if d, err := l.Take(ctx, "other", 1); err != nil || !d.Allowed {
 		t.Fatalf("another key after the error: %+v, %v (breaker open: %v)", d, err, statsOf(l).BreakerOpen)
 	}

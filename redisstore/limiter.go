@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,9 @@ type Limiter struct {
 	// lastFatal is the last error every key got, reported once; nil once a call succeeds with the
 	// breaker closed (the probe's success closes it).
 	lastFatal atomic.Pointer[fatalReport]
+	// lastCause is the last failure that counted against the breaker, so that a call refused by
+	// the open breaker can say why it opened; nil once the breaker closes.
+	lastCause atomic.Pointer[fatalReport]
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -298,11 +302,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	ok, probe, wait := l.br.allow()
 	if !ok {
 		l.shortCircuits.Inc()
-		if f := l.lastFatal.Load(); f != nil {
-			// Say why it is open: the cause was reported once, and the caller may not see logs.
-			return nil, wait, fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
-		}
-		return nil, wait, ErrCircuitOpen
+		return nil, wait, l.openError()
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller has already given up: no round trip, and nothing learned about Redis.
@@ -315,8 +315,9 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	l.roundTrips.Inc()
 	if err == nil {
 		l.br.success(probe)
-		if l.lastFatal.Load() != nil && !l.br.open() {
+		if (l.lastFatal.Load() != nil || l.lastCause.Load() != nil) && !l.br.open() {
 			l.lastFatal.Store(nil)
+			l.lastCause.Store(nil)
 		}
 		return res, 0, nil
 	}
@@ -336,10 +337,21 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	}
 	if serverAnswered(err) {
 		// The server is up and refused this one script (a key of another type, say): no
-		// reason to take every other key off Redis.
+		// reason to take every other key off Redis. Name the keys, which the reply may not.
 		l.br.success(probe)
+		if len(keys) == 1 && !strings.Contains(err.Error(), keys[0]) {
+			err = fmt.Errorf("key %s: %w", keys[0], err)
+		} else if len(keys) > 1 {
+			err = fmt.Errorf("keys %s: %w", strings.Join(keys, ", "), err)
+		}
 	} else {
-		l.br.failure(probe)
+		l.lastCause.Store(&fatalReport{err: err, msg: err.Error()})
+		if l.br.failure(probe) && l.cfg.onError == nil {
+			// Once per opening: without a hook, nothing else would say that decisions now follow
+			// the failure choice, nor why.
+			slog.Warn("redisstore: circuit breaker opened; decisions follow the failure choice until a probe succeeds",
+				"limiter", l.name, "err", err.Error())
+		}
 	}
 	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	if l.cfg.onError != nil {
@@ -348,6 +360,20 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	// The breaker's cooldown now: doubled after fatal probes, if a timed-out probe just reopened
 	// it for that long.
 	return nil, time.Duration(l.br.curCool.Load()), err
+}
+
+// openError is the error of a call the open breaker kept from Redis: ErrCircuitOpen, with the
+// error every key got (wrapped, as ErrMisconfigured) or the last failure's text, since the caller
+// may not see logs. The failure is not wrapped: a timeout of the limiter's own must not read as
+// the caller's context.DeadlineExceeded.
+func (l *Limiter) openError() error {
+	if f := l.lastFatal.Load(); f != nil {
+		return fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
+	}
+	if c := l.lastCause.Load(); c != nil {
+		return fmt.Errorf("%w, after: %s", ErrCircuitOpen, c.msg)
+	}
+	return ErrCircuitOpen
 }
 
 // callerDone returns ctx's error once it is done, or context.DeadlineExceeded once its deadline
@@ -392,7 +418,7 @@ func serverAnswered(err error) bool {
 	}
 	// MISCONF: a server that cannot persist refuses every write, so it decides nothing.
 	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "NOSCRIPT", "MISCONF"} {
-		if redis.HasErrorPrefix(err, p) {
+		if check.HasPrefix(err, p) {
 			return false
 		}
 	}
@@ -469,6 +495,7 @@ func callerErr(err error) bool {
 // wrong password, a missing permission: Reset needs DEL) wraps ErrMisconfigured. While the circuit
 // breaker is open, until a Take's probe closes it, Reset sends nothing and returns ErrCircuitOpen.
 // A failed Reset may still have deleted the key (a DEL sent before the timeout can run after it).
+// The DEL is not sent again: a replica's READONLY, say, is returned at once, not after the timeout.
 // Reset reads the breaker but never moves it, nor is it ever the breaker's probe: its one command
 // says nothing of whether Take's scripts can run (a user without DEL, say). Its round trips and
 // failures count in Stats, and its failures go to WithOnError's hook, but for ErrMisconfigured
@@ -489,13 +516,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	if l.br.open() {
 		l.shortCircuits.Inc()
-		if f := l.lastFatal.Load(); f != nil {
-			return fmt.Errorf("%w, after: %w", ErrCircuitOpen, f.err)
-		}
-		return ErrCircuitOpen
+		return l.openError()
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	err := l.client.Del(cctx, l.redisKey(sub)).Err()
+	// Not replayed by go-redis: it retries READONLY, LOADING and the like until the deadline,
+	// and the caller would get the timeout instead of the server's reason.
+	err := l.client.Process(cctx, noRetryCmd{redis.NewCmd(cctx, "del", l.redisKey(sub))})
 	cancel()
 	if l.deny != nil {
 		l.deny.gaveBackTo(sub) // as after a refund: a refusal decided before the DEL is stale

@@ -302,7 +302,8 @@ func WithPrefix(p string) Option {
 // circuits), for logs and metrics. An error that every key gets (ErrMisconfigured: a wrong
 // password, a missing permission, a cluster node behind a single-node client, no scripting) is
 // passed once per cause, until a probe of Redis succeeds; without a hook it is logged once with
-// log/slog's default logger. It is called synchronously from Take, Refund and Reset, possibly from
+// log/slog's default logger, and so is each opening of the breaker by other failures (at Warn,
+// naming the failure). It is called synchronously from Take, Refund and Reset, possibly from
 // many goroutines at once, and must be fast and safe for concurrent use.
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {

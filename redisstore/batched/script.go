@@ -231,7 +231,7 @@ func transportFailure(err error) bool {
 	// EPOCHLOST: the server lost the fleet's counts (see leaseLua); deciding alone until the next
 	// heartbeat re-declares them is the outage's rule.
 	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "OOM", "NOREPLICAS", "MISCONF", "EPOCHLOST"} {
-		if redis.HasErrorPrefix(err, p) {
+		if check.HasPrefix(err, p) {
 			return true
 		}
 	}

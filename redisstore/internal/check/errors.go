@@ -18,19 +18,44 @@ func EveryKey(err error, cluster bool) string {
 		return ""
 	}
 	switch {
-	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
+	case HasPrefix(err, "WRONGPASS"), HasPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
 		return "authentication failed: check the username and password the client connects with"
-	case redis.HasErrorPrefix(err, "NOPERM"), deniedInScript(rerr.Error()):
+	case HasPrefix(err, "NOPERM"), deniedInScript(rerr.Error()):
 		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL; inside the scripts TIME, GET, SET and PTTL, and for the sliding log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE and PEXPIRE, on the limiter's keys; DEL for Reset)"
-	case !cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
+	case !cluster && (HasPrefix(err, "MOVED") || HasPrefix(err, "ASK")):
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
-	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), redis.HasErrorPrefix(err, "NOSCRIPT"):
+	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), HasPrefix(err, "NOSCRIPT"):
 		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
 	case strings.HasPrefix(rerr.Error(), "ERR DB index is out of range"):
 		// The SELECT of a new connection: every connection fails it, and each call would dial.
 		return "the server has no database of the number the client selects (the URL's /N or db=N): it has 16 unless its config says otherwise"
 	}
 	return ""
+}
+
+// HasPrefix reports whether err is an error reply whose code is code, as redis.HasErrorPrefix
+// does, but looking through the wrapping of Reply: on Redis 5 and 6 an OOM or READONLY that a
+// command met inside a script reaches the client as an ERR about the script.
+func HasPrefix(err error, code string) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimPrefix(Reply(rerr.Error()), "ERR "), code)
+}
+
+// Reply returns the error reply that msg carries: msg itself, or, where a server before Redis 7.0
+// wrapped the error a command raised inside a script ("ERR Error running script (call to f_…):
+// @user_script:9: @user_script: 9: -READONLY You can't write…"), the command's own reply
+// ("READONLY You can't write…"). Redis 7.0 and later pass the command's reply through.
+func Reply(msg string) string {
+	if !strings.HasPrefix(msg, "ERR Error running script") {
+		return msg
+	}
+	if i := strings.LastIndex(msg, ": -"); i >= 0 {
+		return msg[i+len(": -"):]
+	}
+	return msg
 }
 
 // deniedInScript reports whether msg is how a server refuses, with an ERR reply rather than

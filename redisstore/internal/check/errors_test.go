@@ -1,0 +1,50 @@
+package check
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// reply is an error reply as go-redis hands it back: the line after the '-'.
+type reply string
+
+func (r reply) Error() string { return string(r) }
+func (reply) RedisError()     {}
+
+// wrapped is how Redis 5 and 6 report an error that redis.call met inside a script.
+func wrapped(inner string) reply {
+	return reply("ERR Error running script (call to f_9207999741a0bc6cb9e021eb8497188f70d65ec0): @user_script:46: @user_script: 46: -" + inner)
+}
+
+func TestHasPrefixLooksThroughScriptWrapping(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code string
+		want bool
+	}{
+		{reply("READONLY You can't write against a read only replica."), "READONLY", true},
+		{wrapped("READONLY You can't write against a read only replica."), "READONLY", true},
+		{wrapped("OOM command not allowed when used memory > 'maxmemory'."), "OOM", true},
+		{fmt.Errorf("redisstore: %w", wrapped("MISCONF Redis is configured to save RDB snapshots")), "MISCONF", true},
+		{reply("ERR AUTH failed"), "AUTH", true}, // a leading ERR is not the code, as in go-redis
+		{wrapped("WRONGTYPE Operation against a key holding the wrong kind of value"), "READONLY", false},
+		// A Lua error of the script itself names no command's reply.
+		{reply("ERR Error running script (call to f_1): @user_script:12: user_script:12: attempt to compare nil with number"), "READONLY", false},
+		{errors.New("READONLY not a reply"), "READONLY", false},
+	} {
+		if got := HasPrefix(c.err, c.code); got != c.want {
+			t.Errorf("HasPrefix(%q, %q) = %v, want %v", c.err, c.code, got, c.want)
+		}
+	}
+}
+
+func TestEveryKeyLooksThroughScriptWrapping(t *testing.T) {
+	err := wrapped("NOPERM this user has no permissions to run the 'time' command or its subcommand")
+	if hint := EveryKey(err, false); hint == "" {
+		t.Errorf("EveryKey(%q) = \"\", want the missing permission named", err)
+	}
+	if hint := EveryKey(wrapped("WRONGTYPE Operation against a key holding the wrong kind of value"), false); hint != "" {
+		t.Errorf("EveryKey(WRONGTYPE) = %q, want \"\": it is about one key", hint)
+	}
+}
