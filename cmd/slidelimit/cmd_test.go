@@ -62,6 +62,18 @@ func TestRunDispatch(t *testing.T) {
 	assert.Equal(t, exitOK, run([]string{"help"}, &stdout, &stderr))
 	assert.Contains(t, stdout.String(), "slidelimit proxy [flags]")
 
+	// help COMMAND is COMMAND -h; an unknown command or a second one is a bad command line.
+	var helpOut, flagOut bytes.Buffer
+	assert.Equal(t, exitOK, run([]string{"help", "proxy"}, &helpOut, &helpOut))
+	assert.Equal(t, exitOK, run([]string{"proxy", "-h"}, &flagOut, &flagOut))
+	assert.Contains(t, helpOut.String(), "-upstream")
+	assert.Equal(t, flagOut.String(), helpOut.String())
+	for _, args := range [][]string{{"help", "nosuch"}, {"help", "proxy", "rls"}, {"help", "-x"}} {
+		stderr.Reset()
+		assert.Equal(t, exitUsage, run(args, &stdout, &stderr), "%v", args)
+		assert.NotEmpty(t, stderr.String(), "%v", args)
+	}
+
 	stderr.Reset()
 	assert.Equal(t, exitUsage, run([]string{"serve"}, &stdout, &stderr))
 	assert.Contains(t, stderr.String(), `unknown command "serve"`)

@@ -38,7 +38,7 @@ Usage:
   slidelimit load [flags]      an HTTP load generator; with no -url it measures the proxy's
                                overhead with and without limiting
   slidelimit version           the version of this build
-  slidelimit help              this text
+  slidelimit help [COMMAND]    this text, or a command's flags
 
 Run "slidelimit COMMAND -h" for a command's flags.
 `
@@ -80,8 +80,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version":
 		err = versionMain(rest, stdout, stderr)
 	case "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
+		switch {
+		case len(rest) == 0 || len(rest) == 1 && rest[0] == "help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		case len(rest) > 1 || strings.HasPrefix(rest[0], "-"):
+			fmt.Fprintf(stderr, "slidelimit help: want at most one command, got %q\n\n%s", strings.Join(rest, " "), usage)
+			return exitUsage
+		}
+		// "help proxy" is "proxy -h", and an unknown command is refused as on its own.
+		return run([]string{rest[0], "-h"}, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -120,7 +128,14 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		if out.quiet {
 			return
 		}
-		fmt.Fprintf(out, "Usage: slidelimit %s %s\n\nFlags:\n", name, synopsis)
+		fmt.Fprintf(out, "Usage: %s\n", strings.TrimSpace("slidelimit "+name+" "+synopsis))
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n == 0 {
+			fmt.Fprintln(out, "\nIt takes no flags.")
+			return
+		}
+		fmt.Fprint(out, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	return fs
