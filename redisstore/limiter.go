@@ -490,7 +490,7 @@ func callerErr(err error) bool {
 // taken as context.Background(), as Take takes it.
 //
 // Reset's errors are classified as Take's are: after Close it returns ErrClosed; the caller's own
-// cancellation or deadline is returned as it is; a failure of Redis (the limiter's timeout, a
+// cancellation or deadline is returned wrapped (errors.Is(err, ctx.Err()) holds); a failure of Redis (the limiter's timeout, a
 // lost connection, an error reply) wraps ErrUnavailable, and an error every key would get (a
 // wrong password, a missing permission: Reset needs DEL) wraps ErrMisconfigured. While the circuit
 // breaker is open, until a Take's probe closes it, Reset sends nothing and returns ErrCircuitOpen.

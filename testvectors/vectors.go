@@ -172,6 +172,9 @@ func Parse(name string, data []byte) (*File, error) {
 	if err := json.Unmarshal(data, &rf); err != nil {
 		return nil, fmt.Errorf("%s: %s", name, describeJSONError(data, err, ""))
 	}
+	if err := knownFields(data, "policy", "version", "cases"); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	if rf.Policy == nil {
 		return nil, fmt.Errorf("%s: missing \"policy\"", name)
 	}
@@ -206,6 +209,9 @@ func parseCase(raw json.RawMessage) (Case, error) {
 		return Case{}, errors.New(describeJSONError(raw, err, " of the case"))
 	}
 	c := Case{Name: rc.Name, Seed: 1, Params: make(map[string]int64, len(rc.Params)), Steps: make([]Step, len(rc.Steps))}
+	if err := knownFields(raw, "name", "params", "seed", "steps"); err != nil {
+		return c, err
+	}
 	if rc.Params == nil {
 		return c, errors.New("missing \"params\"")
 	}
@@ -241,6 +247,9 @@ func parseStep(raw json.RawMessage) (Step, error) {
 	if err := json.Unmarshal(raw, &rs); err != nil {
 		return Step{}, errors.New(describeJSONError(raw, err, " of the step"))
 	}
+	if err := knownFields(raw, "call", "args", "expect"); err != nil {
+		return Step{}, err
+	}
 	if rs.Call == nil {
 		return Step{}, errors.New("missing \"call\"")
 	}
@@ -268,6 +277,22 @@ func parseStep(raw json.RawMessage) (Step, error) {
 		s.Expect = Int(n)
 	}
 	return s, nil
+}
+
+// knownFields refuses an object with a field other than those named: a misspelt "expected"
+// would otherwise be dropped without a word, and a step read as having no expectation. data has
+// already been decoded as an object.
+func knownFields(data []byte, names ...string) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil // the caller's own decoding reported it
+	}
+	for k := range fields {
+		if !slices.Contains(names, k) {
+			return fmt.Errorf("unknown field %q (want %s)", k, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 // parseInt accepts a JSON integer literal only: 1.0 and 1e3 are refused, since a vector's numbers

@@ -16,7 +16,7 @@
 //
 // Part 2, the sweeper's CPU. A second limiter with the same policy at -cpuwindow, but on a manual
 // clock that never moves, is given -keys distinct keys, which therefore stay live: the sweeper
-// visits every one of them once per sweep period (the window, but at least 1s) and can evict none.
+// visits every one of them once per sweep period (the window, but at least 2s and at most a minute) and can evict none.
 // Then nothing else runs for -quiet, and the process's CPU time (getrusage: user + system) over
 // that time, divided by the wall time, is the sweeper's share of one core. The same quiet period
 // is measured again after Close has stopped the sweeper (the keys still held) as a control: what
