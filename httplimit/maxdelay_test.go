@@ -42,3 +42,50 @@ func TestMaxDelayRefusesAWaitPastItAfterAFirstWait(t *testing.T) {
 		t.Errorf("status %d, want 429", w.Code)
 	}
 }
+
+// Closing StopWaiting refuses a request waiting under MaxDelay at once (429 with Retry-After,
+// nothing counted), and a request arriving after it is refused without waiting.
+func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
+	stop := make(chan struct{})
+	mw := &Middleware{Limiter: waitsLong{}, MaxDelay: time.Hour, StopWaiting: stop}
+	served := atomic.Int64{}
+	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) }))
+	serve := func() chan *httptest.ResponseRecorder {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			done <- w
+		}()
+		return done
+	}
+	first := serve()
+	for h.(*handler).waiting.Load() != 1 {
+		select {
+		case w := <-first:
+			t.Fatalf("the request was answered %d without waiting", w.Code)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(stop)
+	for i, done := range []chan *httptest.ResponseRecorder{first, serve()} {
+		select {
+		case w := <-done:
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+				t.Errorf("request %d after StopWaiting closed: %d, Retry-After %q; want 429 with Retry-After", i, w.Code, w.Header().Get("Retry-After"))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d still waits 10s after StopWaiting was closed", i)
+		}
+	}
+	if served.Load() != 0 || h.(*handler).waiting.Load() != 0 {
+		t.Errorf("%d requests served, %d still counted as waiting; want 0 and 0", served.Load(), h.(*handler).waiting.Load())
+	}
+}
+
+// waitsLong refuses every request with a wait of a minute.
+type waitsLong struct{}
+
+func (waitsLong) Take(context.Context, string, int64) (slidelimit.Decision, error) {
+	return slidelimit.Decision{Limit: 1, Reason: slidelimit.ReasonLimited, RetryAfter: time.Minute}, nil
+}

@@ -146,6 +146,12 @@ type Middleware struct {
 	// connections; negative is refused by Validate.
 	MaxWaiting int
 
+	// StopWaiting, once closed, ends every wait under MaxDelay: a waiting request is refused at
+	// once, with Retry-After, as without MaxDelay, and later requests over the limit no longer
+	// wait. A server that shuts down closes it first, so that its waiting clients get an answer
+	// rather than a connection cut when the shutdown's grace period ends. nil means never.
+	StopWaiting <-chan struct{}
+
 	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
 	// too), for metrics and logs, before the response is written: once per request, with the
 	// refusing limit's Decision or, when every limit admitted, the one with the least Remaining.
@@ -239,6 +245,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
 		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
 		now: m.Now, problem: m.Problem, maxDelay: m.MaxDelay, maxWaiting: int64(m.MaxWaiting),
+		stopWaiting: m.StopWaiting,
 	}
 	if h.maxWaiting == 0 {
 		h.maxWaiting = DefaultMaxWaiting
@@ -365,8 +372,10 @@ type handler struct {
 	maxDelay   time.Duration
 	maxWaiting int64
 	waiting    atomic.Int64 // requests waiting under maxDelay now
-	now        func() time.Time
-	policy     []string // this middleware's own RateLimit-Policy value; nil: none
+	// stopWaiting, once closed, ends the waits; nil never does.
+	stopWaiting <-chan struct{}
+	now         func() time.Time
+	policy      []string // this middleware's own RateLimit-Policy value; nil: none
 }
 
 // The fields' canonical forms, so that handlers further down find them with Header.Get.
@@ -458,7 +467,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// The wait includes the limits not asked that are used up for longer: sleeping only the
 			// refusing limit's would end in a refusal by the next, after holding the request (and
 			// a place among MaxWaiting) for nothing.
-			if wait := h.longestWait(f, d.RetryAfter); wait <= h.maxDelay-waited && h.startWaiting() {
+			if wait := h.longestWait(f, d.RetryAfter); wait <= h.maxDelay-waited && !h.stopped() && h.startWaiting() {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
@@ -467,6 +476,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					clear(f.st)
 					continue
 				case <-r.Context().Done():
+					h.waiting.Add(-1)
+					t.Stop()
+				case <-h.stopWaiting:
 					h.waiting.Add(-1)
 					t.Stop()
 				}
@@ -489,6 +501,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.refuse(w, r, d, h.limits[idx].rawName)
 		return
+	}
+}
+
+// stopped reports whether StopWaiting has been closed.
+func (h *handler) stopped() bool {
+	select {
+	case <-h.stopWaiting:
+		return true
+	default:
+		return false
 	}
 }
 
