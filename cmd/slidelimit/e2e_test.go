@@ -795,3 +795,23 @@ func TestProxySlidingLogListsLimitsNotAsked(t *testing.T) {
 	assert.Regexp(t, `^"default-1s";r=0;t=1, "default-1h";r=0;t=(359[0-9]|3600)$`, r.rateLimit)
 	assert.Regexp(t, `^(359[0-9]|3600)$`, r.retryAfter, "the longest wait: the hour's")
 }
+
+// An -upstream with user information is refused at start, exit 2, in one line naming the flag:
+// the reverse proxy never sends a URL's credentials, so the upstream would never see them, and
+// the log would print the password. No -upstream error prints a password.
+func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
+	for _, tc := range []struct{ upstream, want string }{
+		{"http://alice:s3cr3t-pw@127.0.0.1:1/", `-upstream "http://alice:xxxxx@127.0.0.1:1/": has a user part, and credentials in the URL are not sent to the upstream: remove it, and have the upstream trust the proxy another way`},
+		{"https://alice@127.0.0.1:1/", `-upstream "https://alice@127.0.0.1:1/": has a user part`},
+		{"ftp://a:pw@h/", `-upstream "ftp://a:xxxxx@h/": must be an http:// or https:// URL with a host`},
+		{"http://a:s3cr3t-pw@[::1", `-upstream "http://a:xxxxx@[::1": parse "http://a:xxxxx@[::1": missing ']' in host`},
+		{"a:s3cr3t-pw@127.0.0.1:9000", `-upstream "a:xxxxx@127.0.0.1:9000": no scheme`},
+	} {
+		out, code := runProxy(t, "-listen", "127.0.0.1:0", "-upstream", tc.upstream)
+		assert.Equal(t, exitUsage, code, out)
+		assert.Contains(t, out, "slidelimit proxy: "+tc.want, tc.upstream)
+		assert.NotContains(t, out, "s3cr3t-pw", "%s: the password is never printed", tc.upstream)
+		assert.NotContains(t, out, ":pw@", "%s: the password is never printed", tc.upstream)
+		assert.Less(t, strings.Count(out, "\n"), 4, "%s: one line and a hint", tc.upstream)
+	}
+}

@@ -92,7 +92,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	c := &proxyConfig{}
 	fs := newFlagSet("proxy", proxySynopsis, stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
-	fs.StringVar(&c.upstream, "upstream", "", "URL of the server to forward to (required), e.g. http://127.0.0.1:9000")
+	fs.StringVar(&c.upstream, "upstream", "", "URL of the server to forward to (required), e.g. http://127.0.0.1:9000; without user information, which is not sent")
 	fs.Var(rateFlags{&c.rates}, "rate", "a limit, `LIMIT/WINDOW`: 10/1s, 1000/1h, 10r/m, 5/90s; repeat it for several limits, all of which must admit a request (instead of -limit and -window)")
 	fs.Int64Var(&c.limit, "limit", 100, "requests admitted per key per window (the one-limit form of -rate)")
 	c.window = time.Minute
@@ -170,14 +170,22 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if !strings.Contains(c.upstream, "://") {
 		// "127.0.0.1:9000" and "localhost:9000" fail to parse, or parse as a scheme, which
 		// explains nothing: say what is missing.
-		return def, nil, fmt.Errorf("-upstream %q: no scheme: write a URL, like http://%s", c.upstream, c.upstream)
+		shown := redactURL(c.upstream)
+		return def, nil, fmt.Errorf("-upstream %q: no scheme: write a URL, like http://%s", shown, shown)
 	}
 	up, err := url.Parse(c.upstream)
 	if err != nil {
-		return def, nil, fmt.Errorf("-upstream %q: %v", c.upstream, err)
+		// The parser's message quotes the URL: written with its password hidden, as every
+		// -upstream error is.
+		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redactText(err.Error(), c.upstream))
 	}
 	if up.Scheme != "http" && up.Scheme != "https" || up.Host == "" {
-		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", c.upstream)
+		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", up.Redacted())
+	}
+	if up.User != nil {
+		// The reverse proxy sends the URL's scheme, host and path, never its user information:
+		// the credentials would be printed in the log and never reach the upstream.
+		return def, nil, fmt.Errorf("-upstream %q: has a user part, and credentials in the URL are not sent to the upstream: remove it, and have the upstream trust the proxy another way (its address, a network policy, mTLS)", up.Redacted())
 	}
 	if len(c.rates) > 0 && (c.set["limit"] || c.set["window"]) {
 		return def, nil, fmt.Errorf("-rate %s: give either -rate or -limit and -window, not both", rateFlags{&c.rates})
@@ -405,6 +413,7 @@ type proxy struct {
 	wrapLn   func(net.Listener) net.Listener
 	describe string
 	closers  []func()
+	upstream *url.URL // -upstream, parsed
 
 	c      *proxyConfig
 	def    ruleSpec
@@ -582,7 +591,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		return nil, err
 	}
 	ip, _ := c.clientIP()
-	px := &proxy{c: c, def: def, ip: ip, log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
+	px := &proxy{c: c, def: def, ip: ip, upstream: up, log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
 	ok := false
 	defer func() {
 		if !ok {
@@ -1583,7 +1592,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	// SIGTERM and SIGINT drain and stop the proxy. Their handlers, and SIGHUP's, were in place
 	// before the limiters were built, so that no signal is taken with its default action
 	// (SIGHUP's kills).
-	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s", ln.Addr(), c.upstream, px.describe))
+	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s", ln.Addr(), px.upstream.Redacted(), px.describe))
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { px.watchConfig(watchCtx, hup); close(watched) }()
