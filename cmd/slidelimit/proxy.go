@@ -182,6 +182,17 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if up.Scheme != "http" && up.Scheme != "https" || up.Host == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", up.Redacted())
 	}
+	if port := up.Port(); port != "" {
+		// url.Parse takes any digits: a port out of range would pass here and fail every request
+		// with 502.
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", up.Redacted(), port)
+		}
+	}
+	if strings.Contains(c.upstream, "#") {
+		// A fragment is never sent: the upstream would not see what it seems to say.
+		return def, nil, fmt.Errorf("-upstream %q: has a #fragment, which is never sent to the upstream: remove it", up.Redacted())
+	}
 	if up.User != nil {
 		// The reverse proxy sends the URL's scheme, host and path, never its user information:
 		// the credentials would be printed in the log and never reach the upstream.
