@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -623,4 +626,37 @@ func TestProxyRetiredLimiterOutlivesWaiters(t *testing.T) {
 	m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
 	assert.Contains(t, m, "slidelimit_limiter_errors_total 0")
 	assert.Contains(t, m, `slidelimit_decisions_total{decision="allowed",reason="ok",rule="api"} 2`)
+}
+
+// -idle-timeout: the proxy closes a client's keep-alive connection once it has been idle that
+// long (http.Server's IdleTimeout; without one an idle connection stayed open for ever).
+func TestProxyClosesIdleConnections(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-idle-timeout", "300ms")
+	conn, err := net.Dial("tcp", p.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for range 2 { // the connection is kept alive between requests
+		_, err = fmt.Fprintf(conn, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", p.addr)
+		require.NoError(t, err)
+		res, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, 200, res.StatusCode)
+		assert.False(t, res.Close)
+	}
+	// Idle now: the server closes the connection after about 300ms, well before the failsafe.
+	idle := time.Now()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(failsafe)))
+	_, err = br.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "the proxy closed the idle connection")
+	assert.Less(t, time.Since(idle), 10*time.Second)
+	assert.GreaterOrEqual(t, time.Since(idle), 250*time.Millisecond)
+
+	out, code := runProxy(t, "-listen", "127.0.0.1:0", "-upstream", up.URL, "-idle-timeout", "0s")
+	assert.Equal(t, exitUsage, code, out)
+	assert.Contains(t, out, "slidelimit proxy: -idle-timeout 0s: must be positive, like 120s")
 }

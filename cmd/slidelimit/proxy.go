@@ -68,6 +68,7 @@ type proxyConfig struct {
 	name            string
 	metricsListen   string
 	shutdownTimeout time.Duration
+	idleTimeout     time.Duration
 	configPath      string
 	configPoll      time.Duration
 	exemptPaths     string
@@ -124,6 +125,8 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
 	c.shutdownTimeout = 10 * time.Second
 	fs.Var(durationFlag{d: &c.shutdownTimeout}, "shutdown-timeout", "how long (a `duration`) in-flight requests, upgraded connections (WebSockets) included, may take to finish after SIGTERM")
+	c.idleTimeout = 120 * time.Second
+	fs.Var(durationFlag{d: &c.idleTimeout}, "idle-timeout", "how long (a `duration`) a client's keep-alive connection may stay idle between requests before it is closed")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log lines as text or json (log/slog), on stderr")
 	fs.IntVar(&c.logAdmitted, "log-admitted", 0, "log one admitted request in N (0: none)")
 	fs.IntVar(&c.logRefused, "log-refused", 1, "log one refused request in N (0: none)")
@@ -252,6 +255,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	}
 	if c.shutdownTimeout <= 0 {
 		return def, nil, fmt.Errorf("-shutdown-timeout %v: must be positive, like 10s", c.shutdownTimeout)
+	}
+	if c.idleTimeout <= 0 && c.set != nil {
+		return def, nil, fmt.Errorf("-idle-timeout %v: must be positive, like 120s", c.idleTimeout)
 	}
 	if c.configPoll < 0 {
 		return def, nil, fmt.Errorf("-config-poll %v: must be 0 (SIGHUP only) or positive, like 2s", c.configPoll)
@@ -1585,6 +1591,8 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	flight := &inFlight{}
 	servers := []*http.Server{{
 		Handler: flight.track(px.handler), ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog,
+		// Without it an idle keep-alive connection stays open for as long as the client keeps it.
+		IdleTimeout: c.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return cutCtx },
 	}}
 	listeners := []net.Listener{px.wrapLn(ln)}
@@ -1596,7 +1604,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		}
 		mm := http.NewServeMux()
 		mm.Handle("/metrics", px.metrics)
-		servers = append(servers, &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog})
+		servers = append(servers, &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: c.idleTimeout, ErrorLog: errLog})
 		listeners = append(listeners, mln)
 		logger.Info(fmt.Sprintf("metrics on http://%s/metrics", mln.Addr()))
 	}
