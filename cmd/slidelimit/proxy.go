@@ -539,7 +539,7 @@ func newMetrics(c *proxyConfig, p *proxy) *proxyMetrics {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_decisions_total",
-			Help: "Requests decided, by rule, decision (allowed, denied) and reason (ok, limited, cost_above_limit, key_cap, negative_cost, closed, invalid_limit); denied requests still pass in -shadow mode.",
+			Help: "Requests decided, by rule, decision (allowed, denied) and reason (ok, limited, cost_above_limit, key_cap, negative_cost, closed, invalid_limit; redis_error: decided by -on-redis-error open or closed, Redis having failed); denied requests still pass in -shadow mode.",
 		}, []string{"rule", "decision", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "slidelimit_decision_duration_seconds",
@@ -881,6 +881,13 @@ func (px *proxy) initRuleMetrics(rule string) {
 		}
 		px.m.decisions.WithLabelValues(rule, decision, reasonLabel(slidelimit.Reason(r)))
 	}
+	if decides, allowed := px.failureDecides(); decides {
+		decision := "denied"
+		if allowed {
+			decision = "allowed"
+		}
+		px.m.decisions.WithLabelValues(rule, decision, reasonRedisError)
+	}
 	px.m.latency.WithLabelValues(rule)
 }
 
@@ -1069,6 +1076,22 @@ type requestInfo struct {
 	key     string
 	decided bool
 	d       engine.Decision
+	failed  bool   // a limiter returned an error
+	reason  string // the reason label, when not d.Reason's
+}
+
+// reasonRedisError is the reason label of a request that -on-redis-error open or closed decided:
+// no limit could decide it, Redis having failed.
+const reasonRedisError = "redis_error"
+
+// failureDecides reports whether -on-redis-error decides the requests no limit could decide
+// (open admits them, closed refuses them), and which way: allowed.
+func (px *proxy) failureDecides() (decides, allowed bool) {
+	if px.redis == nil {
+		return false, false
+	}
+	mode, _ := slidelimit.ParseFailureMode(px.c.onRedisError)
+	return mode == slidelimit.FailOpen || mode == slidelimit.FailClosed, mode == slidelimit.FailOpen
 }
 
 type infoKey struct{}
@@ -1101,23 +1124,48 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 				ri.key, ri.decided, ri.d = key, true, d
 			}
 		},
-		OnError: func(_ *http.Request, _ string, err error) {
+		OnError: func(r *http.Request, key string, err error) {
 			px.m.errors.Inc()
+			if ri, ok := r.Context().Value(infoKey{}).(*requestInfo); ok && !ri.failed {
+				ri.failed = true
+				if !ri.decided {
+					ri.key = key
+				}
+			}
 			if px.errLogged.Add(1)%1000 == 1 {
 				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactErr(err, c.redisURL))
 			}
 		},
 	}
 	inner := mw.Wrap(keepForFinal(px.rp))
-	if c.logAdmitted == 0 && c.logRefused == 0 {
+	failDecides, failAllows := px.failureDecides()
+	logs := c.logAdmitted != 0 || c.logRefused != 0
+	if !logs && !failDecides {
 		return inner
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri := &requestInfo{}
-		sw := &statusWriter{ResponseWriter: w}
+		var sw *statusWriter
+		if logs {
+			sw = &statusWriter{ResponseWriter: w}
+			w = sw
+		}
 		start := time.Now()
-		inner.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
-		px.accessLog(r, rule, ri, sw.status(), time.Since(start))
+		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
+		if ri.failed && !ri.decided && failDecides {
+			// Redis failed and no limit decided: the middleware never reports such a request to
+			// OnDecision, but -on-redis-error decided it, admitted (open) or refused (closed).
+			ri.decided, ri.reason = true, reasonRedisError
+			ri.d = engine.Decision{Allowed: failAllows}
+			decision := "denied"
+			if failAllows {
+				decision = "allowed"
+			}
+			px.m.decisions.WithLabelValues(rule, decision, reasonRedisError).Inc()
+		}
+		if logs {
+			px.accessLog(r, rule, ri, sw.status(), time.Since(start))
+		}
 	})
 }
 
@@ -1141,8 +1189,12 @@ func (px *proxy) accessLog(r *http.Request, rule string, ri *requestInfo, status
 	if !ri.d.Allowed {
 		decision = "denied"
 	}
+	reason := ri.reason
+	if reason == "" {
+		reason = reasonLabel(ri.d.Reason)
+	}
 	sum := sha256.Sum256([]byte(ri.key))
-	px.log.Info("request", "rule", rule, "decision", decision, "reason", reasonLabel(ri.d.Reason), "status", status,
+	px.log.Info("request", "rule", rule, "decision", decision, "reason", reason, "status", status,
 		"key", "sha256:"+hex.EncodeToString(sum[:6]), "method", r.Method, "path", truncate(r.URL.Path, 128),
 		"remaining", ri.d.Remaining, "retry_after_ms", ri.d.RetryAfter.Milliseconds(), "duration_ms", float64(took.Microseconds())/1000,
 		"sampled", every)

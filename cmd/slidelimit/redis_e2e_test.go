@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,4 +205,37 @@ func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
 	assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
 	assert.Equal(t, 4.0, metric(t, m, "slidelimit_redis_fallbacks_total"), "every request was decided alone")
 	assert.Equal(t, 1.0, metric(t, m, "slidelimit_redis_breaker_open"), "offline")
+}
+
+// While Redis is down, -on-redis-error open and closed decide the requests no limit could: they
+// are counted in slidelimit_decisions_total with reason="redis_error" (allowed with open, denied
+// with closed), in both Redis modes, and the access log writes their line. Nothing listens on
+// port 1, so Redis fails from the start.
+func TestProxyRedisFailureModeDecisionsAreCountedAndLogged(t *testing.T) {
+	up := newUpstream(t)
+	c := newClient(t, true)
+	for _, tc := range []struct {
+		mode, failure, decision string
+		status                  int
+	}{
+		{"exact", "open", "allowed", 200},
+		{"exact", "closed", "denied", 503},
+		{"batched", "open", "allowed", 200},
+		{"batched", "closed", "denied", 503},
+	} {
+		name := tc.mode + "/" + tc.failure
+		p := startProxy(t, "-upstream", up.URL, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", tc.mode, "-redis-timeout", "20ms",
+			"-on-redis-error", tc.failure, "-log-admitted", "1", "-log-refused", "1", "-metrics-listen", "127.0.0.1:0")
+		series := `slidelimit_decisions_total{decision="` + tc.decision + `",reason="redis_error",rule="default"}`
+		assert.Contains(t, do(t, c, "http://"+p.metrics+"/metrics", nil).body, series+" 0\n", "%s: the series exists from the start", name)
+		for range 2 {
+			assert.Equal(t, tc.status, do(t, c, p.url("/x"), nil).status, name)
+		}
+		waitFor(t, func() bool { return strings.Count(p.stderr(), "msg=request") == 2 })
+		want := "msg=request rule=default decision=" + tc.decision + " reason=redis_error status=" + strconv.Itoa(tc.status)
+		assert.Equal(t, 2, strings.Count(p.stderr(), want), "%s: one access-log line each:\n%s", name, p.stderr())
+		m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
+		assert.Contains(t, m, series+" 2\n", "%s: both counted as decided", name)
+		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_limiter_errors_total"), 2.0, name)
+	}
 }
