@@ -1041,6 +1041,27 @@ func (o offlineAs) Take(ctx context.Context, key string, n int64) (slidelimit.De
 
 func (o offlineAs) Policy() policy.Policy { return o.l.Policy() }
 
+// offlineText is err's message for the log. batched.ErrOffline says the limiter decides locally,
+// which is what -on-redis-error local does; with open or closed (see offlineAs) the message names
+// the mode in force instead.
+func (px *proxy) offlineText(err error) string {
+	msg := err.Error()
+	if px.c.redisMode != "batched" || !errors.Is(err, batched.ErrOffline) {
+		return msg
+	}
+	var instead string
+	switch mode, _ := slidelimit.ParseFailureMode(px.c.onRedisError); mode {
+	case slidelimit.FailOpen:
+		instead = "batched: -on-redis-error open: admitting without a limit"
+	case slidelimit.FailClosed:
+		instead = "batched: -on-redis-error closed: refusing with 503"
+	default:
+		return msg
+	}
+	local := strings.TrimPrefix(batched.ErrOffline.Error(), redisstore.ErrUnavailable.Error()+": ")
+	return strings.Replace(msg, local, instead, 1)
+}
+
 // Close closes the batched limiter, giving back its leases.
 func (o offlineAs) Close() error { return o.l.Close() }
 
@@ -1133,7 +1154,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 				}
 			}
 			if px.errLogged.Add(1)%1000 == 1 {
-				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactErr(err, c.redisURL))
+				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactText(px.offlineText(err), c.redisURL))
 			}
 		},
 	}

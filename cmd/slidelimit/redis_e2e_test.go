@@ -239,3 +239,27 @@ func TestProxyRedisFailureModeDecisionsAreCountedAndLogged(t *testing.T) {
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_limiter_errors_total"), 2.0, name)
 	}
 }
+
+// In -redis-mode batched the limiter's offline error says it decides locally, which only
+// -on-redis-error local does: with open or closed the log line names the mode in force.
+func TestProxyBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
+	up := newUpstream(t)
+	c := newClient(t, true)
+	for _, tc := range []struct {
+		failure, want string
+		status        int
+	}{
+		{"closed", "batched: -on-redis-error closed: refusing with 503", 503},
+		{"open", "batched: -on-redis-error open: admitting without a limit", 200},
+		{"local", "batched: deciding locally with the limit divided by the fleet size", 200},
+	} {
+		p := startProxy(t, "-upstream", up.URL, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "batched", "-redis-timeout", "20ms",
+			"-on-redis-error", tc.failure)
+		assert.Equal(t, tc.status, do(t, c, p.url("/x"), nil).status, tc.failure)
+		waitFor(t, func() bool { return strings.Contains(p.stderr(), "limiter error") })
+		assert.Contains(t, p.stderr(), tc.want, tc.failure)
+		if tc.failure != "local" {
+			assert.NotContains(t, p.stderr(), "deciding locally", tc.failure)
+		}
+	}
+}
