@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -649,6 +650,8 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-shadow=maybe"}, "-shadow maybe: want true or false", 2},
 		{[]string{"-upstream", up, "-redis-mode", "batched"}, "-redis-mode batched: needs -redis URL", 2},
 		{[]string{"-upstream", up, "-redis-mode", "fast"}, `-redis-mode "fast": must be exact`, 2},
+		// Refused before Redis is dialled (port 1 answers nothing, which took a second).
+		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-redis-mode", "batched", "-policy", "gcra"}, "-redis-mode batched with -policy gcra: batched mode decides the sliding-counter policy only", 2},
 		{[]string{"-upstream", up, "-on-redis-error", "maybe"}, `-on-redis-error "maybe": must be open, closed or local`, 2},
 		{[]string{"-upstream", up, "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]", 2},
 		{[]string{"-upstream", up, "-fleet-size", "0"}, "-fleet-size 0: must be in [1, 1048576]", 2},
@@ -819,4 +822,70 @@ func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
 		assert.NotContains(t, out, ":pw@", "%s: the password is never printed", tc.upstream)
 		assert.Less(t, strings.Count(out, "\n"), 4, "%s: one line and a hint", tc.upstream)
 	}
+}
+
+// SIGTERM refuses a request waiting under -max-delay at once, 429 with Retry-After: it held its
+// connection until -shutdown-timeout cut it, and the access log said 429 all the same.
+func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
+	c := newClient(t, true)
+	first, err := c.Get(p.url("/"))
+	require.NoError(t, err)
+	first.Body.Close()
+	require.Equal(t, 200, first.StatusCode)
+
+	type result struct {
+		status     int
+		retryAfter string
+		err        error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		res, err := c.Get(p.url("/"))
+		if err != nil {
+			waited <- result{err: err}
+			return
+		}
+		res.Body.Close()
+		waited <- result{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+	}()
+	// The second request waits for the next unit. With -max-waiting 1, a third one is refused at
+	// once while it does (and waits itself, until its client gives up, while it does not yet).
+	time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(failsafe)
+	for {
+		select {
+		case res := <-waited:
+			t.Fatalf("the second request was answered before SIGTERM: %+v", res)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
+		res, err := newClient(t, true).Do(req)
+		cancel()
+		if err == nil {
+			res.Body.Close()
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request while another waits, with -max-waiting 1")
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the second request never waited")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case res := <-waited:
+		require.NoError(t, res.err)
+		assert.Equal(t, http.StatusTooManyRequests, res.status)
+		assert.NotEmpty(t, res.retryAfter)
+	case <-time.After(failsafe):
+		t.Fatal("the request waiting under -max-delay was not answered after SIGTERM")
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatal("the proxy did not exit after SIGTERM")
+	}
+	assert.NoError(t, p.err, "exit status")
+	assert.NotContains(t, p.stderr(), "cut off")
 }

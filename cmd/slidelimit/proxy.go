@@ -271,6 +271,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		if c.redisURL == "" {
 			return def, nil, errors.New("-redis-mode batched: needs -redis URL")
 		}
+		if c.policyID != "sliding-counter" {
+			// Refused here, before a second spent dialling Redis: batched leases sliding-counter
+			// quota only.
+			return def, nil, fmt.Errorf("-redis-mode batched with -policy %s: batched mode decides the sliding-counter policy only; use -policy sliding-counter, or -redis-mode exact", c.policyID)
+		}
 	default:
 		return def, nil, fmt.Errorf("-redis-mode %q: must be exact (one Redis round trip per decision) or batched (quota leased from Redis, decided in process)", c.redisMode)
 	}
@@ -431,6 +436,9 @@ type proxy struct {
 	describe string
 	closers  []func()
 	upstream *url.URL // -upstream, parsed
+	// stopWaiting is closed when the proxy starts shutting down: requests waiting under
+	// -max-delay are then refused with Retry-After, not held until the grace period cuts them.
+	stopWaiting chan struct{}
 
 	c      *proxyConfig
 	def    ruleSpec
@@ -608,7 +616,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		return nil, err
 	}
 	ip, _ := c.clientIP()
-	px := &proxy{c: c, def: def, ip: ip, upstream: up, log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
+	px := &proxy{c: c, def: def, ip: ip, upstream: up, stopWaiting: make(chan struct{}), log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
 	ok := false
 	defer func() {
 		if !ok {
@@ -702,7 +710,11 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	}
 	px.describe = fmt.Sprintf("%s, %s per %s, %s", c.policyID, rateFlags{&def.rates}, c.key, where)
 	if n := len(spec.rules) - 1; n > 0 {
-		px.describe += fmt.Sprintf(", %d rules from %s", n, c.configPath)
+		noun := "rules"
+		if n == 1 {
+			noun = "rule"
+		}
+		px.describe += fmt.Sprintf(", %d %s from %s", n, noun, c.configPath)
 	}
 	if c.shadow {
 		px.describe += ", shadow mode"
@@ -1134,7 +1146,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 	mw := &httplimit.Middleware{
 		Limiter: limits[0].lim, Quota: limits[0].quota, Limits: more,
 		KeyFunc: keyFunc(rs.key, px.ip), ErrorMode: mode, Shadow: c.shadow,
-		Problem: c.problem, MaxDelay: c.maxDelay, MaxWaiting: c.maxWaiting, Now: px.now,
+		Problem: c.problem, MaxDelay: c.maxDelay, MaxWaiting: c.maxWaiting, StopWaiting: px.stopWaiting, Now: px.now,
 		OnDecision: func(r *http.Request, key string, d engine.Decision) {
 			decision := "allowed"
 			if !d.Allowed {
@@ -1708,6 +1720,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(again)
 	stop()
+	close(px.stopWaiting)
 	logger.Info(fmt.Sprintf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
