@@ -43,8 +43,8 @@ func TestMaxDelayRefusesAWaitPastItAfterAFirstWait(t *testing.T) {
 	}
 }
 
-// Closing StopWaiting refuses a request waiting under MaxDelay at once (429 with Retry-After,
-// nothing counted), and a request arriving after it is refused without waiting.
+// Closing StopWaiting refuses a request waiting under MaxDelay at once (429 with Retry-After),
+// and a request arriving after it is refused without waiting.
 func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
 	stop := make(chan struct{})
 	mw := &Middleware{Limiter: waitsLong{}, MaxDelay: time.Hour, StopWaiting: stop}
@@ -88,4 +88,35 @@ type waitsLong struct{}
 
 func (waitsLong) Take(context.Context, string, int64) (slidelimit.Decision, error) {
 	return slidelimit.Decision{Limit: 1, Reason: slidelimit.ReasonLimited, RetryAfter: time.Minute}, nil
+}
+
+// refusesUntil refuses every request until a fixed instant, with the wait that is left.
+type refusesUntil struct{ until time.Time }
+
+func (l refusesUntil) Take(context.Context, string, int64) (slidelimit.Decision, error) {
+	left := time.Until(l.until)
+	if left <= 0 {
+		return slidelimit.Decision{Allowed: true, Limit: 1}, nil
+	}
+	return slidelimit.Decision{Limit: 1, Reason: slidelimit.ReasonLimited, RetryAfter: left}, nil
+}
+
+// A request let go by StopWaiting after waiting 1.1 s of a 3 s turn is told what is left (2 s),
+// not the 3 s of the decision taken before it waited.
+func TestStopWaitingRefusesWithAFreshRetryAfter(t *testing.T) {
+	stop := make(chan struct{})
+	mw := &Middleware{Limiter: refusesUntil{until: time.Now().Add(3 * time.Second)}, MaxDelay: 10 * time.Second, StopWaiting: stop}
+	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		done <- w
+	}()
+	time.Sleep(1100 * time.Millisecond)
+	close(stop)
+	w := <-done
+	if ra := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || ra != "2" && ra != "1" {
+		t.Errorf("after waiting 1.1 s of a 3 s turn: %d, Retry-After %q; want 429 with Retry-After 2 (or 1)", w.Code, ra)
+	}
 }

@@ -146,9 +146,9 @@ type Middleware struct {
 	// connections; negative is refused by Validate.
 	MaxWaiting int
 
-	// StopWaiting, once closed, ends every wait under MaxDelay: a waiting request is refused at
-	// once, with Retry-After, as without MaxDelay, and later requests over the limit no longer
-	// wait. A server that shuts down closes it first, so that its waiting clients get an answer
+	// StopWaiting, once closed, ends every wait under MaxDelay: a waiting request is decided
+	// again at once, and so refused with a fresh Retry-After (or admitted, had its turn come), as
+	// without MaxDelay; later requests over the limit no longer wait. A server that shuts down closes it first, so that its waiting clients get an answer
 	// rather than a connection cut when the shutdown's grace period ends. nil means never.
 	StopWaiting <-chan struct{}
 
@@ -479,8 +479,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					h.waiting.Add(-1)
 					t.Stop()
 				case <-h.stopWaiting:
+					// Decided again, not refused on the decision from before the wait: its
+					// Retry-After and fields would be stale. stopped() keeps it from waiting again.
 					h.waiting.Add(-1)
 					t.Stop()
+					clear(f.st)
+					continue
 				}
 			}
 		}

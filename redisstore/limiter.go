@@ -315,9 +315,12 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	l.roundTrips.Inc()
 	if err == nil {
 		l.br.success(probe)
-		if (l.lastFatal.Load() != nil || l.lastCause.Load() != nil) && !l.br.open() {
-			l.lastFatal.Store(nil)
-			l.lastCause.Store(nil)
+		// A success with the breaker closed clears the causes it saw. One racing an opening can
+		// see the breaker closed after all; the failure that opens it then stores its cause anew,
+		// as another pointer, so the compare-and-swap here leaves that one alone.
+		if f, c := l.lastFatal.Load(), l.lastCause.Load(); (f != nil || c != nil) && !l.br.open() {
+			l.lastFatal.CompareAndSwap(f, nil)
+			l.lastCause.CompareAndSwap(c, nil)
 		}
 		return res, 0, nil
 	}
@@ -337,16 +340,27 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	}
 	if serverAnswered(err) {
 		// The server is up and refused this one script (a key of another type, say): no
-		// reason to take every other key off Redis. Name the keys, which the reply may not.
+		// reason to take every other key off Redis. Name the keys, which the reply may not,
+		// without their subjects: those are the callers' keys (an address, an API key), and
+		// errors go to logs.
 		l.br.success(probe)
-		if len(keys) == 1 && !strings.Contains(err.Error(), keys[0]) {
-			err = fmt.Errorf("key %s: %w", keys[0], err)
-		} else if len(keys) > 1 {
-			err = fmt.Errorf("keys %s: %w", strings.Join(keys, ", "), err)
+		named := make([]string, len(keys))
+		for i, k := range keys {
+			named[i] = withoutSubject(k)
 		}
+		err = fmt.Errorf("key %s: %w", strings.Join(named, ", "), err)
 	} else {
-		l.lastCause.Store(&fatalReport{err: err, msg: err.Error()})
-		if l.br.failure(probe) && l.cfg.onError == nil {
+		cause := &fatalReport{err: err, msg: err.Error()}
+		l.lastCause.Store(cause)
+		// A failure that every key would not get replaces an earlier such error as the cause:
+		// a fixed password followed by a read-only replica must name the replica.
+		l.lastFatal.Store(nil)
+		opened := l.br.failure(probe)
+		if opened {
+			// Anew, as another pointer: a success racing the opening may have cleared it.
+			l.lastCause.Store(&fatalReport{err: cause.err, msg: cause.msg})
+		}
+		if opened && l.cfg.onError == nil {
 			// Once per opening: without a hook, nothing else would say that decisions now follow
 			// the failure choice, nor why.
 			slog.Warn("redisstore: circuit breaker opened; decisions follow the failure choice until a probe succeeds",
@@ -360,6 +374,19 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	// The breaker's cooldown now: doubled after fatal probes, if a timed-out probe just reopened
 	// it for that long.
 	return nil, time.Duration(l.br.curCool.Load()), err
+}
+
+// withoutSubject is the Redis key k (from keyFor) with its subject written as "…".
+func withoutSubject(k string) string {
+	tag := strings.IndexByte(k, '}')
+	if tag < 0 {
+		return "…"
+	}
+	parts := strings.SplitN(k[tag+1:], ":", 3)
+	if len(parts) < 3 {
+		return k[:tag+1] + "…"
+	}
+	return k[:len(k)-len(parts[2])] + "…"
 }
 
 // openError is the error of a call the open breaker kept from Redis: ErrCircuitOpen, with the
@@ -495,7 +522,8 @@ func callerErr(err error) bool {
 // wrong password, a missing permission: Reset needs DEL) wraps ErrMisconfigured. While the circuit
 // breaker is open, until a Take's probe closes it, Reset sends nothing and returns ErrCircuitOpen.
 // A failed Reset may still have deleted the key (a DEL sent before the timeout can run after it).
-// The DEL is not sent again: a replica's READONLY, say, is returned at once, not after the timeout.
+// A reply such as a replica's READONLY is returned at once, not retried until the timeout (a
+// ClusterClient still follows its own redirects); a lost connection is tried again within it.
 // Reset reads the breaker but never moves it, nor is it ever the breaker's probe: its one command
 // says nothing of whether Take's scripts can run (a user without DEL, say). Its round trips and
 // failures count in Stats, and its failures go to WithOnError's hook, but for ErrMisconfigured
@@ -519,9 +547,17 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return l.openError()
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	// Not replayed by go-redis: it retries READONLY, LOADING and the like until the deadline,
-	// and the caller would get the timeout instead of the server's reason.
-	err := l.client.Process(cctx, noRetryCmd{redis.NewCmd(cctx, "del", l.redisKey(sub))})
+	// Not replayed by go-redis, which retries READONLY, LOADING and the like until the deadline,
+	// so that the caller would get the timeout instead of the server's reason. A DEL may run
+	// twice, though, so a lost connection is tried again here, within the same deadline.
+	var err error
+	for range 3 {
+		err = l.client.Process(cctx, noRetryCmd{redis.NewCmd(cctx, "del", l.redisKey(sub))})
+		var rerr redis.Error
+		if err == nil || errors.As(err, &rerr) || cctx.Err() != nil {
+			break
+		}
+	}
 	cancel()
 	if l.deny != nil {
 		l.deny.gaveBackTo(sub) // as after a refund: a refusal decided before the DEL is stale

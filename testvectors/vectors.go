@@ -172,6 +172,11 @@ func Parse(name string, data []byte) (*File, error) {
 	if err := json.Unmarshal(data, &rf); err != nil {
 		return nil, fmt.Errorf("%s: %s", name, describeJSONError(data, err, ""))
 	}
+	if rf.Version != nil && *rf.Version != Version {
+		// Before the fields: a later version may have fields this one does not know, and its
+		// number is what the reader can act on.
+		return nil, fmt.Errorf("%s: version %d, want %d", name, *rf.Version, Version)
+	}
 	if err := knownFields(data, "policy", "version", "cases"); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -287,12 +292,21 @@ func knownFields(data []byte, names ...string) error {
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return nil // the caller's own decoding reported it
 	}
+	var unknown []string
 	for k := range fields {
 		if !slices.Contains(names, k) {
-			return fmt.Errorf("unknown field %q (want %s)", k, strings.Join(names, ", "))
+			unknown = append(unknown, strconv.Quote(k))
 		}
 	}
-	return nil
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown) // the same message for the same file
+	noun := "field"
+	if len(unknown) > 1 {
+		noun = "fields"
+	}
+	return fmt.Errorf("unknown %s %s (want %s)", noun, strings.Join(unknown, ", "), strings.Join(names, ", "))
 }
 
 // parseInt accepts a JSON integer literal only: 1.0 and 1e3 are refused, since a vector's numbers

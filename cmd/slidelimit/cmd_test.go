@@ -63,11 +63,19 @@ func TestRunDispatch(t *testing.T) {
 	assert.Contains(t, stdout.String(), "slidelimit proxy [flags]")
 
 	// help COMMAND is COMMAND -h; an unknown command or a second one is a bad command line.
+	// It writes on stdout, as help does, so that it can be paged; "help -h" is help.
 	var helpOut, flagOut bytes.Buffer
-	assert.Equal(t, exitOK, run([]string{"help", "proxy"}, &helpOut, &helpOut))
+	stderr.Reset()
+	assert.Equal(t, exitOK, run([]string{"help", "proxy"}, &helpOut, &stderr))
+	assert.Empty(t, stderr.String())
 	assert.Equal(t, exitOK, run([]string{"proxy", "-h"}, &flagOut, &flagOut))
 	assert.Contains(t, helpOut.String(), "-upstream")
 	assert.Equal(t, flagOut.String(), helpOut.String())
+	for _, h := range []string{"-h", "-help", "--help"} {
+		stdout.Reset()
+		assert.Equal(t, exitOK, run([]string{"help", h}, &stdout, &stderr), h)
+		assert.Contains(t, stdout.String(), "slidelimit proxy [flags]", h)
+	}
 	for _, args := range [][]string{{"help", "nosuch"}, {"help", "proxy", "rls"}, {"help", "-x"}} {
 		stderr.Reset()
 		assert.Equal(t, exitUsage, run(args, &stdout, &stderr), "%v", args)

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,9 @@ Usage:
 
 Run "slidelimit COMMAND -h" for a command's flags.
 `
+
+// commands are the commands run dispatches, for help.
+var commands = []string{"bench", "proxy", "load", "rls", "version"}
 
 // Exit codes: 0 success, 1 failure while running, 2 bad command line.
 const (
@@ -81,15 +85,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = versionMain(rest, stdout, stderr)
 	case "help":
 		switch {
-		case len(rest) == 0 || len(rest) == 1 && rest[0] == "help":
+		case len(rest) == 0 || len(rest) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, rest[0]):
 			fmt.Fprint(stdout, usage)
 			return exitOK
 		case len(rest) > 1 || strings.HasPrefix(rest[0], "-"):
 			fmt.Fprintf(stderr, "slidelimit help: want at most one command, got %q\n\n%s", strings.Join(rest, " "), usage)
 			return exitUsage
+		case !slices.Contains(commands, rest[0]):
+			fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", rest[0], usage)
+			return exitUsage
 		}
-		// "help proxy" is "proxy -h", and an unknown command is refused as on its own.
-		return run([]string{rest[0], "-h"}, stdout, stderr)
+		// "help proxy" is "proxy -h", written where help writes, so that it can be paged.
+		return run([]string{rest[0], "-h"}, stdout, stdout)
 	default:
 		fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage

@@ -1640,6 +1640,8 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "%v", err)
 	}
 	logger := newLogger(c, stderr)
+	// The libraries' own log lines (redisstore's, when its breaker opens) follow -log-format.
+	slog.SetDefault(logger)
 	if c.redisURL != "" {
 		forwardRedisLog(func(msg string, suppressed int) {
 			logger.Warn("redis client: "+msg, "suppressed", suppressed)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -261,5 +262,22 @@ func TestProxyBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 		if tc.failure != "local" {
 			assert.NotContains(t, p.stderr(), "deciding locally", tc.failure)
 		}
+	}
+}
+
+// With -log-format json every line on stderr is JSON, redisstore's own (its breaker opening while
+// Redis does not answer) included: those went to log/slog's default logger, as plain text.
+func TestProxyJSONLogsIncludeTheStoresLines(t *testing.T) {
+	up := newUpstream(t)
+	c := newClient(t, true)
+	p := startProxy(t, "-upstream", up.URL, "-redis", "redis://127.0.0.1:1/0", "-redis-timeout", "20ms",
+		"-on-redis-error", "open", "-log-format", "json")
+	for range 3 * 10 { // the breaker opens after 10 calls of which half failed
+		do(t, c, p.url("/x"), nil)
+	}
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "circuit breaker opened") })
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		var v map[string]any
+		assert.NoError(t, json.Unmarshal([]byte(line), &v), "a line that is not JSON: %s", line)
 	}
 }

@@ -52,7 +52,8 @@ func Reply(msg string) string {
 	if !strings.HasPrefix(msg, "ERR Error running script") {
 		return msg
 	}
-	if i := strings.LastIndex(msg, ": -"); i >= 0 {
+	// The command's reply follows the line number of the script's call: "…: 9: -READONLY".
+	if i := strings.LastIndex(msg, ": -"); i > 0 && msg[i-1] >= '0' && msg[i-1] <= '9' {
 		return msg[i+len(": -"):]
 	}
 	return msg

@@ -32,6 +32,8 @@ func TestHasPrefixLooksThroughScriptWrapping(t *testing.T) {
 		// A Lua error of the script itself names no command's reply.
 		{reply("ERR Error running script (call to f_1): @user_script:12: user_script:12: attempt to compare nil with number"), "READONLY", false},
 		{errors.New("READONLY not a reply"), "READONLY", false},
+		// A dash after something other than the call's line number is not a command's reply.
+		{reply("ERR Error running script (call to f_1): @user_script:3: user_script:3: bad argument: -READONLY"), "READONLY", false},
 	} {
 		if got := HasPrefix(c.err, c.code); got != c.want {
 			t.Errorf("HasPrefix(%q, %q) = %v, want %v", c.err, c.code, got, c.want)
