@@ -364,6 +364,20 @@ func TestKeyErrorKeepsBreakerClosed(t *testing.T) {
 	if !strings.Contains(err.Error(), named) || strings.Contains(err.Error(), "victim") {
 		t.Errorf("Take on a list key: %v; want the key named as %s, without the subject", err, named)
 	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		t.Errorf("Take on a list key: %v does not wrap the server's reply", err)
+	}
+
+	// A value the scripts cannot read (another application's string): their own error quotes
+	// the key, and the subject is hidden there too.
+	if err := c.Set(ctx, l.Key("other-victim"), "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Take(ctx, "other-victim", 1)
+	if err == nil || strings.Contains(err.Error(), "other-victim") {
+		t.Errorf("Take on a key holding another value: %v; want an error without the subject", err)
+	}
 	if d, err := l.Take(ctx, "other", 1); err != nil || !d.Allowed {
 		t.Fatalf("another key after the error: %+v, %v (breaker open: %v)", d, err, statsOf(l).BreakerOpen)
 	}

@@ -345,10 +345,12 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		// errors go to logs.
 		l.br.success(probe)
 		named := make([]string, len(keys))
+		msg := err.Error()
 		for i, k := range keys {
 			named[i] = withoutSubject(k)
+			msg = strings.ReplaceAll(msg, k, named[i]) // the scripts' own errors quote the key
 		}
-		err = fmt.Errorf("key %s: %w", strings.Join(named, ", "), err)
+		err = &answered{err: err, msg: "key " + strings.Join(named, ", ") + ": " + msg}
 	} else {
 		cause := &fatalReport{err: err, msg: err.Error()}
 		l.lastCause.Store(cause)
@@ -375,6 +377,16 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	// it for that long.
 	return nil, time.Duration(l.br.curCool.Load()), err
 }
+
+// answered is an error reply about one call's keys, with its text rewritten to hide their
+// subjects; errors.As still finds the reply.
+type answered struct {
+	err error
+	msg string
+}
+
+func (a *answered) Error() string { return a.msg }
+func (a *answered) Unwrap() error { return a.err }
 
 // withoutSubject is the Redis key k (from keyFor) with its subject written as "…".
 func withoutSubject(k string) string {
