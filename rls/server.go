@@ -44,9 +44,12 @@ type Server struct {
 
 	nextLog, unlogged atomic.Int64 // logBackendError's pace
 
-	mu     sync.RWMutex // held shared by each call, exclusively to swap st
-	st     *state       // nil once closed
-	reload sync.Mutex   // one Reload at a time
+	// mu guards st only for the moment a call takes it and joins its calls: a call holds no lock
+	// while it decides (on Redis, round trips), so that a Reload waiting for mu cannot hold up
+	// the calls that arrive behind it (an RWMutex with a writer waiting admits no new reader).
+	mu     sync.RWMutex
+	st     *state     // nil once closed
+	reload sync.Mutex // one Reload at a time
 }
 
 // state is one config with its limiters.
@@ -55,6 +58,9 @@ type state struct {
 	limiters map[string]*live // by limiter name
 	byNode   map[*node]*live
 	series   map[*node]*series // resolved metrics of each limited descriptor
+	// calls counts the calls deciding on this state: its removed limiters are closed once a
+	// Reload has replaced it and they are done. Added to only while the state is s.st, under mu.
+	calls sync.WaitGroup
 }
 
 // live is the limiter of one rate limit, with what its statuses report.
@@ -217,8 +223,10 @@ func (s *Server) build(cfg *Config, old *state) (*state, error) {
 }
 
 // Reload swaps in cfg. Rate limits it keeps (same domain, descriptor and policy) keep their
-// counts; new ones start empty; the limiters of removed ones are closed once no call uses them.
-// On error the server keeps its config. Safe to call while calls are served.
+// counts; new ones start empty. Calls that arrive once it has swapped decide on cfg at once;
+// Reload then waits for the calls still deciding on the old config, and closes the limiters of
+// the removed rate limits. On error the server keeps its config. Safe to call while calls are
+// served.
 func (s *Server) Reload(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("rls: Reload: config is nil")
@@ -238,6 +246,7 @@ func (s *Server) Reload(cfg *Config) error {
 	s.mu.Lock()
 	s.st = st
 	s.mu.Unlock()
+	old.calls.Wait() // no call joins old any more: wait for those still deciding on it
 	for name, l := range old.limiters {
 		if st.limiters[name] != l {
 			closeLimiter(l.lim)
@@ -257,6 +266,7 @@ func (s *Server) Close() error {
 	s.st = nil
 	s.mu.Unlock()
 	if st != nil {
+		st.calls.Wait()
 		for _, l := range st.limiters {
 			closeLimiter(l.lim)
 		}
@@ -312,11 +322,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, "rls: no descriptors")
 	}
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.st == nil {
+	st := s.st
+	if st != nil {
+		st.calls.Add(1)
+	}
+	s.mu.RUnlock()
+	if st == nil {
 		return nil, status.Error(codes.Unavailable, "rls: server closed")
 	}
-	resp, err := s.decide(ctx, s.st, req)
+	defer st.calls.Done()
+	resp, err := s.decide(ctx, st, req)
 	s.metrics.latency.Observe(time.Since(start).Seconds())
 	return resp, err
 }
