@@ -298,6 +298,7 @@ type check struct {
 	hits     float64 // the descriptor's own hits, unclamped, for the metrics
 	d        slidelimit.Decision
 	taken    bool // decided by a take (not a query)
+	failed   bool // the backend failed, and d is its failure mode's, not a measure of the quota
 	refunded int64
 	query    slidelimit.Decision // what a query found before the takes (see predict)
 	queried  bool
@@ -503,7 +504,7 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 		s.metrics.backendErrors.Inc()
 		s.logBackendError(c, err, d.Allowed)
 	}
-	c.d = d
+	c.d, c.failed = d, err != nil
 	return nil
 }
 
@@ -591,13 +592,15 @@ func (s *Server) logBackendError(c *check, err error, admitted bool) {
 
 // giveBack returns what the admitted checks took, where the limiter can.
 func (s *Server) giveBack(ctx context.Context, checks []check) {
-	for k := range checks {
+	// At once, as the takes were: one after another, a refusal among thousands of descriptors
+	// on Redis took a round trip each, and outlasted the shutdown's grace.
+	atOnce(len(checks), func(k int) {
 		c := &checks[k]
 		if c.taken && c.d.Allowed && c.live.refund != nil {
 			// Given back even if the caller has gone: the units must not stay charged.
 			c.refunded = c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
 		}
-	}
+	})
 }
 
 func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
@@ -637,6 +640,9 @@ func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
 // default near-limit ratio).
 func outcomeOf(c *check) (over, near bool) {
 	d := c.d
+	if c.failed && d.Allowed {
+		return false, false // admitted by the failure mode: nothing is known of what is left
+	}
 	left := d.Remaining
 	if !c.taken {
 		left -= c.cost
@@ -742,7 +748,9 @@ func escapeTo(b *strings.Builder, s string) {
 func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	var pol, cur []string
 	for _, c := range checks {
-		if c.live.pol == nil || c.node.shadow {
+		if c.live.pol == nil || c.node.shadow || c.failed {
+			// A failure mode's decision says nothing of the quota: r=0 would tell a client it
+			// has none left when it was admitted.
 			continue
 		}
 		name := c.node.limit.name

@@ -1044,35 +1044,31 @@ func (o offlineAs) Take(ctx context.Context, key string, n int64) (slidelimit.De
 	}
 	switch o.mode {
 	case slidelimit.FailOpen:
-		return slidelimit.Decision{Allowed: true, Limit: d.Limit, Reason: slidelimit.ReasonOK}, err
+		return slidelimit.Decision{Allowed: true, Limit: d.Limit, Reason: slidelimit.ReasonOK}, o.named(err, "admitting without a limit")
 	case slidelimit.FailClosed:
-		return slidelimit.Decision{Limit: d.Limit, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, err
+		return slidelimit.Decision{Limit: d.Limit, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, o.named(err, "refusing")
 	}
 	return d, err
 }
 
-func (o offlineAs) Policy() policy.Policy { return o.l.Policy() }
-
-// offlineText is err's message for the log. batched.ErrOffline says the limiter decides locally,
-// which is what -on-redis-error local does; with open or closed (see offlineAs) the message names
-// the mode in force instead.
-func (px *proxy) offlineText(err error) string {
-	msg := err.Error()
-	if px.c.redisMode != "batched" || !errors.Is(err, batched.ErrOffline) {
-		return msg
-	}
-	var instead string
-	switch mode, _ := slidelimit.ParseFailureMode(px.c.onRedisError); mode {
-	case slidelimit.FailOpen:
-		instead = "batched: -on-redis-error open: admitting without a limit"
-	case slidelimit.FailClosed:
-		instead = "batched: -on-redis-error closed: refusing with 503"
-	default:
-		return msg
-	}
+// named is err, batched.ErrOffline's, saying what the mode in force does instead of that the
+// limiter decides locally, which only local does: the logs of both commands print it.
+func (o offlineAs) named(err error, does string) error {
 	local := strings.TrimPrefix(batched.ErrOffline.Error(), redisstore.ErrUnavailable.Error()+": ")
-	return strings.Replace(msg, local, instead, 1)
+	return &offlineError{err: err, msg: strings.Replace(err.Error(), local, "batched: -on-redis-error "+o.mode.String()+": "+does, 1)}
 }
+
+// offlineError is an offline error with its message rewritten; errors.Is still finds
+// batched.ErrOffline.
+type offlineError struct {
+	err error
+	msg string
+}
+
+func (e *offlineError) Error() string { return e.msg }
+func (e *offlineError) Unwrap() error { return e.err }
+
+func (o offlineAs) Policy() policy.Policy { return o.l.Policy() }
 
 // Close closes the batched limiter, giving back its leases.
 func (o offlineAs) Close() error { return o.l.Close() }
@@ -1166,7 +1162,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 				}
 			}
 			if px.errLogged.Add(1)%1000 == 1 {
-				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactText(px.offlineText(err), c.redisURL))
+				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactText(err.Error(), c.redisURL))
 			}
 		},
 	}

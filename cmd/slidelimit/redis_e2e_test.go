@@ -250,7 +250,7 @@ func TestProxyBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 		failure, want string
 		status        int
 	}{
-		{"closed", "batched: -on-redis-error closed: refusing with 503", 503},
+		{"closed", "batched: -on-redis-error closed: refusing", 503},
 		{"open", "batched: -on-redis-error open: admitting without a limit", 200},
 		{"local", "batched: deciding locally with the limit divided by the fleet size", 200},
 	} {

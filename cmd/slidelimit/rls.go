@@ -102,6 +102,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "%v", err)
 	}
 	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
+	// The libraries' own lines (redisstore's, when its breaker opens) go to log/slog's default
+	// logger, which writes through the standard one: prefixed like every other line.
+	log.SetOutput(stderr)
+	log.SetPrefix("slidelimit rls: ")
+	log.SetFlags(log.LstdFlags)
 	if c.redisURL != "" {
 		forwardRedisLog(func(msg string, suppressed int) {
 			logger.Printf("warning: redis client: %s (suppressed=%d)", msg, suppressed)

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// With -redis-mode batched and -on-redis-error open or closed, the backend-error line names the
+// mode in force: it said "batched: deciding locally with the limit divided by the fleet size"
+// while every descriptor was refused (closed) or admitted without a limit (open).
+func TestRLSBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	for _, failure := range []string{"closed", "open"} {
+		p := startRLS(t, "-config", dir, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "batched", "-redis-timeout", "20ms",
+			"-on-redis-error", failure, "-reload-interval", "0")
+		c, _ := rlsClient(t, p.addr)
+		rlsCall(t, c, "edge", "remote_address", "192.0.2.1")
+		waitFor(t, func() bool { return strings.Contains(p.stderr(), "descriptor remote_address") })
+		assert.NotContains(t, p.stderr(), "deciding locally", failure)
+		assert.Contains(t, p.stderr(), "batched: -on-redis-error "+failure+": ", failure)
+	}
+}
+
+// Every line the command writes is prefixed "slidelimit rls: " (docs/rls.md, Logs), redisstore's
+// own included: its breaker line went to log/slog's default logger unprefixed.
+func TestRLSStoreLinesArePrefixed(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	p := startRLS(t, "-config", dir, "-redis", "redis://127.0.0.1:1/0", "-redis-timeout", "20ms", "-reload-interval", "0")
+	c, _ := rlsClient(t, p.addr)
+	for range 30 { // the breaker opens after 10 calls of which half failed
+		rlsCall(t, c, "edge", "remote_address", "192.0.2.1")
+	}
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "circuit breaker opened") })
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		assert.True(t, strings.HasPrefix(line, "slidelimit rls: "), "unprefixed line: %s", line)
+	}
+}

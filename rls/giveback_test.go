@@ -1,0 +1,63 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/rls"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// slowRefunds admits every key but "no", which it refuses, and gives units back as a store does:
+// each Refund a round trip (here 5 ms). It records how many refunds ran at once.
+type slowRefunds struct{ now, most, given atomic.Int64 }
+
+func (l *slowRefunds) Take(_ context.Context, key string, n int64) (slidelimit.Decision, error) {
+	if key == "k=no" {
+		return slidelimit.Decision{Limit: 1, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, nil
+	}
+	return slidelimit.Decision{Allowed: true, Limit: 100, Remaining: 99, Counted: n}, nil
+}
+
+func (l *slowRefunds) Refund(_ context.Context, _ string, n int64, _ slidelimit.Decision) (int64, error) {
+	at := l.now.Add(1)
+	for m := l.most.Load(); at > m && !l.most.CompareAndSwap(m, at); m = l.most.Load() {
+	}
+	time.Sleep(5 * time.Millisecond)
+	l.now.Add(-1)
+	l.given.Add(n)
+	return n, nil
+}
+
+// A refusal gives back what the other descriptors took as the takes were made, many at once: one
+// after another, 200 descriptors on Redis cost 200 round trips after the refusal.
+func TestRefusalGivesBackAtOnce(t *testing.T) {
+	lim := &slowRefunds{}
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	srv, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
+		return lim, nil
+	})))
+	require.NoError(t, err)
+	defer srv.Close()
+	descs := []*ratelimitv3.RateLimitDescriptor{desc("k", "no")}
+	for i := range 200 {
+		descs = append(descs, desc("k", fmt.Sprint(i)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: descs})
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	// A limiter that gives units back has every descriptor taken at once: all 200 admitted, and
+	// all given back, several at a time.
+	assert.Equal(t, int64(200), lim.given.Load(), "units given back")
+	assert.Greater(t, lim.most.Load(), int64(1), "refunds run at once")
+}
