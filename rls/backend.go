@@ -72,8 +72,8 @@ func limiterName(domain, path string, p policy.Policy) string {
 }
 
 // refundFunc gives back up to n units that the admitted decision d counted for key, and says how
-// many it gave back.
-type refundFunc func(ctx context.Context, key string, n int64, d slidelimit.Decision) int64
+// many it gave back, and the store's error when it failed to answer.
+type refundFunc func(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
 
 // refunderOf returns how l gives units back, or nil where it cannot: the engine's adapter gives
 // back through its *engine.Limiter, and a store with a Refund method (redisstore) through that.
@@ -81,15 +81,14 @@ type refundFunc func(ctx context.Context, key string, n int64, d slidelimit.Deci
 // than a refused request would otherwise have cost.
 func refunderOf(l slidelimit.Limiter) refundFunc {
 	if e := engineOf(l); e != nil {
-		return func(_ context.Context, key string, n int64, d slidelimit.Decision) int64 { return e.Refund(key, n, d) }
+		return func(_ context.Context, key string, n int64, d slidelimit.Decision) (int64, error) {
+			return e.Refund(key, n, d), nil
+		}
 	}
 	if r, ok := l.(interface {
 		Refund(ctx context.Context, key string, n int64, d slidelimit.Decision) (int64, error)
 	}); ok {
-		return func(ctx context.Context, key string, n int64, d slidelimit.Decision) int64 {
-			g, _ := r.Refund(ctx, key, n, d)
-			return g
-		}
+		return r.Refund
 	}
 	return nil
 }

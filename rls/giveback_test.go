@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -60,4 +61,30 @@ func TestRefusalGivesBackAtOnce(t *testing.T) {
 	// all given back, several at a time.
 	assert.Equal(t, int64(200), lim.given.Load(), "units given back")
 	assert.Greater(t, lim.most.Load(), int64(1), "refunds run at once")
+}
+
+// failingRefunds is slowRefunds whose store fails every Refund.
+type failingRefunds struct{ slowRefunds }
+
+func (l *failingRefunds) Refund(context.Context, string, int64, slidelimit.Decision) (int64, error) {
+	return 0, errors.New("redis: connection refused")
+}
+
+// A refund the store fails leaves the units charged; the backend error metric counts it, where
+// nothing did.
+func TestFailedRefundsAreCounted(t *testing.T) {
+	lim := &failingRefunds{}
+	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	srv, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
+		return lim, nil
+	})))
+	require.NoError(t, err)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("k", "no"), desc("k", "a"), desc("k", "b")}})
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	assert.Contains(t, scrape(t, srv), "slidelimit_rls_backend_errors_total 2\n", "the two failed refunds")
 }

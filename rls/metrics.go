@@ -36,7 +36,7 @@ func newMetrics() *metrics {
 		}),
 		backendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slidelimit_rls_backend_errors_total",
-			Help: "Decisions the backend could not make through its store (decided by its failure mode).",
+			Help: "Decisions the backend could not make through its store (decided by its failure mode), and refunds of a refused request it failed (those units stay charged).",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_rls_config_reloads_total",

@@ -502,7 +502,7 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 			return status.FromContextError(ctxErr).Err()
 		}
 		s.metrics.backendErrors.Inc()
-		s.logBackendError(c, err, d.Allowed)
+		s.logBackendError(c, err, fmt.Sprintf("decided %v by the backend's failure mode", d.Allowed))
 	}
 	c.d, c.failed = d, err != nil
 	return nil
@@ -576,7 +576,7 @@ func atOnce(n int, f func(k int)) {
 
 // logBackendError logs at most one backend error a second, with the number left out since the
 // last line: a store that is down fails every call, and the metric counts them all.
-func (s *Server) logBackendError(c *check, err error, admitted bool) {
+func (s *Server) logBackendError(c *check, err error, what string) {
 	now := time.Now().UnixNano()
 	next := s.nextLog.Load()
 	if now < next || !s.nextLog.CompareAndSwap(next, now+int64(time.Second)) {
@@ -587,7 +587,7 @@ func (s *Server) logBackendError(c *check, err error, admitted bool) {
 	if n := s.unlogged.Swap(0); n > 0 {
 		more = fmt.Sprintf("; %d more backend errors since the last line", n)
 	}
-	s.logger.Printf("domain %s descriptor %s: %v (decided %v by the backend's failure mode)%s", c.live.domain, c.node.path, err, admitted, more)
+	s.logger.Printf("domain %s descriptor %s: %v (%s)%s", c.live.domain, c.node.path, err, what, more)
 }
 
 // giveBack returns what the admitted checks took, where the limiter can.
@@ -598,7 +598,13 @@ func (s *Server) giveBack(ctx context.Context, checks []check) {
 		c := &checks[k]
 		if c.taken && c.d.Allowed && c.live.refund != nil {
 			// Given back even if the caller has gone: the units must not stay charged.
-			c.refunded = c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
+			g, err := c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
+			c.refunded = g
+			if err != nil {
+				// The units stay charged (see refunderOf); the metric and the log say so.
+				s.metrics.backendErrors.Inc()
+				s.logBackendError(c, err, fmt.Sprintf("giving back %d units of a refused request: they stay charged", c.cost))
+			}
 		}
 	})
 }
