@@ -795,7 +795,7 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	}
 }
 
-// sfString quotes s as a structured-field string, dropping bytes it cannot hold.
+// sfString quotes s as a structured-field string, percent-encoding the bytes it cannot hold.
 func sfString(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
@@ -805,8 +805,12 @@ func sfString(s string) string {
 		case c == '"' || c == '\\':
 			b.WriteByte('\\')
 			b.WriteByte(c)
-		case c >= 0x20 && c < 0x7f:
+		case c >= 0x20 && c < 0x7f && c != '%':
 			b.WriteByte(c)
+		default:
+			// A structured-field string holds printable ASCII only: the other bytes, and '%'
+			// itself, are percent-encoded, so that "café" and "caf" stay two names.
+			fmt.Fprintf(&b, "%%%02X", c)
 		}
 	}
 	b.WriteByte('"')
