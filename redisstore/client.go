@@ -44,6 +44,10 @@ const DiscoveryTimeout = 2 * time.Second
 // node, its MOVED replies open the Limiter's breaker and are reported as ErrMisconfigured, naming
 // the cluster. A server that refuses the password at discovery makes NewClient fail.
 //
+// A failed dial is tried once more, not go-redis's five times 100ms apart (the URL's
+// dialer_retries sets it for a cluster), so that a Redis refusing connections fails a call at once
+// with that refusal, to be decided by the failure choice, rather than after the call's timeout.
+//
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
 // URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
 func NewClient(rawURL string) (c redis.UniversalClient, err error) {
@@ -115,6 +119,12 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
 	}
 	o.ContextTimeoutEnabled = true
+	if o.DialerRetries == 0 {
+		// go-redis retries a failed dial 5 times, 100ms apart: far past a limiter's deadline
+		// (50ms by default), so a Redis that refuses connections took each call's whole timeout
+		// to fail, and a caller with a shorter deadline of its own never saw the failure choice.
+		o.DialerRetries = 1
+	}
 	if scheme == "unix" {
 		return redis.NewClient(o), nil
 	}
@@ -146,6 +156,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		MaxIdleConns:            o.MaxIdleConns,
 		MaxActiveConns:          o.MaxActiveConns,
 		MaxConcurrentDials:      o.MaxConcurrentDials,
+		DialerRetries:           o.DialerRetries,
 		ConnMaxIdleTime:         o.ConnMaxIdleTime,
 		ConnMaxLifetime:         o.ConnMaxLifetime,
 		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,

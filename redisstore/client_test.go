@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -294,5 +295,26 @@ func TestClusterURLKeepsItsOptions(t *testing.T) {
 	if o.MaxActiveConns != 3 || !o.PoolFIFO || o.MinRetryBackoff != 5*time.Millisecond || o.MaxConcurrentDials != 2 || o.PipelinePoolSize != 4 {
 		t.Fatalf("the cluster client lost the URL's options: MaxActiveConns %d, PoolFIFO %v, MinRetryBackoff %v, MaxConcurrentDials %d, PipelinePoolSize %d",
 			o.MaxActiveConns, o.PoolFIFO, o.MinRetryBackoff, o.MaxConcurrentDials, o.PipelinePoolSize)
+	}
+}
+
+// A Redis that refuses connections fails a call at once, with the refusal: go-redis's default
+// five dial retries, 100ms apart, made each call wait out the limiter's deadline and report only
+// that it passed. Port 1 on loopback has nothing listening.
+func TestNewClientFailsARefusedDialAtOnce(t *testing.T) {
+	c, err := NewClient("redis://127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := New(c, "dial", policy.FixedWindow{Limit: 5, Window: time.Minute}, WithTimeout(300*time.Millisecond),
+		WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.Take(context.Background(), "k", 1)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Take against a port that refuses connections: %v; want the refusal, not the deadline", err)
 	}
 }
