@@ -44,9 +44,10 @@ const DiscoveryTimeout = 2 * time.Second
 // node, its MOVED replies open the Limiter's breaker and are reported as ErrMisconfigured, naming
 // the cluster. A server that refuses the password at discovery makes NewClient fail.
 //
-// A failed dial is tried once more, not go-redis's five times 100ms apart (the URL's
-// dialer_retries sets it for a cluster), so that a Redis refusing connections fails a call at once
-// with that refusal, to be decided by the failure choice, rather than after the call's timeout.
+// A call dials once, not go-redis's five attempts 100ms apart (the URL's dialer_retries sets it
+// for a cluster), so that a Redis refusing connections fails a call at once with that refusal, to
+// be decided by the failure choice, rather than after the call's timeout; the next call dials
+// again.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
 // URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
@@ -120,7 +121,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}
 	o.ContextTimeoutEnabled = true
 	if o.DialerRetries == 0 {
-		// go-redis retries a failed dial 5 times, 100ms apart: far past a limiter's deadline
+		// One attempt: go-redis makes 5, 100ms apart, far past a limiter's deadline
 		// (50ms by default), so a Redis that refuses connections took each call's whole timeout
 		// to fail, and a caller with a shorter deadline of its own never saw the failure choice.
 		o.DialerRetries = 1
