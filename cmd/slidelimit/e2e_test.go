@@ -889,3 +889,30 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	assert.NoError(t, p.err, "exit status")
 	assert.NotContains(t, p.stderr(), "cut off")
 }
+
+// A client that hangs up before a slow upstream answers is logged with status 499, not 502:
+// an operator must be able to tell client aborts from upstream failures.
+func TestProxyLogsAClientAbortAs499(t *testing.T) {
+	up := newHangingUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-log-admitted", "1")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/slow"), nil)
+	done := make(chan error, 1)
+	go func() {
+		res, err := newClient(t, true).Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-up.entered:
+	case <-time.After(failsafe):
+		t.Fatal("the request never reached the upstream")
+	}
+	cancel()
+	require.Error(t, <-done)
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "msg=request") })
+	assert.Contains(t, p.stderr(), "status=499")
+	assert.NotContains(t, p.stderr(), "status=502")
+}

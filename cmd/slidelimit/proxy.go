@@ -643,10 +643,13 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 				// The client went away, or shutdown cut the request off: no fault of the
 				// upstream's, and nobody reads the answer. At ERROR it would fire alerts on every
 				// rollout.
+				// Its access-log line says 499, nginx's "client closed request", not 502, so
+				// that client aborts are not counted as upstream failures.
 				logger.Debug("request cancelled before the upstream answered", "path", r.URL.Path)
-			} else {
-				logger.Error("http: proxy error: " + err.Error())
+				w.WriteHeader(statusClientClosed)
+				return
 			}
+			logger.Error("http: proxy error: " + err.Error())
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
@@ -1108,6 +1111,10 @@ type requestInfo struct {
 	failed  bool   // a limiter returned an error
 	reason  string // the reason label, when not d.Reason's
 }
+
+// statusClientClosed is the status logged for a request whose client went away before the
+// upstream answered (nginx's 499); nobody receives it.
+const statusClientClosed = 499
 
 // reasonRedisError is the reason label of a request that -on-redis-error open or closed decided:
 // no limit could decide it, Redis having failed.
