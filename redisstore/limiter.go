@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,10 +346,19 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		// errors go to logs.
 		l.br.success(probe)
 		named := make([]string, len(keys))
-		msg := err.Error()
 		for i, k := range keys {
 			named[i] = withoutSubject(k)
-			msg = strings.ReplaceAll(msg, k, named[i]) // the scripts' own errors quote the key
+		}
+		// The scripts' own errors quote the key: longest first, so that a key that begins
+		// another is not replaced inside it.
+		msg := err.Error()
+		order := make([]int, len(keys))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return len(keys[b]) - len(keys[a]) })
+		for _, i := range order {
+			msg = strings.ReplaceAll(msg, keys[i], named[i])
 		}
 		err = &answered{err: err, msg: "key " + strings.Join(named, ", ") + ": " + msg}
 	} else {
@@ -379,7 +389,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 }
 
 // answered is an error reply about one call's keys, with its text rewritten to hide their
-// subjects; errors.As still finds the reply.
+// subjects; errors.As still finds the reply, whose own text does not hide them.
 type answered struct {
 	err error
 	msg string

@@ -592,9 +592,14 @@ func (s *Server) logBackendError(c *check, err error, what string) {
 
 // giveBack returns what the admitted checks took, where the limiter can.
 func (s *Server) giveBack(ctx context.Context, checks []check) {
-	// At once, as the takes were: one after another, a refusal among thousands of descriptors
-	// on Redis took a round trip each, and outlasted the shutdown's grace.
-	atOnce(len(checks), func(k int) {
+	// On a store, at once, as the takes were: one after another, a refusal among thousands of
+	// descriptors on Redis took a round trip each, and outlasted the shutdown's grace. The
+	// engine gives back in nanoseconds, in order, with no goroutines.
+	remote := false
+	for k := range checks {
+		remote = remote || checks[k].live.remote
+	}
+	each := func(k int) {
 		c := &checks[k]
 		if c.taken && c.d.Allowed && c.live.refund != nil {
 			// Given back even if the caller has gone: the units must not stay charged.
@@ -606,7 +611,14 @@ func (s *Server) giveBack(ctx context.Context, checks []check) {
 				s.logBackendError(c, err, fmt.Sprintf("giving back %d units of a refused request: they stay charged", c.cost))
 			}
 		}
-	})
+	}
+	if remote {
+		atOnce(len(checks), each)
+		return
+	}
+	for k := range checks {
+		each(k)
+	}
 }
 
 func (s *Server) fill(st *rlsv3.RateLimitResponse_DescriptorStatus, c *check) {
@@ -685,7 +697,7 @@ func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescrip
 // twinIndex finds the check that a descriptor is a twin of (same limiter, same key). A request
 // has a handful of descriptors, scanned in place; a map takes over past twinScan of them, so that
 // one with thousands (a message of up to 4 MiB can hold 100,000) costs linear time rather than
-// quadratic while holding the server's read lock, which a reload waits for.
+// quadratic while a reload waits for the call.
 type twinIndex map[twinKey]int
 
 type twinKey struct {
@@ -754,9 +766,9 @@ func escapeTo(b *strings.Builder, s string) {
 func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	var pol, cur []string
 	for _, c := range checks {
-		if c.live.pol == nil || c.node.shadow || c.failed {
-			// A failure mode's decision says nothing of the quota: r=0 would tell a client it
-			// has none left when it was admitted.
+		if c.live.pol == nil || c.node.shadow || c.failed && c.d.Allowed {
+			// An admission by the failure mode says nothing of the quota: r=0 would tell a
+			// client it has none left when it was admitted. A refusal by it keeps its item.
 			continue
 		}
 		name := c.node.limit.name
