@@ -4,12 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/slidelimit/slidelimit/redisstore"
-	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,14 +16,7 @@ import (
 // counted as near the limit, and with headers each response told the client r=0 (no quota left)
 // though it was admitted without a limit. Redis is a port where nothing listens.
 func TestFailOpenIsNotNearTheLimit(t *testing.T) {
-	client, err := redisstore.NewClient("redis://127.0.0.1:1/0")
-	require.NoError(t, err)
-	defer client.Close()
-	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
-	srv, err := rls.NewServer(cfg, rls.WithHeaders(true),
-		rls.WithBackend(rls.RedisBackend(client, redisstore.WithTimeout(20*time.Millisecond))))
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := deadRedisServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
 	defer cancel()
 	var headers string
@@ -50,4 +41,14 @@ func TestFailOpenIsNotNearTheLimit(t *testing.T) {
 	assert.Equal(t, `slidelimit_rls_backend_errors_total 5`, line("slidelimit_rls_backend_errors_total "))
 	assert.Equal(t, `slidelimit_rls_near_limit_total{descriptor="k",domain="d"} 0`, line("slidelimit_rls_near_limit_total{"), "fail-open hits counted as near the limit")
 	assert.NotContains(t, headers, "r=0", "a fail-open admission tells the client it has no quota left")
+}
+
+// A request the failure mode refuses (closed) keeps its RateLimit fields: only its admissions,
+// which measured nothing, drop them (TestFailOpenIsNotNearTheLimit).
+func TestFailClosedRefusalKeepsItsHeader(t *testing.T) {
+	srv := deadRedisServer(t, redisstore.WithOnFailure(redisstore.FailClosed))
+	r, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	require.NotEmpty(t, r.GetResponseHeadersToAdd(), "a refused request carries no RateLimit field at all")
 }

@@ -11,8 +11,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,12 +40,7 @@ func (l *slowRefunds) Refund(_ context.Context, _ string, n int64, _ slidelimit.
 // after another, 200 descriptors on Redis cost 200 round trips after the refusal.
 func TestRefusalGivesBackAtOnce(t *testing.T) {
 	lim := &slowRefunds{}
-	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
-	srv, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
-		return lim, nil
-	})))
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := serverOn(t, oneLimit, lim)
 	descs := []*ratelimitv3.RateLimitDescriptor{desc("k", "no")}
 	for i := range 200 {
 		descs = append(descs, desc("k", fmt.Sprint(i)))
@@ -74,12 +67,7 @@ func (l *failingRefunds) Refund(context.Context, string, int64, slidelimit.Decis
 // nothing did.
 func TestFailedRefundsAreCounted(t *testing.T) {
 	lim := &failingRefunds{}
-	cfg := parse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
-	srv, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
-		return lim, nil
-	})))
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := serverOn(t, oneLimit, lim)
 	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
 	defer cancel()
 	r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{

@@ -15,8 +15,11 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -115,6 +118,36 @@ func parse(t *testing.T, yaml string) *rls.Config {
 	cfg, err := rls.ParseConfig("test.yaml", []byte(yaml))
 	require.NoError(t, err)
 	return cfg
+}
+
+// oneLimit is a config of one rate limit: 100 hits a minute per value of key k, in domain d.
+const oneLimit = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+
+// serverOn returns a server of yaml whose every rate limit decides with lim, closed at the
+// test's end.
+func serverOn(t *testing.T, yaml string, lim slidelimit.Limiter, opts ...rls.Option) *rls.Server {
+	t.Helper()
+	opts = append(opts, rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
+		return lim, nil
+	})))
+	srv, err := rls.NewServer(parse(t, yaml), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// deadRedisServer returns a server of oneLimit, with headers, on a Redis at a port where nothing
+// listens, closed at the test's end.
+func deadRedisServer(t *testing.T, opts ...redisstore.Option) *rls.Server {
+	t.Helper()
+	client, err := redisstore.NewClient("redis://127.0.0.1:1/0")
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	opts = append([]redisstore.Option{redisstore.WithTimeout(20 * time.Millisecond)}, opts...)
+	srv, err := rls.NewServer(parse(t, oneLimit), rls.WithHeaders(true), rls.WithBackend(rls.RedisBackend(client, opts...)))
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }
 
 // desc builds a descriptor from key, value pairs.

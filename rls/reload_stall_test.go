@@ -8,8 +8,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/policy"
-	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,13 +28,9 @@ func (l slowLimiter) Take(ctx context.Context, key string, n int64) (slidelimit.
 // waiting admits no new reader: every call waited for the slow one to end. On Redis a call with
 // many descriptors lasts many round trips.
 func TestReloadDuringASlowCallStallsNoOtherCall(t *testing.T) {
-	yaml := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+	yaml := oneLimit
 	lim := slowLimiter{entered: make(chan struct{}), release: make(chan struct{})}
-	srv, err := rls.NewServer(parse(t, yaml), rls.WithBackend(rls.BackendFunc(func(string, policy.Policy) (slidelimit.Limiter, error) {
-		return lim, nil
-	})))
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := serverOn(t, yaml, lim)
 	req := func(v string) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", v)}}
 	}

@@ -428,7 +428,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	if parallel {
 		// Take them all at once, one round trip of latency rather than one per descriptor.
 		if err := s.takeAll(ctx, checks); err != nil {
-			s.giveBack(ctx, checks)
+			s.giveBack(ctx, checks, true)
 			return nil, err
 		}
 		for _, c := range checks {
@@ -444,7 +444,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 				break
 			}
 			if err := s.take(ctx, c, c.cost); err != nil {
-				s.giveBack(ctx, checks[:k])
+				s.giveBack(ctx, checks[:k], false)
 				return nil, err
 			}
 			if !c.d.Allowed && !c.node.shadow {
@@ -454,7 +454,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	}
 	if refused {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		s.giveBack(ctx, checks[:stopped])
+		s.giveBack(ctx, checks[:stopped], parallel)
 		for k := stopped; k < len(checks); k++ {
 			c := &checks[k]
 			if c.queried {
@@ -590,15 +590,10 @@ func (s *Server) logBackendError(c *check, err error, what string) {
 	s.logger.Printf("domain %s descriptor %s: %v (%s)%s", c.live.domain, c.node.path, err, what, more)
 }
 
-// giveBack returns what the admitted checks took, where the limiter can.
-func (s *Server) giveBack(ctx context.Context, checks []check) {
-	// On a store, at once, as the takes were: one after another, a refusal among thousands of
-	// descriptors on Redis took a round trip each, and outlasted the shutdown's grace. The
-	// engine gives back in nanoseconds, in order, with no goroutines.
-	remote := false
-	for k := range checks {
-		remote = remote || checks[k].live.remote
-	}
+// giveBack returns what the admitted checks took, where the limiter can: at once where they were
+// taken at once (on a store; one after another, a refusal among thousands of descriptors on Redis
+// took a round trip each, and outlasted the shutdown's grace), else in order, with no goroutines.
+func (s *Server) giveBack(ctx context.Context, checks []check, atOnceToo bool) {
 	each := func(k int) {
 		c := &checks[k]
 		if c.taken && c.d.Allowed && c.live.refund != nil {
@@ -612,7 +607,7 @@ func (s *Server) giveBack(ctx context.Context, checks []check) {
 			}
 		}
 	}
-	if remote {
+	if atOnceToo {
 		atOnce(len(checks), each)
 		return
 	}
