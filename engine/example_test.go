@@ -60,6 +60,24 @@ func ExampleWithMaxKeys() {
 	// Output: key cap reached
 }
 
+func ExampleWithExpectedKeys() {
+	// A gateway that tracks about a million clients takes the memory for them at start, so that
+	// no shard pauses to grow while they arrive.
+	l, err := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Minute}, engine.WithExpectedKeys(1_000_000))
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	var before, after engine.Stats
+	l.Stats(&before)
+	for client := range uint64(1_000_000) {
+		l.AllowKey(client, 1)
+	}
+	l.Stats(&after)
+	fmt.Println(after.Keys, before.TableBytes/1_000_000, "bytes per expected key;", "grew:", after.TableBytes != before.TableBytes)
+	// Output: 1000000 20 bytes per expected key; grew: false
+}
+
 func ExampleLimiter_Wait() {
 	// 10 calls per second to an upstream API: callers wait their turn instead of failing.
 	l, _ := engine.New(policy.SlidingCounter{Limit: 10, Window: time.Second})

@@ -41,6 +41,7 @@ type config struct {
 	eviction      bool
 	sweepInterval time.Duration
 	maxKeys       int
+	expectedKeys  int
 	atCap         AtCap
 	maxLimit      int64
 }
@@ -141,6 +142,30 @@ func WithMaxKeys(n int) Option {
 			return fmt.Errorf("engine: WithMaxKeys(%d): must be at least 1", n)
 		}
 		cfg.maxKeys = n
+		return nil
+	}
+}
+
+// MaxExpectedKeys is the largest n WithExpectedKeys accepts (2^32).
+const MaxExpectedKeys = 1 << 32
+
+// WithExpectedKeys sizes the limiter's tables for n keys when New runs (default 0: the tables
+// start empty and grow as keys come). A table grows by copying its shard's keys into a larger one
+// while holding the shard's lock, about 11 copies per key over a growth from empty; a limiter that
+// starts at its working size makes none of those copies on the way to n, so a new key costs less
+// (bench/README.md has the figures) and no shard pauses to grow. The memory is taken at New,
+// whether or not the keys come: what a limiter holding n keys at its lowest load holds (see
+// Stats.TableBytes), 1.25 slots per key of 16 bytes, or 32 for a two-word cell (a cell that keeps
+// full times; see docs/design.md). Tables still grow past n when more keys come, and a shard
+// emptied by eviction keeps its room for n. n must be in [0, MaxExpectedKeys] and at most the key
+// cap (see WithMaxKeys); New reports an error otherwise. Like every option, it is read once, by
+// New.
+func WithExpectedKeys(n int) Option {
+	return func(cfg *config) error {
+		if n < 0 || uint64(n) > MaxExpectedKeys {
+			return fmt.Errorf("engine: WithExpectedKeys(%d): must be in [0, %d]", n, uint64(MaxExpectedKeys))
+		}
+		cfg.expectedKeys = n
 		return nil
 	}
 }

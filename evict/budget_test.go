@@ -61,24 +61,28 @@ func TestBudgetLongIntervals(t *testing.T) {
 // An idle limiter (no key, every table at its smallest) is not swept: its shards' horizons are
 // left to pass, a decision there would sweep its own shard. Once a key arrives the sweeper runs
 // again and renews them: at once when the first key wakes it (shard.Config.FirstKey, here with a
-// period of an hour), and otherwise within a period.
+// period of an hour), and otherwise within a period. Tables sized up front
+// (shard.Config.ExpectedKeys) are at their smallest too.
 func TestIdleLimiterIsNotSwept(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		period   time.Duration
 		firstKey chan struct{}
+		expected uint64
 	}{
-		{"woken by its first key", time.Hour, make(chan struct{}, 1)},
-		{"a period later", 2 * time.Second, nil},
+		{"woken by its first key", time.Hour, make(chan struct{}, 1), 0},
+		{"a period later", 2 * time.Second, nil, 0},
+		{"presized, a period later", 2 * time.Second, nil, 1000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := &shard.Config{
 				// A limit of 21 bits leaves a window index of 20, so the horizon is finite (about
 				// 6 days).
-				Codec:    slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
-				Evict:    true,
-				Keys:     new(atomic.Int64),
-				FirstKey: c.firstKey,
+				Codec:        slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
+				Evict:        true,
+				Keys:         new(atomic.Int64),
+				FirstKey:     c.firstKey,
+				ExpectedKeys: c.expected,
 			}
 			shards := make([]shard.Shard, 4)
 			for i := range shards {
@@ -95,7 +99,12 @@ func TestIdleLimiterIsNotSwept(t *testing.T) {
 					t.Fatalf("shard %d was swept while the limiter held no key", i)
 				}
 			}
-			shards[0].Acquire(cfg, 42, late)
+			// A counted request keeps the key live: a key with nothing counted is dead at once,
+			// and the sweep of a presized limiter (5,004 slots) outlasts one tick's 4,096.
+			c, _, _ := shards[0].Acquire(cfg, 42, late)
+			if ok, st := cfg.Codec.Admit(c, late, 1); !ok || st != slatomic.OK {
+				t.Fatalf("the first request was refused (%v)", st)
+			}
 			deadline := time.Now().Add(10 * time.Second) // a failsafe: without the wake-up, an hour
 			for i := range shards {
 				for shards[i].Due(late) {

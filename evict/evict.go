@@ -82,7 +82,7 @@ func (s *Sweeper) run() {
 			}
 		case <-t.C:
 			slots := s.slots()
-			if s.cfg.Keys.Load() == 0 && slots == uint64(len(s.shards))*shard.MinSlots {
+			if s.cfg.Keys.Load() == 0 && slots == uint64(len(s.shards))*s.cfg.MinTable() {
 				// Nothing to evict and no table to shrink. An idle limiter sweeps nothing and
 				// looks again only once a period, or when its first key arrives (cfg.FirstKey),
 				// so that a process holding thousands of them (a proxy's rules) idles; without

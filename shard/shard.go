@@ -53,7 +53,14 @@ type Config struct {
 	// FirstKey, when not nil, is sent to without blocking each time Keys rises from 0, so that a
 	// background sweeper idle while there was no key looks again at once.
 	FirstKey chan struct{}
+	// ExpectedKeys, when above 0, is the number of keys each shard is sized for from the start:
+	// its first table, and every table a rebuild makes, has room for that many at the target
+	// load, so that growing to it copies no key, and a shard emptied by eviction keeps that room.
+	ExpectedKeys uint64
 }
+
+// MinTable returns the fewest slots a shard's table ever has: its first table's size.
+func (cfg *Config) MinTable() uint64 { return max(minSlots, sizeFor(cfg.ExpectedKeys)) }
 
 // evictor returns the codec's own eviction, when its state lives outside the cell.
 func (cfg *Config) evictor() atomic.Evictor {
@@ -63,7 +70,7 @@ func (cfg *Config) evictor() atomic.Evictor {
 
 // Init gives the shard an empty table. now starts the sweep horizon.
 func (s *Shard) Init(cfg *Config, now int64) {
-	s.table.Store(newTable(minSlots, cfg.Codec.Words(), cfg.Shift))
+	s.table.Store(newTable(cfg.MinTable(), cfg.Codec.Words(), cfg.Shift))
 	s.swept.Store(now)
 	s.horizon.Store(addClamped(now, cfg.Codec.Horizon()))
 }
@@ -221,7 +228,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 		// more of it, so that each rebuild serves more new keys (see sizeAtCap).
 		size = sizeAtCap
 	}
-	nt := newTable(size(uint64(s.live.Load())+extra), words, cfg.Shift)
+	nt := newTable(max(size(uint64(s.live.Load())+extra), cfg.MinTable()), words, cfg.Shift)
 	var used uint64
 	var dropped int64
 	fill := nt.filler(words)
@@ -346,9 +353,9 @@ func (s *Shard) Swept(cfg *Config, t *Table, start, now int64) {
 		return // rebuilt mid-sweep: the new table's cells were not all visited
 	}
 	s.renewHorizon(cfg, start)
-	if s.sparse(t) {
+	if s.sparse(cfg, t) {
 		s.mu.Lock()
-		if s.table.Load() == t && s.sparse(t) {
+		if s.table.Load() == t && s.sparse(cfg, t) {
 			s.rebuild(cfg, now, 0)
 		}
 		s.mu.Unlock()
@@ -356,9 +363,9 @@ func (s *Shard) Swept(cfg *Config, t *Table, start, now int64) {
 }
 
 // sparse reports whether t holds so few live keys that a rebuild would shrink it.
-func (s *Shard) sparse(t *Table) bool {
+func (s *Shard) sparse(cfg *Config, t *Table) bool {
 	live := uint64(s.live.Load())
-	return t.n > minSlots && live*4 < t.n && sizeFor(live) < t.n
+	return t.n > cfg.MinTable() && live*4 < t.n && sizeFor(live) < t.n
 }
 
 // SweepAll sweeps the whole shard under its lock, for a decision that found the shard's horizon

@@ -41,7 +41,8 @@ type Table struct {
 	words     []uint64 // the memory behind slots
 }
 
-// MinSlots is the size of an empty shard's table, and the smallest a rebuild makes.
+// MinSlots is the size of an empty shard's table, and the smallest a rebuild makes, when
+// Config.ExpectedKeys is 0 (see Config.MinTable).
 const MinSlots = minSlots
 
 const (

@@ -64,8 +64,14 @@ func (f *floor) Close() error { return nil }
 // engine's own Allow.
 type slidelimitAdapter struct{ *engine.Limiter }
 
-func newSlidelimit(cfg Config) (Limiter, error) {
-	var opts []engine.Option
+func newSlidelimit(cfg Config) (Limiter, error) { return buildSlidelimit(cfg) }
+
+// newSlidelimitExpected is newSlidelimit with engine.WithExpectedKeys(cfg.Keys).
+func newSlidelimitExpected(cfg Config) (Limiter, error) {
+	return buildSlidelimit(cfg, engine.WithExpectedKeys(cfg.Keys))
+}
+
+func buildSlidelimit(cfg Config, opts ...engine.Option) (Limiter, error) {
 	if cfg.MaxKeys > 0 {
 		opts = append(opts, engine.WithMaxKeys(cfg.MaxKeys), engine.WithAtCap(engine.EvictStalest))
 	}

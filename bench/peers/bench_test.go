@@ -317,7 +317,7 @@ const insertKeys = 10_000_000
 // httprate run by default (the others hold 10M keys in several gigabytes); -limiters picks others.
 // Run it with a fixed -benchtime, e.g. -benchtime 100000x.
 func BenchmarkInsert(b *testing.B) {
-	names := []string{peers.Floor, peers.Slidelimit, peers.Httprate}
+	names := []string{peers.Floor, peers.Slidelimit, peers.SlidelimitExpected, peers.Httprate}
 	if *flagLimiters != "" {
 		names = selected()
 	}

@@ -13,6 +13,7 @@ package peers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,8 +21,8 @@ import (
 )
 
 // Config is the limit every limiter is built with: Limit requests per Window for each key.
-// Keys is the number of distinct keys the caller expects; only the floor uses it (to size its
-// array), the limiters grow as they go.
+// Keys is the number of distinct keys the caller expects; only the floor (to size its array) and
+// SlidelimitExpected use it, the other limiters grow as they go.
 type Config struct {
 	Limit  int64
 	Window time.Duration
@@ -75,6 +76,8 @@ var registry = map[string]constructor{
 	GoLimiter:  newGoLimiter,
 	Ulule:      newUlule,
 	Throttled:  newThrottled,
+
+	SlidelimitExpected: newSlidelimitExpected,
 }
 
 // Names of the limiters, as they appear in benchmark names (limiter=NAME) and charts.
@@ -86,14 +89,22 @@ const (
 	GoLimiter  = "go-limiter"
 	Ulule      = "ulule"
 	Throttled  = "throttled"
+
+	// SlidelimitExpected is slidelimit with its tables sized for Config.Keys up front
+	// (engine.WithExpectedKeys): a variant, not in Names, that benchmarks and cmd/memory run only
+	// when asked for by name (BenchmarkInsert runs it by default).
+	SlidelimitExpected = "slidelimit-expected"
 )
+
+// Variants returns the names New knows besides Names: other configurations of slidelimit.
+func Variants() []string { return []string{SlidelimitExpected} }
 
 // Names returns every limiter's name: the floor and slidelimit first, then the peers in
 // alphabetical order.
 func Names() []string {
 	var peers []string
 	for n := range registry {
-		if n != Floor && n != Slidelimit {
+		if n != Floor && n != Slidelimit && !slices.Contains(Variants(), n) {
 			peers = append(peers, n)
 		}
 	}
@@ -106,7 +117,7 @@ func Names() []string {
 func New(name string, cfg Config) (Limiter, error) {
 	c, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("peers: unknown limiter %q (known: %s)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("peers: unknown limiter %q (known: %s)", name, strings.Join(append(Names(), Variants()...), ", "))
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -31,9 +31,9 @@ func TestAppendKey(t *testing.T) {
 
 // Every limiter, given a limit of 5 per minute, admits a key's first 5 requests and refuses the
 // 6th, while another key is untouched: the adapters really limit, per key. The floor, which is
-// not a limiter, admits everything.
+// not a limiter, admits everything. The variants (peers.Variants) are limiters too.
 func TestLimitersLimitPerKey(t *testing.T) {
-	for _, name := range peers.Names() {
+	for _, name := range append(peers.Names(), peers.Variants()...) {
 		t.Run(name, func(t *testing.T) {
 			l, err := peers.New(name, peers.Config{Limit: 5, Window: time.Minute, Keys: 16})
 			require.NoError(t, err)
@@ -50,6 +50,7 @@ func TestLimitersLimitPerKey(t *testing.T) {
 			require.True(t, l.Allow("10.0.0.2"), "a second key has its own count")
 		})
 	}
+	require.NotContains(t, peers.Names(), peers.SlidelimitExpected, "a variant runs only when named")
 }
 
 func TestNewRejectsBadInput(t *testing.T) {

@@ -2,6 +2,9 @@
 //
 //	go run ./cmd/memory [-keys 10000000] [-limiter slidelimit|all|NAME,...] [-bench] [-parallel N]
 //
+// (-limiter slidelimit-expected measures slidelimit sized up front for the keys it is given, with
+// engine.WithExpectedKeys; "all" leaves it out.)
+//
 // For each limiter and each key count (1M and -keys) it starts itself again in a fresh process,
 // builds the limiter, gives it one request for each of N distinct keys (IPv4-like strings of 8 to
 // 14 bytes, made afresh for each request so that the program itself keeps none of them), runs
@@ -137,9 +140,10 @@ func limiters(which string) ([]string, error) {
 		return all, nil
 	}
 	names := strings.Split(which, ",")
+	known := append(peers.Names(), peers.Variants()...)
 	for _, n := range names {
-		if !slices.Contains(peers.Names(), n) {
-			return nil, fmt.Errorf("-limiter: unknown limiter %q (known: all, %s)", n, strings.Join(peers.Names(), ", "))
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("-limiter: unknown limiter %q (known: all, %s)", n, strings.Join(known, ", "))
 		}
 	}
 	return names, nil
@@ -219,14 +223,18 @@ func printTable(rs []result) {
 	defer w.Flush()
 	fmt.Fprintf(w, "# heap after runtime.GC per tracked key; limit 2^20 per %v; %s %s/%s\n",
 		window, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(w, "%-12s %10s %12s %10s %14s %10s\n", "limiter", "keys", "heap MiB", "bytes/key", "table B/key", "insert ns")
+	width := len("limiter")
+	for _, r := range rs {
+		width = max(width, len(r.Limiter))
+	}
+	fmt.Fprintf(w, "%-*s %10s %12s %10s %14s %10s\n", width, "limiter", "keys", "heap MiB", "bytes/key", "table B/key", "insert ns")
 	for _, r := range rs {
 		table := "-"
 		if r.TableBytes > 0 {
 			table = fmt.Sprintf("%.1f", float64(r.TableBytes)/float64(r.Keys))
 		}
-		fmt.Fprintf(w, "%-12s %10d %12.1f %10.1f %14s %10.0f\n",
-			r.Limiter, r.Keys, float64(r.HeapBytes)/(1<<20), r.BytesPerK, table, r.InsertNs)
+		fmt.Fprintf(w, "%-*s %10d %12.1f %10.1f %14s %10.0f\n",
+			width, r.Limiter, r.Keys, float64(r.HeapBytes)/(1<<20), r.BytesPerK, table, r.InsertNs)
 	}
 }
 

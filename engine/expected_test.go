@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/policy"
+)
+
+// TestExpectedKeysAbove2To32: n above MaxExpectedKeys (possible only where int has 64 bits) is
+// refused whatever the key cap, before any memory is taken.
+func TestExpectedKeysAbove2To32(t *testing.T) {
+	if strconv.IntSize == 32 {
+		t.Skip("an int cannot exceed 2^32 here")
+	}
+	var big uint64 = MaxExpectedKeys + 1
+	l, err := New(policy.SlidingCounter{Limit: 1, Window: time.Second}, WithMaxKeys(int(big)), WithExpectedKeys(int(big)))
+	require.Nil(t, l)
+	require.EqualError(t, err, "engine: WithExpectedKeys(4294967297): must be in [0, 4294967296]")
+}
+
+func newWith(t *testing.T, p policy.Policy, opts ...Option) (*Limiter, *clock.Clock) {
+	t.Helper()
+	clk := clock.NewManual(start)
+	l, err := New(p, append([]Option{WithClock(clk)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, clk
+}
+
+// TestExpectedKeysSizesTablesUpFront: WithExpectedKeys(n) takes the tables' memory at New (1.25
+// slots of 16 bytes per key for the sliding counter), and holding n keys then needs no growth;
+// more keys still grow the tables. A limiter without it starts small and grows, which shows the
+// table figure can tell the two apart.
+func TestExpectedKeysSizesTablesUpFront(t *testing.T) {
+	const n, shards = 100_000, 16
+	l, _ := newSC(t, 5, time.Second, WithShards(shards), WithExpectedKeys(n))
+	var st Stats
+	l.Stats(&st)
+	first := st.TableBytes
+	require.GreaterOrEqual(t, first, uint64(n*5/4*16), "room for n keys at a load of 0.8")
+	require.LessOrEqual(t, first, uint64(n*5/4*16+shards*64), "and no more than that")
+
+	for i := range uint64(n) {
+		require.True(t, l.AllowKey(i, 1))
+	}
+	l.Stats(&st)
+	require.Equal(t, int64(n), st.Keys)
+	require.Equal(t, first, st.TableBytes, "n keys fit in the first tables")
+
+	for i := range uint64(n / 5) {
+		require.True(t, l.AllowKey(n+i, 1))
+	}
+	l.Stats(&st)
+	require.Greater(t, st.TableBytes, first, "past n keys the tables grow")
+
+	plain, _ := newSC(t, 5, time.Second, WithShards(shards))
+	plain.Stats(&st)
+	require.Less(t, st.TableBytes, uint64(shards*1024), "without the option the tables start small")
+	for i := range uint64(n) {
+		plain.AllowKey(i, 1)
+	}
+	var grown Stats
+	plain.Stats(&grown)
+	require.Greater(t, grown.TableBytes, 100*st.TableBytes)
+}
+
+// TestExpectedKeysRoomOutlivesEviction: a presized limiter whose keys all die keeps its tables'
+// room for n keys through the sweeps (a plain one shrinks; see TestSweeperShrinksTables), and a
+// key decided after that is a new key with its whole limit.
+func TestExpectedKeysRoomOutlivesEviction(t *testing.T) {
+	const n = 20_000
+	l, sweep := handSwept(t, 5, time.Second, WithExpectedKeys(n))
+	var st Stats
+	l.Stats(&st)
+	first := st.TableBytes
+	for i := range uint64(n) {
+		l.AllowKey(i, 1)
+	}
+	l.clk.Set(start + 3000)
+	l.AllowKey(1<<40, 1)
+	sweep()
+	sweep()
+	l.Stats(&st)
+	require.Equal(t, int64(1), st.Keys)
+	require.Equal(t, int64(n), st.Evicted)
+	require.Equal(t, first, st.TableBytes, "the table is not rebuilt below its first size")
+	require.True(t, l.AllowKey(7, 5), "an evicted key starts over")
+	require.False(t, l.AllowKey(7, 1))
+}
+
+// TestExpectedKeysDecidesAsWithout: presizing changes where keys sit, never a decision. Two
+// limiters, one presized, given the same requests over several windows (keys dying and coming
+// back, the tables of the plain one growing and being rebuilt) answer every one alike.
+func TestExpectedKeysDecidesAsWithout(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 3, Window: time.Second},
+		policy.TokenBucket{Rate: 2, Burst: 3},
+		policy.SlidingLog{Limit: 3, Window: time.Second},
+	} {
+		a, clkA := newWith(t, p, WithShards(4))
+		b, clkB := newWith(t, p, WithShards(4), WithExpectedKeys(5000))
+		admitted := 0
+		for step := range 40_000 {
+			k := uint64(step*7919) % 600 // hot keys, each seen every 600 steps
+			if step%2 == 1 {
+				k = 1000 + uint64(step*104729)%6000 // and a wider set, seen rarely
+			}
+			if step%1000 == 0 {
+				d := 400 * time.Millisecond
+				if step%10_000 == 0 {
+					d = 3 * time.Second // every key dies
+				}
+				clkA.Advance(d)
+				clkB.Advance(d)
+			}
+			da, db := a.TakeKey(k, 1), b.TakeKey(k, 1)
+			require.Equal(t, da, db, "%T step %d key %d", p, step, k)
+			if da.Allowed {
+				admitted++
+			}
+		}
+		require.Greater(t, admitted, 1000, "%T: the requests exercised admissions", p)
+		require.Less(t, admitted, 40_000, "%T: and refusals", p)
+	}
+}
