@@ -333,6 +333,62 @@ func BenchmarkInsert(b *testing.B) {
 	}
 }
 
+// BenchmarkFill measures the cost of a new key while a limiter grows from empty to 10M keys, the
+// growth included:
+//
+//	BenchmarkFill/limiter=NAME/keys=10M/run=serial
+//
+// Each op builds a limiter and gives it one request for each of 10M distinct keys, one goroutine,
+// and reports ns/key (the ns/op is the whole fill). The keys are read from a workload made before
+// the timing (peers.Fresh), as BenchmarkInsert's are, so that making them costs nothing timed. slidelimit-expected is sized for those 10M up
+// front and so never grows; the floor's array is always sized. Only the floor, slidelimit,
+// slidelimit-expected and httprate run by default; -limiters picks others. Run it with
+// -benchtime 1x.
+// fillKeys are BenchmarkFill's keys: 2^24, of which it uses the first 10M.
+var (
+	fillOnce sync.Once
+	fillKeys *peers.Workload
+)
+
+func BenchmarkFill(b *testing.B) {
+	names := []string{peers.Floor, peers.Slidelimit, peers.SlidelimitExpected, peers.Httprate}
+	if *flagLimiters != "" {
+		names = selected()
+	}
+	fillOnce.Do(func() { fillKeys = peers.Fresh("fill", 24) })
+	for _, name := range names {
+		b.Run("limiter="+name, func(b *testing.B) {
+			b.Run("keys=10M", func(b *testing.B) {
+				b.Run("run=serial", func(b *testing.B) {
+					var elapsed time.Duration
+					for range b.N {
+						b.StopTimer()
+						runtime.GC()
+						l, err := peers.New(name, peers.Config{Limit: 1 << 20, Window: time.Minute, Keys: insertKeys})
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+						start := time.Now()
+						for i := range uint64(insertKeys) {
+							if !l.Allow(fillKeys.Key(i)) {
+								b.Fatalf("%s refused key %d's first request", name, i)
+							}
+						}
+						elapsed += time.Since(start)
+						b.StopTimer()
+						if err := l.Close(); err != nil {
+							b.Error(err)
+						}
+						b.StartTimer()
+					}
+					b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N)/insertKeys, "ns/key")
+				})
+			})
+		})
+	}
+}
+
 // floodCap is the key cap slidelimit gets in BenchmarkKeyFlood, and the number of keys every
 // limiter is given before it is timed.
 const floodCap = 1 << 20
