@@ -5,12 +5,15 @@
 #   machine.txt   date, commit, go version, CPU model, cores, kernel
 #   batch.txt     BenchmarkBatch: the floor's and slidelimit's Allow beside slidelimit's AllowBatch,
 #                 per key, on 1M uniform and 1M Zipf keys
-#   insert.txt    BenchmarkInsert: a new key into a limiter holding 10M (floor, slidelimit, httprate)
+#   insert.txt    BenchmarkInsert: a new key into a limiter holding 10M (floor, slidelimit, httprate;
+#                 1M inserts a run, a whole growth cycle of a growing limiter)
+#   fill.txt      BenchmarkFill: a limiter filled from empty to 10M keys, per key (floor, slidelimit,
+#                 slidelimit-expected, httprate)
 #   flood.txt     BenchmarkKeyFlood: every request a new key (slidelimit at a key cap of 2^20 with
 #                 EvictStalest; the peers uncapped)
 #   benchstat.txt `benchstat -col /limiter` of each file: the floor as the base column
 #
-# Takes about 6 minutes on 2 busy cores, most of it giving limiters their 10M keys. The insert and
+# Takes about 9 minutes on 2 busy cores, most of it giving limiters their 10M keys. The insert and
 # flood runs use fixed iteration counts (each op consumes a fresh key, and there are 8M of them).
 # Environment: COUNT (6), BENCHTIME (0.2s, for the batch runs), CPUS (the -cpu list; default
 # GOMAXPROCS; BenchmarkInsert, which is serial, runs at the default only). Works offline like run-16core.sh when bench/vendor exists and GOFLAGS=-mod=vendor
@@ -34,7 +37,7 @@ cpuflag=()
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "cores: $cores"
 	echo "kernel: $(uname -srm)"
-	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, flood 100000x, -cpu ${CPUS:-default}"
+	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, fill 1x, flood 100000x, -cpu ${CPUS:-default}"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
@@ -47,9 +50,12 @@ run() { "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" "${
 run -test.bench '^BenchmarkBatch$' -test.benchtime "$benchtime" | tee "$out/batch.txt"
 # Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
 "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkInsert$' \
-	-test.benchtime 1000000x | tee "$out/insert.txt"
+	-test.benchtime 1000000x -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
+# slidelimit-expected is left out of insert.txt: 6M inserts past its 10M would time its growth.
+"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkFill$' \
+	-test.benchtime 1x | tee "$out/fill.txt"
 run -test.bench '^BenchmarkKeyFlood$' -test.benchtime 100000x | tee "$out/flood.txt"
-for f in batch insert flood; do
+for f in batch insert fill flood; do
 	echo "== $f"
 	"$bin/benchstat" -col /limiter "$out/$f.txt"
 done >"$out/benchstat.txt"
