@@ -157,7 +157,8 @@ const MaxExpectedKeys = 1 << 32
 // whether or not the keys come: what a limiter holding n keys at its lowest load holds (see
 // Stats.TableBytes), 1.25 slots per key of 16 bytes, or 32 for a two-word cell (a cell that keeps
 // full times; see docs/design.md). Tables still grow past n when more keys come, and a shard
-// emptied by eviction keeps its room for n. n must be in [0, MaxExpectedKeys] and at most the key
+// emptied by eviction keeps its room for n; the background sweeper visits every slot, so its
+// sweeps cost what they would with n keys (see WithSweepInterval), however few there are. n must be in [0, MaxExpectedKeys] and at most the key
 // cap (see WithMaxKeys); New reports an error otherwise. Like every option, it is read once, by
 // New.
 func WithExpectedKeys(n int) Option {
