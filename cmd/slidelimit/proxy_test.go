@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
 )
 
@@ -213,6 +214,35 @@ func TestKeyCap(t *testing.T) {
 	m := httptest.NewRecorder()
 	p.px.metrics.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.Contains(t, m.Body.String(), `slidelimit_decisions_total{decision="denied",reason="key_cap",rule="default"} 1`+"\n")
+}
+
+// -expected-keys: each in-process limiter's tables are sized for that many keys at start (about
+// 20 bytes a key), and limit as they would without it.
+func TestExpectedKeys(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		min, most uint64
+	}{
+		{nil, 0, 64 * 1024},
+		{[]string{"-expected-keys", "100000"}, 100000 * 20, 100000*20 + 64*1024},
+	} {
+		p := startInProcess(t, w0, append([]string{"-trusted-proxies", "127.0.0.1", "-limit", "2"}, c.args...)...)
+		assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.1"}).status)
+		assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.1"}).status)
+		assert.Equal(t, 429, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.1"}).status, "%v", c.args)
+		var engines int
+		for _, b := range p.px.built {
+			if b.eng == nil {
+				continue
+			}
+			engines++
+			var st engine.Stats
+			b.eng.Stats(&st)
+			assert.GreaterOrEqual(t, st.TableBytes, c.min, "%v", c.args)
+			assert.LessOrEqual(t, st.TableBytes, c.most, "%v", c.args)
+		}
+		assert.Equal(t, 1, engines, "%v: one rule, one limit", c.args)
+	}
 }
 
 // -exempt-cidrs: a client in the range is never limited and gets no field; the metric counts it.
