@@ -75,7 +75,7 @@ func ExampleWithExpectedKeys() {
 	}
 	l.Stats(&after)
 	fmt.Println(after.Keys, before.TableBytes/1_000_000, "bytes per expected key;", "grew:", after.TableBytes != before.TableBytes)
-	// Output: 1000000 20 bytes per expected key; grew: false
+	// Output: 1000000 21 bytes per expected key; grew: false
 }
 
 func ExampleLimiter_Wait() {

@@ -153,11 +153,13 @@ const MaxExpectedKeys = 1 << 32
 // start empty and grow as keys come). A table grows by copying its shard's keys into a larger one
 // while holding the shard's lock, about 11 copies per key over a growth from empty; a limiter that
 // starts at its working size makes none of those copies on the way to n, so a new key costs less
-// (bench/README.md has the figures) and no shard pauses to grow. The memory is taken at New,
-// whether or not the keys come: what a limiter holding n keys at its lowest load holds (see
-// Stats.TableBytes), 1.25 slots per key of 16 bytes, or 32 for a two-word cell (a cell that keeps
-// full times; see docs/design.md). Tables still grow past n when more keys come, and a shard
-// emptied by eviction keeps its room for n; the background sweeper visits every slot, so its
+// (bench/README.md has the figures) and no shard pauses to grow. Keys fall into shards at random,
+// so each shard is sized for its share of n plus four standard deviations of that share (the
+// share's square root) and 8 keys more, at the 0.8 load: 1.25 slots of 16 bytes per key, or 32
+// for a two-word cell (a cell that keeps full times; see docs/design.md), about 20.4 bytes per
+// expected key at 10M keys in 256 shards and more for small shares. The memory is taken at New,
+// whether or not the keys come (see Stats.TableBytes). Tables still grow past that room when more
+// keys come, and a shard emptied by eviction keeps its room; the background sweeper visits every slot, so its
 // sweeps cost what they would with n keys (see WithSweepInterval), however few there are. n must be in [0, MaxExpectedKeys] and at most the key
 // cap (see WithMaxKeys); New reports an error otherwise. Like every option, it is read once, by
 // New.

@@ -313,8 +313,8 @@ const insertKeys = 10_000_000
 //	BenchmarkInsert/limiter=NAME/keys=10M/run=serial
 //
 // Every op is a new key (see fresh). The floor's "insert" is its usual hash and add, into an
-// array sized for 10M keys: the least a first request can cost. Only the floor, slidelimit and
-// httprate run by default (the others hold 10M keys in several gigabytes); -limiters picks others.
+// array sized for 10M keys: the least a first request can cost. Only the floor, slidelimit,
+// slidelimit-expected and httprate run by default (the others hold 10M keys in several gigabytes); -limiters picks others.
 // Run it with a fixed -benchtime, e.g. -benchtime 100000x.
 func BenchmarkInsert(b *testing.B) {
 	names := []string{peers.Floor, peers.Slidelimit, peers.SlidelimitExpected, peers.Httprate}
@@ -333,6 +333,12 @@ func BenchmarkInsert(b *testing.B) {
 	}
 }
 
+// fillKeys are BenchmarkFill's keys: 2^24, of which it uses the first 10M.
+var (
+	fillOnce sync.Once
+	fillKeys *peers.Workload
+)
+
 // BenchmarkFill measures the cost of a new key while a limiter grows from empty to 10M keys, the
 // growth included:
 //
@@ -344,12 +350,6 @@ func BenchmarkInsert(b *testing.B) {
 // front and so never grows; the floor's array is always sized. Only the floor, slidelimit,
 // slidelimit-expected and httprate run by default; -limiters picks others. Run it with
 // -benchtime 1x.
-// fillKeys are BenchmarkFill's keys: 2^24, of which it uses the first 10M.
-var (
-	fillOnce sync.Once
-	fillKeys *peers.Workload
-)
-
 func BenchmarkFill(b *testing.B) {
 	names := []string{peers.Floor, peers.Slidelimit, peers.SlidelimitExpected, peers.Httprate}
 	if *flagLimiters != "" {

@@ -92,7 +92,7 @@ const (
 
 	// SlidelimitExpected is slidelimit with its tables sized for Config.Keys up front
 	// (engine.WithExpectedKeys): a variant, not in Names, that benchmarks and cmd/memory run only
-	// when asked for by name (BenchmarkInsert runs it by default).
+	// when asked for by name (BenchmarkInsert and BenchmarkFill run it by default).
 	SlidelimitExpected = "slidelimit-expected"
 )
 

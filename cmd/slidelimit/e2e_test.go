@@ -659,6 +659,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-expected-keys", "-1"}, "-expected-keys -1: must be 0 (tables that grow) or more", 2},
 		{[]string{"-upstream", up, "-expected-keys", "100000000"}, "-expected-keys 100000000: above the default key cap, 67108864 (raise -max-keys)", 2},
 		{[]string{"-upstream", up, "-max-keys", "1000", "-expected-keys", "1001"}, "-expected-keys 1001: above -max-keys 1000", 2},
+		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-expected-keys", "10"}, "-expected-keys 10: sizes in-process limits, and with -redis there are none", 2},
 		{[]string{"-upstream", up, "-max-delay", "2m"}, "-max-delay 2m0s: must be in [0, 1m]", 2},
 		{[]string{"-upstream", up, "-max-waiting", "-3"}, "-max-waiting -3: must be 0 (the default, 1024) or more", 2},
 		{[]string{"-upstream", up, "-log-format", "xml"}, `-log-format "xml": must be text or json`, 2},

@@ -112,7 +112,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "group IPv6 clients by this prefix length (0 or 128: each address alone)")
 	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per TCP peer address per -window (always 1m with -rate, which -window cannot be given with), closed at accept; behind -trusted-proxies the peer is the load balancer, whose clients share its allowance (0: no connection limit)")
 	fs.IntVar(&c.maxKeys, "max-keys", 0, "keys each in-process limiter tracks at most; a new key beyond is refused with 503 (0: the engine's default, 2^26)")
-	fs.IntVar(&c.expectedKeys, "expected-keys", 0, "size each in-process limiter's tables for this many keys at start, about 20 bytes each, so that none grows on the way to them (0: start empty and grow)")
+	fs.IntVar(&c.expectedKeys, "expected-keys", 0, "size each in-process limiter's tables for this many keys at start, about 20 bytes each for millions, more each for fewer (twice that for limits above 2^21 a window, which need two-word cells), so that none grows on the way to them; not with -redis (0: start empty and grow)")
 	c.maxDelay = 0
 	fs.Var(durationFlag{d: &c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
 	fs.IntVar(&c.maxWaiting, "max-waiting", 0, "with -max-delay: requests of one rule that may wait at once; beyond, a request is refused at once (0: 1024)")
@@ -255,6 +255,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 			return def, nil, fmt.Errorf("-expected-keys %d: above the default key cap, %d (raise -max-keys)", c.expectedKeys, capKeys)
 		}
 		return def, nil, fmt.Errorf("-expected-keys %d: above -max-keys %d", c.expectedKeys, capKeys)
+	}
+	if c.expectedKeys > 0 && c.redisURL != "" {
+		return def, nil, fmt.Errorf("-expected-keys %d: sizes in-process limits, and with -redis there are none", c.expectedKeys)
 	}
 	if uint64(c.expectedKeys) > engine.MaxExpectedKeys {
 		return def, nil, fmt.Errorf("-expected-keys %d: must be at most %d", c.expectedKeys, uint64(engine.MaxExpectedKeys))
@@ -993,8 +996,8 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	sc := &scaled{k: k}
 	sc.onTake = func(d time.Duration) { px.m.latency.WithLabelValues(*b.rule.Load()).Observe(d.Seconds()) }
 	if px.redis == nil {
-		// Only here: the -on-redis-error local fallback holds keys only while Redis is away, and
-		// would hold the memory all the time.
+		// Only here (-expected-keys is refused with -redis): the -on-redis-error local fallback
+		// holds keys only while Redis is away, and would hold the memory all the time.
 		eng, err := engine.New(p, append(opts, engine.WithExpectedKeys(c.expectedKeys))...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pol, err)

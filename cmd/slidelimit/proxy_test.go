@@ -216,15 +216,15 @@ func TestKeyCap(t *testing.T) {
 	assert.Contains(t, m.Body.String(), `slidelimit_decisions_total{decision="denied",reason="key_cap",rule="default"} 1`+"\n")
 }
 
-// -expected-keys: each in-process limiter's tables are sized for that many keys at start (about
-// 20 bytes a key), and limit as they would without it.
+// -expected-keys: each in-process limiter's tables are sized for that many keys at start (24.5 bytes
+// a key at 100,000), and limit as they would without it.
 func TestExpectedKeys(t *testing.T) {
 	for _, c := range []struct {
 		args      []string
 		min, most uint64
 	}{
 		{nil, 0, 64 * 1024},
-		{[]string{"-expected-keys", "100000"}, 100000 * 20, 100000*20 + 64*1024},
+		{[]string{"-expected-keys", "100000"}, 100000 * 20, 100000*25 + 64*1024}, // 391 a shard: 479 with headroom
 	} {
 		p := startInProcess(t, w0, append([]string{"-trusted-proxies", "127.0.0.1", "-limit", "2"}, c.args...)...)
 		assert.Equal(t, 200, p.get(t, "/", map[string]string{"X-Forwarded-For": "203.0.113.1"}).status)
