@@ -131,7 +131,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	// alone covers small shares by too few deviations. At 10M keys in 256 shards that is 2% more
 	// memory than the share alone.
 	if share := (uint64(cfg.expectedKeys) + uint64(cfg.shards) - 1) / uint64(cfg.shards); share > 0 {
-		l.cfg.ExpectedKeys = share + 4*ceilSqrt(share) + 8
+		l.cfg.ExpectedKeys = share + 4*uint64(math.Ceil(math.Sqrt(float64(share)))) + 8 // exact: share < 2^52
 	}
 	if cfg.eviction {
 		l.cfg.FirstKey = make(chan struct{}, 1) // wakes the sweeper when it idles (see evict.Start)
@@ -651,17 +651,4 @@ func (l *Limiter) Close() error {
 		}
 	})
 	return nil
-}
-
-// ceilSqrt returns the smallest r with r*r >= n, for n below 2^52 (exact in a float64's root,
-// corrected by one step either way).
-func ceilSqrt(n uint64) uint64 {
-	r := uint64(math.Sqrt(float64(n)))
-	for r*r < n {
-		r++
-	}
-	for r > 0 && (r-1)*(r-1) >= n {
-		r--
-	}
-	return r
 }
