@@ -102,6 +102,19 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Keys fall into shards at random, so a shard's count spreads about its share by the share's
+	// square root. Each shard gets room for its share plus four of those, and a few keys more: a
+	// shard grows only 9% past what it was sized for (at 7/8 of a table sized for 4/5), which
+	// alone covers small shares by too few deviations. At 10M keys in 256 shards that is 2% more
+	// memory than the share alone.
+	var perShard uint64
+	if share := (uint64(cfg.expectedKeys) + uint64(cfg.shards) - 1) / uint64(cfg.shards); share > 0 {
+		perShard = share + 4*uint64(math.Ceil(math.Sqrt(float64(share)))) + 8 // exact: share < 2^52
+		sc := shard.Config{Codec: codec, ExpectedKeys: perShard}
+		if err := checkTableMemory(cfg.expectedKeys, uint64(cfg.shards)*sc.MinTableBytes()); err != nil {
+			return nil, err
+		}
+	}
 	l := &Limiter{
 		shards:  make([]shard.Shard, cfg.shards),
 		shift:   uint(63 - bits.TrailingZeros(uint(cfg.shards))),
@@ -125,14 +138,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	l.initHash(cfg)
 	l.judgeLimit.Store(limit)
 	l.cfg = shard.Config{Codec: codec, Evict: cfg.eviction, Shift: 63 - l.shift, Keys: &l.keys, MaxKeys: l.maxKeys, Clock: l.clk}
-	// Keys fall into shards at random, so a shard's count spreads about its share by the share's
-	// square root. Each shard gets room for its share plus four of those, and a few keys more: a
-	// shard grows only 9% past what it was sized for (at 7/8 of a table sized for 4/5), which
-	// alone covers small shares by too few deviations. At 10M keys in 256 shards that is 2% more
-	// memory than the share alone.
-	if share := (uint64(cfg.expectedKeys) + uint64(cfg.shards) - 1) / uint64(cfg.shards); share > 0 {
-		l.cfg.ExpectedKeys = share + 4*uint64(math.Ceil(math.Sqrt(float64(share)))) + 8 // exact: share < 2^52
-	}
+	l.cfg.ExpectedKeys = perShard
 	if cfg.eviction {
 		l.cfg.FirstKey = make(chan struct{}, 1) // wakes the sweeper when it idles (see evict.Start)
 	}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -147,4 +149,45 @@ func TestExpectedKeysDecidesAsWithout(t *testing.T) {
 		require.Greater(t, admitted, 1000, "%T: the requests exercised admissions", p)
 		require.Less(t, admitted, 40_000, "%T: and refusals", p)
 	}
+}
+
+// TestExpectedKeysBeyondTheMemoryLimit: tables above the Go memory limit are refused at New,
+// naming both sizes, instead of being allocated; below it they are not. 10M keys in 256 shards:
+// 39,063 a shard, plus 4×198 and 8, is 39,863 keys, 49,829 slots of 16 bytes and a word: 195 MiB.
+func TestExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(64 << 20)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	l, err := New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.True(t, l == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than the Go memory limit, 64 MiB (GOMEMLIMIT)")
+
+	debug.SetMemoryLimit(1 << 30)
+	l, err = New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.NoError(t, err)
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, uint64(256*(49_829*2+1)*8), st.TableBytes, "the size the error names is the size taken")
+	require.NoError(t, l.Close())
+}
+
+// TestExpectedKeysBeyondTheMachine: tables above the machine's memory are refused at New; where
+// the platform does not tell the memory, nothing is refused for it.
+func TestExpectedKeysBeyondTheMachine(t *testing.T) {
+	if runtime.GOOS == "linux" {
+		require.Greater(t, systemMemory(), uint64(1<<20), "Linux tells the machine's memory")
+	}
+	t.Cleanup(func() { machineMemory = systemMemory })
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	machineMemory = func() uint64 { return 100 << 20 }
+	l, err := New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.True(t, l == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than this machine's memory, 100 MiB")
+	l, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.NoError(t, err, "20 MiB fits")
+	require.NoError(t, l.Close())
+	machineMemory = func() uint64 { return 0 }
+	l, err = New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
 }

@@ -161,8 +161,10 @@ const MaxExpectedKeys = 1 << 32
 // whether or not the keys come (see Stats.TableBytes). Tables still grow past that room when more
 // keys come, and a shard emptied by eviction keeps its room; the background sweeper visits every slot, so its
 // sweeps cost what they would with n keys (see WithSweepInterval), however few there are. n must be in [0, MaxExpectedKeys] and at most the key
-// cap (see WithMaxKeys); New reports an error otherwise. Like every option, it is read once, by
-// New.
+// cap (see WithMaxKeys); New reports an error otherwise, and also when the tables would need more
+// than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the
+// machine's memory, naming both sizes: such an allocation would end the process instead. Like
+// every option, it is read once, by New.
 func WithExpectedKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 0 || uint64(n) > MaxExpectedKeys {

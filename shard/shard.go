@@ -62,6 +62,10 @@ type Config struct {
 // MinTable returns the fewest slots a shard's table ever has: its first table's size.
 func (cfg *Config) MinTable() uint64 { return max(minSlots, sizeFor(cfg.ExpectedKeys)) }
 
+// MinTableBytes returns the memory a table of MinTable slots takes for cfg.Codec's cells: what
+// each shard allocates at Init.
+func (cfg *Config) MinTableBytes() uint64 { return tableBytes(cfg.MinTable(), cfg.Codec.Words()) }
+
 // evictor returns the codec's own eviction, when its state lives outside the cell.
 func (cfg *Config) evictor() atomic.Evictor {
 	ev, _ := cfg.Codec.(atomic.Evictor)

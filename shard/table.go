@@ -57,16 +57,27 @@ const (
 
 func newTable(n uint64, cellWords int, shift uint) *Table {
 	n = max(n, minSlots)
-	stride, slotShift, cellOff := uint64(2), uint(4), uintptr(8)
+	slotShift, cellOff := uint(4), uintptr(8)
 	if cellWords == 2 {
-		stride, slotShift, cellOff = 4, 5, 16
+		slotShift, cellOff = 5, 16
 	}
-	words := make([]uint64, n*stride+1)
+	words := make([]uint64, tableBytes(n, cellWords)/8)
 	base := 0
 	if uintptr(unsafe.Pointer(&words[0]))&15 != 0 {
 		base = 1 // two-word cells need 16-byte alignment for CMPXCHG16B
 	}
 	return &Table{slots: unsafe.Pointer(&words[base]), n: n, slotShift: slotShift, cellOff: cellOff, shift: shift, words: words}
+}
+
+// tableBytes returns the memory of a table of n slots: 16-byte slots for one-word cells, 32-byte
+// ones for two-word cells (padded, so that the cell is 16-byte aligned), and one word of slack
+// for that alignment.
+func tableBytes(n uint64, cellWords int) uint64 {
+	stride := uint64(2)
+	if cellWords == 2 {
+		stride = 4
+	}
+	return (n*stride + 1) * 8
 }
 
 // sizeFor returns the slot count that holds keys at the target load.

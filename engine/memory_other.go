@@ -1,0 +1,5 @@
+//go:build !linux
+
+package engine
+
+func systemMemory() uint64 { return 0 }
