@@ -299,14 +299,16 @@ func (l *Limiter) Allow(key string) bool {
 // change the answer: during its round trip to Redis (which may bring the lease's rest back, or a
 // grant), while Redis is unreachable or quiet after a data loss, and while the key's lease runs
 // ahead of this process's clock.
-// Remaining is what this process holds plus the fleet's headroom at the last exchange with Redis;
-// RetryAfter is solved from the fleet's counts.
+// Remaining is what this process holds plus the fleet's headroom at the last exchange with Redis
+// (a key this process has not yet asked Redis for reports the whole limit); RetryAfter is solved
+// from the fleet's counts.
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
 // Redis has answered once), and
-// returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable). Its
-// Limit is the policy's; a cost above the share but within the limit is refused with
+// returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable), queries
+// and costs above the limit included, whose Remaining is then the lease's rest plus what the share
+// has left. Its Limit is the policy's; a cost above the share but within the limit is refused with
 // ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again.
 //
 // A ctx already done when the request cannot be decided from local quota is returned as ctx's
@@ -365,16 +367,24 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 	if n == 0 || n > l.limit {
 		// A query, or a cost no window can hold: both are answered with the key's window and
 		// what it has left, as the engine answers them, and neither needs Redis.
-		d := slidelimit.Decision{Allowed: n == 0, Limit: l.limit, Remaining: l.limit, ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
+		d := slidelimit.Decision{Allowed: n == 0, Limit: l.limit, ResetAt: time.UnixMilli((idx + 1) * l.w), Reason: slidelimit.ReasonOK}
 		if n > 0 {
 			d.Reason = slidelimit.ReasonCostAboveLimit
 		}
+		head, held := l.limit, int64(0) // a key never asked for: the whole limit, as far as this process knows
 		if e, ok := l.entries.Load(key); ok {
-			d.Remaining = max(e.head.Load(), 0)
+			head = max(e.head.Load(), 0)
 			if c := e.cell.Load(); uint32(c>>32) == uint32(idx) {
-				d.Remaining += int64(uint32(c))
+				held = int64(uint32(c))
 			}
 		}
+		if l.offline.Load() || now < l.quietUntil.Load() {
+			// Offline, a request takes from the lease's rest and then from this process's share
+			// alone (see decideEntry): the fleet's headroom heard last is not there to take.
+			d.Remaining = held + l.local.TakeWithLimit(key, 0, l.share()).Remaining
+			return d, ErrOffline
+		}
+		d.Remaining = held + head
 		return d, nil
 	}
 	if ctx == nil {

@@ -899,3 +899,39 @@ func TestWindowsKeepApart(t *testing.T) {
 		t.Fatalf("members of the 1s window: %d %v, want 2 (limits 10 and 20)", n, err)
 	}
 }
+
+// TestOfflineQueryReportsTheShare: while Redis is unreachable, a query (n = 0) and a cost above
+// the limit report what this process can still admit alone, with ErrOffline, as the requests
+// around them do. They reported the whole limit with no error, for a key whose share was spent.
+func TestOfflineQueryReportsTheShare(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, "t", policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clock.NewManual(t0)), withManualExchange())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	check := func(what string, n, remaining int64, allowed bool, reason slidelimit.Reason) {
+		t.Helper()
+		d, err := l.Take(context.Background(), "k", n)
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("%s: err = %v, want ErrOffline", what, err)
+		}
+		if d.Allowed != allowed || d.Remaining != remaining || d.Reason != reason || d.Limit != 3 {
+			t.Fatalf("%s: %+v, want allowed %v, remaining %d, reason %v, limit 3", what, d, allowed, remaining, reason)
+		}
+	}
+	check("a query before any request", 0, 3, true, slidelimit.ReasonOK)
+	check("a request", 1, 2, true, slidelimit.ReasonOK)
+	check("a request", 1, 1, true, slidelimit.ReasonOK)
+	check("a query", 0, 1, true, slidelimit.ReasonOK)
+	check("a cost above the limit", 4, 1, false, slidelimit.ReasonCostAboveLimit)
+	check("the last unit", 1, 0, true, slidelimit.ReasonOK)
+	check("a query of the spent share", 0, 0, true, slidelimit.ReasonOK)
+}
