@@ -51,6 +51,7 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 		{"too many args", wrap(`{"call": "stateSize", "args": [1], "expect": 1}`), []string{"step 1", "stateSize: 1 args, want 0"}},
 		{"float arg", wrap(`{"call": "retryAfter", "args": [1, 1e3], "expect": 0}`), []string{"step 1", "retryAfter: arg 1: 1e3 is not an integer"}},
 		{"string arg", wrap(`{"call": "retryAfter", "args": [1, "0"], "expect": 0}`), []string{"step 1", `"0" is not an integer`}},
+		{"arg past int64", wrap(`{"call": "retryAfter", "args": [1, 99999999999999999999], "expect": 0}`), []string{"step 1", "retryAfter: arg 1: 99999999999999999999 is out of the 64-bit integers' range [-9223372036854775808, 9223372036854775807]"}},
 		{"negative now", wrap(`{"call": "estimateOf", "args": [1, -1], "expect": 0}`), []string{"step 1", "now = -1 out of range"}},
 		{"now 2^62", wrap(`{"call": "allow", "args": [1, 1, 4611686018427387904], "expect": true}`),
 			[]string{"step 1", "now = 4611686018427387904 out of range [0, 4611686018427387903]"}},

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -314,6 +315,9 @@ func knownFields(data []byte, names ...string) error {
 func parseInt(raw json.RawMessage) (int64, error) {
 	text := string(bytes.TrimSpace(raw))
 	n, err := strconv.ParseInt(text, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("%s is out of the 64-bit integers' range [%d, %d]", text, int64(math.MinInt64), int64(math.MaxInt64))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s is not an integer", text)
 	}

@@ -279,7 +279,7 @@ func checkListenAddrs(listen, metrics string) error {
 }
 
 // checkListenAddr refuses an address that net.Listen could never use whatever the machine:
-// no port, a port that is not a number in [0, 65535] or a service name, or a host that is
+// no port (an empty one too, which net.Listen would read as 0), a port that is not a number in [0, 65535] or a service name, or a host that is
 // meant as an IP address but is not one (256.0.0.1). Such an address is a bad command line;
 // one that parses but cannot be bound (in use, not local) stays a failure while running.
 func checkListenAddr(flagName, addr string) error {
@@ -297,7 +297,10 @@ func checkListenAddr(flagName, addr string) error {
 	}
 	n, perr := strconv.Atoi(port)
 	switch {
-	case port == "": // net.Listen reads an empty port as 0
+	case port == "":
+		// net.Listen would read it as port 0, and ":" as every interface on a random port: most
+		// likely a port variable left unset, which is refused as an empty -listen is.
+		return fmt.Errorf("%s %q: no port: write host:port, like 127.0.0.1:8080 (port 0 picks a free one)", flagName, addr)
 	case perr == nil:
 		if n < 0 || n > 65535 {
 			return fmt.Errorf("%s %q: port %d is out of range [0, 65535]", flagName, addr, n)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -193,6 +194,26 @@ func TestParseDurationZero(t *testing.T) {
 		_, err := parseDuration(in)
 		assert.ErrorContains(t, err, "has no unit: add a unit, like "+in+"s", in)
 	}
+}
+
+// A duration past time.Duration's range is too long, not malformed: time.ParseDuration calls
+// both invalid, and the command said "not a duration: write a number and a unit" to a value
+// that had both.
+func TestParseDurationTooLong(t *testing.T) {
+	for _, in := range []string{"100000000h", "2562048h", "99999999999d", "100000000000000000000d", "9223372036855ms"} {
+		_, err := parseDuration(in)
+		assert.EqualError(t, err, fmt.Sprintf("%q is too long: a duration is at most 2562047h (about 292 years)", in), in)
+	}
+	for _, in := range []string{"5x", "1e3s", "-5d", "h", "1d2h"} {
+		_, err := parseDuration(in)
+		assert.ErrorContains(t, err, "is not a duration", in)
+	}
+	d, err := parseDuration("2562047h")
+	require.NoError(t, err)
+	assert.Equal(t, 2562047*time.Hour, d)
+	d, err = parseDuration("106751d")
+	require.NoError(t, err)
+	assert.Equal(t, 106751*24*time.Hour, d)
 }
 
 // Each process's share of a limit while Redis is down rounds down, so that the fleet together

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -90,15 +91,30 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s has no unit: add a unit, like %ss", s, s)
 	}
 	if n, ok := strings.CutSuffix(s, "d"); ok {
-		if v, err := strconv.ParseInt(n, 10, 64); err == nil && v >= 0 && v <= math.MaxInt64/int64(24*time.Hour) {
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err == nil && v >= 0 && v <= math.MaxInt64/int64(24*time.Hour) {
 			return time.Duration(v) * 24 * time.Hour, nil
+		}
+		if err == nil && v > 0 || errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(n, "-") {
+			return 0, durationTooLarge(s)
 		}
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		if durationSyntax.MatchString(s) {
+			// time.ParseDuration says "invalid" for a value past its range too.
+			return 0, durationTooLarge(s)
+		}
 		return 0, fmt.Errorf("%q is not a duration: write a number and a unit (ms, s, m, h, d), like 500ms, 60s or 1h", s)
 	}
 	return d, nil
+}
+
+// durationSyntax matches what time.ParseDuration reads, whatever the size.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+func durationTooLarge(s string) error {
+	return fmt.Errorf("%q is too long: a duration is at most 2562047h (about 292 years)", s)
 }
 
 // checkWindow refuses a window the policies cannot hold. The error leaves the value out, so that

@@ -88,6 +88,7 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-keepalive-min-ping-interval", "-1s"}, "-keepalive-min-ping-interval -1s: must be positive"},
 		{[]string{"-config", "x.yaml", "-max-connection-age", "-1s"}, "-max-connection-age -1s: must be 0 (never) or positive"},
 		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
+		{[]string{"-config", "x.yaml", "-listen", ":"}, `-listen ":": no port`},
 		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
 	} {
 		out, code := runRLS(t, c.args...)
