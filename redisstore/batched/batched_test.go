@@ -378,22 +378,30 @@ func TestCloseGivesBack(t *testing.T) {
 	}
 }
 
-// TestStartsOffline: with Redis unreachable at New, the limiter starts, decides alone (fleet of
-// one as far as it knows) with ErrOffline, without waiting on Redis per request.
-func TestStartsOffline(t *testing.T) {
+// unreachableLimiter returns a limiter of 3 a second whose Redis never answered: its address had a
+// listener, closed before New, so that nothing listens there.
+func unreachableLimiter(t *testing.T) *Limiter {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	ln.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	l, err := New(c, "t", policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clock.NewManual(t0)), withManualExchange())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestStartsOffline: with Redis unreachable at New, the limiter starts, decides alone (fleet of
+// one as far as it knows) with ErrOffline, without waiting on Redis per request.
+func TestStartsOffline(t *testing.T) {
+	l := unreachableLimiter(t)
 	var s Stats
 	if l.Stats(&s); !s.Offline || s.Fleet != 1 {
 		t.Fatalf("stats %+v, want offline with a fleet of 1", s)
@@ -904,19 +912,7 @@ func TestWindowsKeepApart(t *testing.T) {
 // the limit report what this process can still admit alone, with ErrOffline, as the requests
 // around them do. They reported the whole limit with no error, for a key whose share was spent.
 func TestOfflineQueryReportsTheShare(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c.Close()
-	l, err := New(c, "t", policy.SlidingCounter{Limit: 3, Window: time.Second}, WithClock(clock.NewManual(t0)), withManualExchange())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := unreachableLimiter(t)
 	check := func(what string, n, remaining int64, allowed bool, reason slidelimit.Reason) {
 		t.Helper()
 		d, err := l.Take(context.Background(), "k", n)
