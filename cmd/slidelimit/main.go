@@ -278,9 +278,10 @@ func checkListenAddrs(listen, metrics string) error {
 	return checkListenAddr("-metrics-listen", metrics)
 }
 
-// checkListenAddr refuses an address that net.Listen could never use whatever the machine:
-// no port (an empty one too, which net.Listen would read as 0), a port that is not a number in [0, 65535] or a service name, or a host that is
-// meant as an IP address but is not one (256.0.0.1). Such an address is a bad command line;
+// checkListenAddr refuses an address that net.Listen could never use whatever the machine, or
+// would read as a port to pick: no port (an empty one too, which net.Listen reads as 0), a port
+// that is not a number in [0, 65535] or a service name, or a host that is meant as an IP address
+// but is not one (256.0.0.1). Such an address is a bad command line;
 // one that parses but cannot be bound (in use, not local) stays a failure while running.
 func checkListenAddr(flagName, addr string) error {
 	if addr == "" {
