@@ -589,6 +589,32 @@ func TestProxyShutdownWaitsForUpgradedConnections(t *testing.T) {
 	})
 }
 
+// Bytes a client sends in the same write as its Upgrade request, before the 101, reach the
+// upstream: the server reads them into its buffer with the request, and the reverse proxy alone
+// copied from the bare connection, losing them.
+func TestProxyUpgradeKeepsPipelinedBytes(t *testing.T) {
+	up := newUpgradeUpstream(t)
+	p := startProxy(t, "-upstream", up.URL)
+	conn, err := net.Dial("tcp", p.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nsent early\n", p.addr)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	assert.NotEmpty(t, res.Header.Get("RateLimit"), "the upgrade was decided by the limiter")
+	line, err := br.ReadString('\n')
+	require.NoError(t, err, "the line sent with the request never came back")
+	assert.Equal(t, "sent early\n", line)
+	_, err = io.WriteString(conn, "sent after\n")
+	require.NoError(t, err)
+	line, err = br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "sent after\n", line)
+}
+
 // A SIGTERM while the limiters of a large -config are still being built stops the proxy (exit 0),
 // as one after it listens does, rather than killing it with the signal's default action.
 func TestProxySIGTERMWhileStarting(t *testing.T) {

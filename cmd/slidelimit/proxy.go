@@ -671,9 +671,9 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	px.rp = rp
+	px.rp = keepPipelined(rp)
 	if c.unlimited {
-		px.handler = rp
+		px.handler = px.rp
 		px.describe = "no limits"
 		ok = true
 		return px, nil
