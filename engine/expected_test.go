@@ -171,6 +171,24 @@ func TestExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	require.NoError(t, l.Close())
 }
 
+// TestExpectedKeysBeyondTheControlGroup: tables above the process's control-group limit (a
+// container's) are refused at New, naming it, even on a machine with the memory for them.
+func TestExpectedKeysBeyondTheControlGroup(t *testing.T) {
+	t.Cleanup(func() { groupMemory = cgroupMemory })
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	groupMemory = func() uint64 { return 100 << 20 }
+	l, err := New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.True(t, l == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than this process's control group allows, 100 MiB (its memory limit)")
+	l, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.NoError(t, err, "20 MiB fits")
+	require.NoError(t, l.Close())
+	groupMemory = func() uint64 { return 0 }
+	l, err = New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.NoError(t, err, "no limit set")
+	require.NoError(t, l.Close())
+}
+
 // TestExpectedKeysBeyondTheMachine: tables above the machine's memory are refused at New; where
 // the platform does not tell the memory, nothing is refused for it.
 func TestExpectedKeysBeyondTheMachine(t *testing.T) {

@@ -3,3 +3,5 @@
 package engine
 
 func systemMemory() uint64 { return 0 }
+
+func cgroupMemory() uint64 { return 0 }
