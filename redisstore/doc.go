@@ -54,6 +54,8 @@
 // that Redis loses after the refusal (FLUSHALL, a restart without persistence, a failover to an
 // empty replica, a DEL from outside) is not seen: its entry refuses, until the entry's retry
 // time, requests that Redis would now admit as a new key's; nothing is admitted past the limit.
+// WithDenyCacheMaxAge bounds how long such an entry (and one another host's Reset made stale)
+// goes on refusing, for one round trip per blocked key each time it ends.
 // The cache keeps at most WithDenyCache keys, each in at most DenyCacheEntryBytes (long subjects are
 // kept as their hash), so it is bounded in bytes (WithDenyCacheBytes) whatever clients send. It
 // remembers the sliding log's refusals only up to MaxCachedLogLimit, whose whole log it keeps.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
@@ -288,6 +289,76 @@ func TestDenyCacheSavesRoundTrips(t *testing.T) {
 		t.Fatalf("the request at the retry time made %d round trips, want 1", trips)
 	}
 	t.Logf("blocked key: %d refusals, %d round trips with the deny cache, %d without", blocked, 1, blocked)
+}
+
+// TestDenyCacheMaxAge: another host's Reset does not reach this host's deny cache, which goes on
+// refusing from the entry until its retry time (the end of an hourly window, 6m40s away here) without WithDenyCacheMaxAge, and
+// for at most the max age with it: then it asks Redis, which admits.
+func TestDenyCacheMaxAge(t *testing.T) {
+	ctx := context.Background()
+	const t0 = 1_760_000_000_000
+	clk := clock.NewManual(t0)
+	p := policy.FixedWindow{Limit: 2, Window: time.Hour}
+	bounded := mustNew(t, "maxage", p, WithClock(clk), WithDenyCacheMaxAge(time.Second))
+	unbounded := mustNew(t, "maxage", p, WithClock(clk))
+	admin := mustNew(t, "maxage", p, WithClock(clk))
+	take := func(l *Limiter) engine.Decision {
+		t.Helper()
+		d, err := l.Take(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	reset := func() {
+		t.Helper()
+		if err := admin.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []*Limiter{bounded, unbounded} {
+		reset()
+		if !take(l).Allowed || !take(l).Allowed {
+			t.Fatal("refused within the limit")
+		}
+		if d := take(l); d.Allowed || d.RetryAfter < time.Minute {
+			t.Fatalf("the third in the window: %+v, want refused until the window ends, minutes away", d)
+		}
+	}
+	reset() // the other host's
+	clk.Set(t0 + 999)
+	for _, l := range []*Limiter{bounded, unbounded} {
+		trips := statsOf(l).RoundTrips
+		if take(l).Allowed {
+			t.Fatal("admitted within the max age: the entry should still answer")
+		}
+		if n := statsOf(l).RoundTrips - trips; n != 0 {
+			t.Fatalf("%d round trips within the max age, want 0 (answered in process)", n)
+		}
+	}
+	clk.Set(t0 + 1000)
+	trips := statsOf(bounded).RoundTrips
+	if d := take(bounded); !d.Allowed {
+		t.Fatalf("past the max age, with the key reset on Redis: %+v, want admitted", d)
+	}
+	if n := statsOf(bounded).RoundTrips - trips; n != 1 {
+		t.Fatalf("%d round trips past the max age, want 1", n)
+	}
+	if take(unbounded).Allowed {
+		t.Fatal("without a max age the entry refuses until its retry time; it admitted")
+	}
+
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "redisstore: WithDenyCacheMaxAge(-1s): must be 0 (until the retry time) or at least 1ms"},
+		{time.Microsecond, "redisstore: WithDenyCacheMaxAge(1µs): must be 0 (until the retry time) or at least 1ms"},
+	} {
+		if _, err := New(newClient(t, testAddr), "maxage", p, WithDenyCacheMaxAge(c.d)); err == nil || err.Error() != c.want {
+			t.Fatalf("WithDenyCacheMaxAge(%v): %v, want %q", c.d, err, c.want)
+		}
+	}
 }
 
 func TestWithServerTime(t *testing.T) {

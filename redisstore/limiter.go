@@ -286,12 +286,16 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 // local was read before the call was sent, so off is at least the true offset between the two
 // clocks, and local + off never runs behind the server: the entry expires no later than the
 // refusal does on Redis. It is cut short, too, at the key's TTL on Redis (res[8], in ms), since
-// once the key is gone Redis decides as for a new key, whatever a skewed clock wrote in it.
+// once the key is gone Redis decides as for a new key, whatever a skewed clock wrote in it, and at
+// WithDenyCacheMaxAge.
 func (l *Limiter) denyEntryFor(res []int64, local, retry int64) denyEntry {
 	off := res[4] - local
 	life := retry
 	if ttl := res[len(res)-1]; ttl >= 0 {
 		life = min(life, ttl)
+	}
+	if m := l.cfg.denyMaxAge; m > 0 {
+		life = min(life, m.Milliseconds())
 	}
 	return l.algo.newDenyEntry(res, local+life, off)
 }
@@ -534,7 +538,8 @@ func callerErr(err error) bool {
 }
 
 // Reset deletes key's state on Redis and forgets it locally, so that its next request is decided
-// as a new key's. Other processes' deny caches may still refuse it until their retry times.
+// as a new key's. Other processes' deny caches may still refuse it until their retry times, or
+// their WithDenyCacheMaxAge if sooner.
 // Safe for concurrent use; a Take racing with Reset may count before or after it. A nil ctx is
 // taken as context.Background(), as Take takes it.
 //

@@ -72,6 +72,7 @@ type config struct {
 	window     time.Duration
 	cooldown   time.Duration
 	denyKeys   int
+	denyMaxAge time.Duration // 0: until the retry time
 	prefix     string
 	onError    func(error)
 }
@@ -257,13 +258,32 @@ func WithBreakerRatio(b BreakerRatio) Option {
 // Refund or Reset lowers the count on Redis without reaching this cache, which may then refuse,
 // until the entry's retry time, a request Redis would admit (this host's own Refund and Reset
 // forget the entry); so does Redis losing the key (FLUSHALL, a restart without persistence, a
-// failover to an empty replica, a DEL from outside). The cache is safe for concurrent use and takes no lock on a lookup.
+// failover to an empty replica, a DEL from outside). WithDenyCacheMaxAge bounds that time. The
+// cache is safe for concurrent use and takes no lock on a lookup.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) error {
 		if maxKeys < 0 || maxKeys > 1<<26 {
 			return fmt.Errorf("redisstore: WithDenyCache(%d): must be in [0, 2^26]", maxKeys)
 		}
 		cfg.denyKeys = maxKeys
+		return nil
+	}
+}
+
+// WithDenyCacheMaxAge bounds how long the deny cache answers for a key after Redis refused it:
+// until the entry's retry time or for d, whichever ends first. 0, the default, leaves the retry
+// time alone. It bounds how long this process goes on refusing a key that Redis would now admit
+// because another host's Refund or Reset lowered its count, or because Redis lost it (see
+// WithDenyCache): for d at most, wherever the change was made. The price is one round trip per d
+// for each key still blocked, instead of one per retry time; an hourly limit with d = 1s still
+// answers all but one of a blocked client's requests a second in process. d must be 0 or at least
+// 1ms. Like every option, it is read once, by New.
+func WithDenyCacheMaxAge(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < 0 || d > 0 && d < time.Millisecond {
+			return fmt.Errorf("redisstore: WithDenyCacheMaxAge(%v): must be 0 (until the retry time) or at least 1ms", d)
+		}
+		cfg.denyMaxAge = d
 		return nil
 	}
 }
