@@ -256,6 +256,18 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 	return p, nil
 }
 
+// checkDenyMaxAge refuses a -redis-deny-max-age that redisstore would refuse, or one given with
+// -redis-mode batched, which keeps no deny cache for it to bound.
+func checkDenyMaxAge(d time.Duration, mode string) error {
+	switch {
+	case d < 0 || d > 0 && d < time.Millisecond:
+		return fmt.Errorf("-redis-deny-max-age %v: must be 0 (until the retry time) or at least 1ms", d)
+	case d > 0 && mode == "batched":
+		return fmt.Errorf("-redis-deny-max-age %v: bounds the deny cache of -redis-mode exact; batched mode decides in process and keeps none", d)
+	}
+	return nil
+}
+
 // checkRedisTimeout refuses a -redis-timeout outside the range both Redis backends take
 // (redisstore.WithTimeout, batched.WithTimeout).
 func checkRedisTimeout(d time.Duration) error {

@@ -60,6 +60,7 @@ type proxyConfig struct {
 	redisMode       string
 	onRedisError    string
 	redisTimeout    time.Duration
+	denyMaxAge      time.Duration
 	fleetSize       int
 	maxKeys         int
 	expectedKeys    int
@@ -122,6 +123,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share; with -redis-mode batched, its share of the fleet last heard from Redis)")
 	c.redisTimeout = redisstore.DefaultTimeout
 	fs.Var(durationFlag{d: &c.redisTimeout}, "redis-timeout", "the deadline of each Redis call, a `duration` in [1ms, 1m]")
+	fs.Var(durationFlag{d: &c.denyMaxAge}, "redis-deny-max-age", "with -redis-mode exact: answer a key Redis refused in process for at most this long (a `duration`, 0 or at least 1ms), so that a reset made elsewhere or a key Redis lost is seen within it (0: until its retry time)")
 	fs.IntVar(&c.fleetSize, "fleet-size", 1, "how many proxies share the Redis limits: while Redis fails, each enforces limit/N (rounded down, at least 1); with -redis-mode batched, also the fleet size a proxy assumes until Redis first answers (after that, the count last heard from Redis)")
 	fs.BoolVar(&c.shadow, "shadow", false, "decide, count and export metrics, but never refuse a request")
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
@@ -301,6 +303,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		return def, nil, fmt.Errorf("-on-redis-error %q: must be open, closed or local", c.onRedisError)
 	}
 	if err := checkRedisTimeout(c.redisTimeout); err != nil {
+		return def, nil, err
+	}
+	if err := checkDenyMaxAge(c.denyMaxAge, c.redisMode); err != nil {
 		return def, nil, err
 	}
 	if c.fleetSize < 1 || c.fleetSize > 1<<20 {
@@ -1025,7 +1030,7 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 		b.bl, sc.lim, b.lim = bl, offlineAs{bl, mode}, sc
 		return b, nil
 	}
-	ropts := []redisstore.Option{redisstore.WithTimeout(c.redisTimeout), redisstore.WithOnFailure(mode)}
+	ropts := []redisstore.Option{redisstore.WithTimeout(c.redisTimeout), redisstore.WithOnFailure(mode), redisstore.WithDenyCacheMaxAge(c.denyMaxAge)}
 	if mode == slidelimit.FailLocal {
 		eng, err := engine.New(local, opts...)
 		if err != nil {

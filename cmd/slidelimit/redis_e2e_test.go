@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
@@ -280,4 +283,27 @@ func TestProxyJSONLogsIncludeTheStoresLines(t *testing.T) {
 		var v map[string]any
 		assert.NoError(t, json.Unmarshal([]byte(line), &v), "a line that is not JSON: %s", line)
 	}
+}
+
+// A client that Redis refused is answered from the proxy's deny cache. When Redis then loses the
+// key (FLUSHALL here; another host's reset is the same to this proxy), a proxy started with
+// -redis-deny-max-age asks Redis again once that much time has passed, and admits; one without
+// it goes on refusing until the retry time, about an hour here.
+func TestProxyRedisDenyMaxAge(t *testing.T) {
+	addr, _ := startRedis(t)
+	up := newUpstream(t)
+	base := []string{"-upstream", up.URL, "-redis", "redis://" + addr + "/0", "-redis-timeout", "5s", "-rate", "1/1h"}
+	bounded := startProxy(t, append(base, "-name", "bounded", "-redis-deny-max-age", "100ms")...)
+	plain := startProxy(t, append(base, "-name", "plain")...)
+	c := newClient(t, true)
+	for _, p := range []*proc{bounded, plain} {
+		require.Equal(t, 200, do(t, c, p.url("/"), nil).status)
+		require.Equal(t, 429, do(t, c, p.url("/"), nil).status)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 200, do(t, c, bounded.url("/"), nil).status, "past -redis-deny-max-age Redis decides, and it has lost the key")
+	assert.Equal(t, 429, do(t, c, plain.url("/"), nil).status, "without the flag the deny cache refuses until the retry time")
 }

@@ -22,12 +22,13 @@ import (
 	"github.com/slidelimit/slidelimit/rls"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
 	redisURL, redisMode, onError  string
 	redisTimeout                  time.Duration
+	denyMaxAge                    time.Duration
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -46,6 +47,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 		durationVar(fs, d, name, def, usage)
 	}
 	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis, a `duration` in [1ms, 1m]")
+	dur(&c.denyMaxAge, "redis-deny-max-age", 0, "with -redis-mode exact: answer a descriptor Redis refused in process for at most this long (a `duration`, 0 or at least 1ms), so that a reset made elsewhere or a key Redis lost is seen within it (0: until its retry time)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
 	dur(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (a `duration`; 0: never)")
@@ -76,6 +78,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err := checkRedisTimeout(c.redisTimeout); err != nil {
 		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
 		// first rule of the config that needs Redis.
+		return usageErr(fs, "%v", err)
+	}
+	if err := checkDenyMaxAge(c.denyMaxAge, c.redisMode); err != nil {
 		return usageErr(fs, "%v", err)
 	}
 	// gRPC reads a keepalive of 0 as its own default, not this flag's, and a negative one as
@@ -150,7 +155,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 				return offlineAs{bl, onError}, nil
 			})))
 		} else {
-			opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout))))
+			opts = append(opts, rls.WithBackend(rls.RedisBackend(client, redisstore.WithOnFailure(onError), redisstore.WithTimeout(c.redisTimeout), redisstore.WithDenyCacheMaxAge(c.denyMaxAge))))
 		}
 		describe = "on Redis " + redactURL(c.redisURL) + " (" + c.redisMode + ")"
 	}

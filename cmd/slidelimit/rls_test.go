@@ -18,6 +18,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,6 +74,8 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-redis-mode", "fast"}, `-redis-mode "fast": want exact`},
 		{[]string{"-config", "x.yaml", "-on-redis-error", "local"}, `-on-redis-error "local": want open or closed`},
 		{[]string{"-config", "x.yaml", "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]"},
+		{[]string{"-config", "x.yaml", "-redis-deny-max-age", "500us"}, "-redis-deny-max-age 500µs: must be 0 (until the retry time) or at least 1ms"},
+		{[]string{"-config", "x.yaml", "-redis", "redis://127.0.0.1:1", "-redis-mode", "batched", "-redis-deny-max-age", "1s"}, "-redis-deny-max-age 1s: bounds the deny cache of -redis-mode exact"},
 		// The range the Redis backends take, named here rather than blamed on a rule.
 		{[]string{"-config", "x.yaml", "-redis-timeout", "500us"}, "-redis-timeout 500µs: must be in [1ms, 1m]"},
 		{[]string{"-config", "x.yaml", "-redis-timeout", "1d"}, "-redis-timeout 24h0m0s: must be in [1ms, 1m]"},
@@ -253,6 +256,30 @@ func TestRLSRedisSharedLimit(t *testing.T) {
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	require.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok, ok, over}, codes)
 	require.Contains(t, a.stderr(), "deciding on Redis redis://"+addr+"/0 (exact)")
+}
+
+// With -redis-deny-max-age, a descriptor Redis refused is asked of Redis again once that much
+// time has passed, so a FLUSHALL (or another replica's reset) is seen; without it the deny cache
+// refuses until the retry time, the end of the day's window here.
+func TestRLSRedisDenyMaxAge(t *testing.T) {
+	addr, _ := startRedis(t)
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 1}\n"), 0o644))
+	bounded := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/0", "-redis-timeout", "5s", "-redis-deny-max-age", "100ms")
+	plain := startRLS(t, "-config", file, "-redis", "redis://"+addr+"/1", "-redis-timeout", "5s")
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	cb, _ := rlsClient(t, bounded.addr)
+	cp, _ := rlsClient(t, plain.addr)
+	for _, c := range []rlsv3.RateLimitServiceClient{cb, cp} {
+		require.Equal(t, ok, rlsCall(t, c, "edge", "remote_address", "203.0.113.5").GetOverallCode())
+		require.Equal(t, over, rlsCall(t, c, "edge", "remote_address", "203.0.113.5").GetOverallCode())
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, ok, rlsCall(t, cb, "edge", "remote_address", "203.0.113.5").GetOverallCode(), "past -redis-deny-max-age Redis decides, and it has lost the key")
+	assert.Equal(t, over, rlsCall(t, cp, "edge", "remote_address", "203.0.113.5").GetOverallCode(), "without the flag the deny cache refuses until the retry time")
 }
 
 // With -redis-mode batched, two processes lease each limit's quota from one Redis and together
