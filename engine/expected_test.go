@@ -171,6 +171,20 @@ func TestExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	require.NoError(t, l.Close())
 }
 
+// TestExpectedKeysBeyondTheAddressSpace: tables above the process's address-space limit (ulimit
+// -v) are refused at New, naming it.
+func TestExpectedKeysBeyondTheAddressSpace(t *testing.T) {
+	t.Cleanup(func() { addressSpace = addressSpaceLimit })
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	addressSpace = func() uint64 { return 100 << 20 }
+	l, err := New(sc, WithShards(256), WithExpectedKeys(10_000_000))
+	require.True(t, l == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than this process's address space may hold, 100 MiB (ulimit -v)")
+	l, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.NoError(t, err, "20 MiB fits")
+	require.NoError(t, l.Close())
+}
+
 // TestExpectedKeysBeyondTheControlGroup: tables above the process's control-group limit (a
 // container's) are refused at New, naming it, even on a machine with the memory for them.
 func TestExpectedKeysBeyondTheControlGroup(t *testing.T) {

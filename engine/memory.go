@@ -14,9 +14,14 @@ var machineMemory = systemMemory
 // 0 where none is set or the platform has none. A variable for tests, as machineMemory.
 var groupMemory = cgroupMemory
 
+// addressSpace returns the process's address-space limit (ulimit -v), or 0 where none is set or
+// the platform has none. A variable for tests, as machineMemory.
+var addressSpace = addressSpaceLimit
+
 // checkTableMemory refuses tables (the memory WithExpectedKeys takes at New) that cannot fit: more
-// than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's control
-// group allows (a container's memory limit, which the kernel enforces by killing the process),
+// than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address
+// space may hold (ulimit -v, where the allocation fails and the runtime ends the process), than
+// its control group allows (a container's memory limit, which the kernel enforces by killing the process),
 // or than the machine's memory.
 // Without it such a New does not fail: the allocation ends the process, an error no caller can
 // handle. Tables that fit may still not leave room for the rest of the program; that judgement
@@ -24,6 +29,9 @@ var groupMemory = cgroupMemory
 func checkTableMemory(expected int, need uint64) error {
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && need > uint64(limit) {
 		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than the Go memory limit, %s (GOMEMLIMIT)", expected, gib(need), gib(uint64(limit)))
+	}
+	if mem := addressSpace(); mem > 0 && need > mem {
+		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than this process's address space may hold, %s (ulimit -v)", expected, gib(need), gib(mem))
 	}
 	if mem := groupMemory(); mem > 0 && need > mem {
 		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than this process's control group allows, %s (its memory limit)", expected, gib(need), gib(mem))

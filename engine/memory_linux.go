@@ -18,6 +18,15 @@ func systemMemory() uint64 {
 
 func cgroupMemory() uint64 { return cgroupLimit("/") }
 
+// addressSpaceLimit returns the soft RLIMIT_AS (ulimit -v), or 0 for none.
+func addressSpaceLimit() uint64 {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_AS, &r) != nil || r.Cur == ^uint64(0) {
+		return 0
+	}
+	return r.Cur
+}
+
 // cgroupLimit returns the smallest memory limit set on the control groups this process is in,
 // or 0 where none is: cgroup v2's memory.max and v1's memory.limit_in_bytes, on the process's
 // group and each group above it, since a parent's limit binds its children. root is "/" but for

@@ -5,3 +5,5 @@ package engine
 func systemMemory() uint64 { return 0 }
 
 func cgroupMemory() uint64 { return 0 }
+
+func addressSpaceLimit() uint64 { return 0 }

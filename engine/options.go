@@ -163,8 +163,8 @@ const MaxExpectedKeys = 1 << 32
 // sweeps cost what they would with n keys (see WithSweepInterval), however few there are. n must be in [0, MaxExpectedKeys] and at most the key
 // cap (see WithMaxKeys); New reports an error otherwise, and also when the tables would need more
 // than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the
-// process's control group allows (a container's memory limit, cgroup v1 or v2) or the machine's
-// memory, naming both sizes: such an allocation would end the process instead. Like
+// process's address space may hold (ulimit -v), its control group allows (a container's memory
+// limit, cgroup v1 or v2) or the machine's memory, naming both sizes: such an allocation would end the process instead. Like
 // every option, it is read once, by New.
 func WithExpectedKeys(n int) Option {
 	return func(cfg *config) error {
