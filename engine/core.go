@@ -410,8 +410,12 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 		}
 		// Not tracked, or evicted since: insert or revive under the shard lock, which may move
 		// now forward (see shard.Acquire).
+		bound := l.limit
+		if mode == opTakeLimit {
+			bound = limit
+		}
 		var reason Reason
-		if c, now, reason = l.acquire(sh, h, now, t, free); c == nil {
+		if c, now, reason = l.acquire(sh, h, now, t, free, n > bound); c == nil {
 			return policy.Result{}, reason
 		}
 	}
@@ -433,10 +437,19 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 //
 // t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
 // it found h's cell, dead.
-func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64) (*uint64, int64, Reason) {
+//
+// hopeless says the request's cost is above the limit, so that it is refused whatever the state.
+// Below the cap such a key is still tracked, as the policies' rules say (docs/policies.md); at the
+// cap it is refused with ReasonCostAboveLimit before anything is reclaimed or evicted, because
+// making room for it would take a live key's units (EvictStalest) for a request that consumes
+// nothing, and ReasonKeyCap would tell the caller to wait for a room it cannot use.
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64, hopeless bool) (*uint64, int64, Reason) {
 	budget := capTries
 	reserved := false
 	if l.keys.Load() >= l.maxKeys {
+		if hopeless {
+			return nil, now, ReasonCostAboveLimit
+		}
 		var room bool
 		if room, reserved = l.makeRoom(sh, now, &budget); !room {
 			budget = 0 // nothing to evict: the insert below succeeds only if a key left meanwhile
@@ -452,6 +465,9 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 		}
 		if c != nil {
 			return c, at, ReasonOK
+		}
+		if hopeless { // the cap was reached after the check above
+			return nil, at, ReasonCostAboveLimit
 		}
 		// At the cap. The room a reclaim makes can be taken by a racing insert before this request
 		// reserves it (an eviction's cannot: it is handed over), so it tries again while its budget

@@ -333,3 +333,55 @@ func TestEvictionOffAtTheCap(t *testing.T) {
 		require.Equal(t, 1, l.Len())
 	}
 }
+
+// TestCostAboveLimitAtCapConsumesNothing: at the key cap, a new key's cost above the limit is
+// refused as such (ReasonCostAboveLimit, not ReasonKeyCap) without evicting a live key's units
+// for it; below the cap the key is still tracked, as the policies' rules say.
+func TestCostAboveLimitAtCapConsumesNothing(t *testing.T) {
+	for name, atCap := range map[string]AtCap{"evict": EvictStalest, "refuse": RefuseNewKeys} {
+		t.Run(name, func(t *testing.T) {
+			l, clk := newSC(t, 10, time.Second, WithMaxKeys(1), WithShards(1), WithAtCap(atCap), WithMaxLimit(100))
+			require.True(t, l.AllowN("victim", 4))
+			clk.Advance(time.Millisecond)
+			for _, d := range []Decision{
+				l.Take("attacker", 11),
+				l.TakeKey(7, 11),
+			} {
+				require.False(t, d.Allowed)
+				require.Equal(t, ReasonCostAboveLimit, d.Reason)
+				require.Equal(t, time.Duration(0), d.RetryAfter)
+			}
+			require.False(t, l.AllowN("attacker", 11))
+			require.False(t, l.AllowKey(7, 1<<40))
+			require.Equal(t, int64(6), l.Peek("victim").Remaining, "the victim's units were kept")
+			var s Stats
+			l.Stats(&s)
+			require.Equal(t, int64(1), s.Keys)
+			require.Zero(t, s.EvictedAtCap)
+			require.Zero(t, s.RefusedAtCap, "refused for its cost, not for the cap")
+
+			// A cost that could be admitted is still the cap's business.
+			d := l.Take("attacker", 10)
+			if atCap == EvictStalest {
+				require.True(t, d.Allowed)
+				require.Equal(t, int64(10), l.Peek("victim").Remaining, "evicted for a request that counts")
+			} else {
+				require.Equal(t, ReasonKeyCap, d.Reason)
+			}
+
+			// A per-key limit is the bound for TakeWithLimit (it also lowers the limit EvictStalest
+			// judges by, so this goes last).
+			d = l.TakeWithLimit("third", 6, 5)
+			require.Equal(t, ReasonCostAboveLimit, d.Reason)
+			require.Equal(t, int64(5), d.Limit)
+			l.Stats(&s)
+			require.Equal(t, int64(1), s.Keys)
+			require.LessOrEqual(t, s.EvictedAtCap, int64(1))
+		})
+	}
+
+	// Below the cap the refused key is tracked.
+	l, _ := newSC(t, 10, time.Second, WithMaxKeys(2), WithShards(1), WithAtCap(EvictStalest))
+	require.Equal(t, ReasonCostAboveLimit, l.Take("k", 11).Reason)
+	require.Equal(t, 1, l.Len())
+}

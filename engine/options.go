@@ -11,7 +11,10 @@ import (
 // Option configures a Limiter at construction.
 type Option func(*config) error
 
-// AtCap says what a limiter at its key cap does with a request for a new key.
+// AtCap says what a limiter at its key cap does with a request for a new key. Under either, a
+// new key's request whose cost is above the limit (the per-key one for TakeWithLimit) is refused
+// with ReasonCostAboveLimit at the cap, as it would be below it, and nothing is reclaimed or
+// evicted for it; below the cap such a key is tracked (see docs/policies.md).
 type AtCap uint8
 
 const (
@@ -159,13 +162,13 @@ const MaxExpectedKeys = 1 << 32
 // for a two-word cell (a cell that keeps full times; see docs/design.md), about 20.4 bytes per
 // expected key at 10M keys in 256 shards and more for small shares. The memory is taken at New,
 // whether or not the keys come (see Stats.TableBytes). Tables still grow past that room when more
-// keys come, and a shard emptied by eviction keeps its room; the background sweeper visits every slot, so its
-// sweeps cost what they would with n keys (see WithSweepInterval), however few there are. n must be in [0, MaxExpectedKeys] and at most the key
-// cap (see WithMaxKeys); New reports an error otherwise, and also when the tables would need more
-// than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the
-// process's address space may hold (ulimit -v), its control group allows (a container's memory
-// limit, cgroup v1 or v2) or the machine's memory, naming both sizes: such an allocation would end the process instead. Like
-// every option, it is read once, by New.
+// keys come, and a shard emptied by eviction keeps its room; the background sweeper visits
+// every slot, so its sweeps cost what they would with n keys (see WithSweepInterval), however few
+// there are. n must be in [0, MaxExpectedKeys] and at most the key cap (see WithMaxKeys); New
+// reports an error otherwise, and also when the tables would need more than the Go memory limit
+// (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the process's address space may
+// hold (ulimit -v), its control group allows (a container's memory limit, cgroup v1 or v2) or
+// the machine's memory, naming both sizes: such an allocation would end the process instead. Like every option, it is read once, by New.
 func WithExpectedKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 0 || uint64(n) > MaxExpectedKeys {
