@@ -307,7 +307,7 @@ func TestRefusalReasons(t *testing.T) {
 		}}
 	ts2 := serve(t, costly.Wrap(ok))
 	r = get(t, ts2.Client(), ts2.URL+"/neg", nil)
-	assert.Equal(t, reply{500, `"default";q=5;w=60`, `"default";r=0`, "", "rate limiter: negative cost\n"}, r)
+	assert.Equal(t, reply{500, `"default";q=5;w=60`, "", "", "rate limiter: negative cost\n"}, r, "no remaining is known of a refusal for a bad cost")
 	r = get(t, ts2.Client(), ts2.URL+"/big", nil)
 	assert.Equal(t, 429, r.status)
 	assert.Empty(t, r.retryAfter, "waiting never admits a cost above the limit")

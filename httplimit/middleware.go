@@ -70,7 +70,9 @@ type Limit struct {
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
 // leaves the earlier ones charged. A limit not asked because an earlier one refused is still
 // listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
-// method Peek(key string) slidelimit.Decision.
+// method Peek(key string) slidelimit.Decision. A limit that refused without judging the key's
+// quota (ReasonKeyCap, ReasonNegativeCost, ReasonInvalidLimit, ReasonClosed) is left out of
+// RateLimit: its Decision knows nothing of the quota, and r=0 would say it is spent.
 //
 // Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
 // server) finds the outer one's decisions in the request context. When the inner one refuses,
@@ -647,6 +649,12 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			switch g.st[i] {
 			case failed:
 				continue
+			case refused:
+				if quotaUnknown(d.Reason) {
+					// Refused before the policy looked at the key (at the key cap, for a bad
+					// cost or limit): its Remaining of 0 would tell the client a quota is spent.
+					continue
+				}
 			case unasked:
 				// Not asked, as an earlier limit refused: shown as it stands when the Limiter
 				// can say so without counting.
@@ -700,6 +708,15 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 	if wait > 0 {
 		hdr[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(wait), 1), 10)}
 	}
+}
+
+// quotaUnknown reports the refusals whose Decision says nothing of the key's quota.
+func quotaUnknown(r engine.Reason) bool {
+	switch r {
+	case engine.ReasonKeyCap, engine.ReasonNegativeCost, engine.ReasonInvalidLimit, engine.ReasonClosed:
+		return true
+	}
+	return false
 }
 
 // refuse answers a refused request; name is the refusing limit's.

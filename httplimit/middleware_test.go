@@ -511,3 +511,40 @@ func TestFailLocalClosedLimiterIsUnavailable(t *testing.T) {
 	assert.Empty(t, got.rateLimit, "no quota is reported spent")
 	assert.Empty(t, got.policy)
 }
+
+// A refusal made without judging the key's quota (the key cap, a negative cost) lists no
+// RateLimit item for the refusing limit: r=0 would tell the client its quota is spent. A limit
+// not asked is still listed as it stands.
+func TestRefusalWithoutQuotaListsNoRemaining(t *testing.T) {
+	capped, err := engine.New(policy.SlidingCounter{Limit: 5, Window: time.Minute}, engine.WithMaxKeys(1), engine.WithShards(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { capped.Close() })
+	hour, err := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { hour.Close() })
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(capped),
+		Limits:  []httplimit.Limit{{Limiter: httplimit.Local(hour), Quota: httplimit.Quota{Name: "hour"}}},
+		KeyFunc: httplimit.KeyByHeader("X-Key", nil),
+		Cost: func(r *http.Request) int64 {
+			if r.Header.Get("X-Cost") == "-1" {
+				return -1
+			}
+			return 1
+		},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	first := get(t, ts.Client(), ts.URL, map[string]string{"X-Key": "a"})
+	require.Equal(t, 200, first.status)
+	require.Contains(t, first.rateLimit, `"default";r=4`)
+
+	got := get(t, ts.Client(), ts.URL, map[string]string{"X-Key": "b"})
+	assert.Equal(t, http.StatusServiceUnavailable, got.status)
+	assert.Equal(t, "1", got.retryAfter)
+	assert.NotContains(t, got.rateLimit, `"default"`, "the capped limit knows nothing of b's quota")
+
+	got = get(t, ts.Client(), ts.URL, map[string]string{"X-Key": "a", "X-Cost": "-1"})
+	assert.Equal(t, http.StatusInternalServerError, got.status)
+	assert.NotContains(t, got.rateLimit, `"default"`)
+	assert.Contains(t, got.rateLimit, `"hour";r=99`, "the limit not asked is listed as it stands")
+}
