@@ -34,7 +34,10 @@ import (
 	_ "unsafe" // for go:linkname
 )
 
-// Clock reports the current time in Unix milliseconds.
+// Clock reports the current time in Unix milliseconds. Make one with NewManual, NewCoarse or
+// Acquire. The zero Clock is a coarse clock with no goroutine: it reads 0 (1970) until Refresh
+// moves it to the wall clock's time, so a limiter given one would decide its first requests at
+// 1970 and then jump; Stop on it does nothing.
 type Clock struct {
 	now    atomic.Int64
 	manual bool
@@ -165,7 +168,7 @@ func (c *Clock) mustBeManual(op string) {
 // Stop ends a coarse clock's goroutine and waits for it to exit. It is idempotent, and a no-op on
 // a manual clock.
 func (c *Clock) Stop() {
-	if c.manual {
+	if c.manual || c.done == nil { // no goroutine to end: a manual or a zero Clock
 		return
 	}
 	c.stopOnce.Do(func() {

@@ -130,3 +130,14 @@ func TestDueForRate(t *testing.T) {
 		require.True(t, DueFor(RefreshEvery))
 	}
 }
+
+// TestZeroClock: the zero Clock reads 0 until refreshed, and Stop on it returns.
+func TestZeroClock(t *testing.T) {
+	var c Clock
+	require.Equal(t, int64(0), c.Now())
+	c.Stop()
+	c.Stop()
+	before := time.Now().UnixMilli()
+	require.GreaterOrEqual(t, c.Refresh(), before)
+	require.False(t, c.Manual())
+}

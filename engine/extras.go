@@ -206,6 +206,9 @@ func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 // prove, which is nothing when Rate divides 1000 and no time passed. Its methods are safe
 // for concurrent use. Between the take and the give-back, a concurrent request may see the units
 // as taken and be refused; that is the price of not holding a lock across limiters.
+//
+// A Multi is made by All. The zero Multi (and a nil one) holds no limiter and refuses every
+// request with ReasonClosed, as a limiter that cannot decide: admitting would limit nothing.
 type Multi struct {
 	ls []*Limiter
 }
@@ -247,6 +250,9 @@ func (m *Multi) TakeKey(k uint64, n int64) Decision {
 }
 
 func (m *Multi) take(n int64, hash func(*Limiter) uint64) Decision {
+	if m == nil || len(m.ls) == 0 {
+		return Decision{Reason: ReasonClosed}
+	}
 	var taken [8]Decision // enough for the usual few limits without allocating
 	ds := taken[:0]
 	var tightest Decision

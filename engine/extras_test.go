@@ -579,3 +579,14 @@ func BenchmarkExtras(b *testing.B) {
 		}
 	})
 }
+
+// TestZeroMultiRefusesAsClosed: a Multi not made by All limits nothing, so it refuses, saying why.
+func TestZeroMultiRefusesAsClosed(t *testing.T) {
+	for name, m := range map[string]*Multi{"zero": {}, "nil": nil} {
+		d := m.Take("k", 1)
+		require.False(t, d.Allowed, name)
+		require.Equal(t, ReasonClosed, d.Reason, name)
+		require.Equal(t, ReasonClosed, m.TakeKey(1, 1).Reason, name)
+		require.False(t, m.Allow("k"), name)
+	}
+}
