@@ -35,6 +35,8 @@ type Limiter struct {
 	// maxCost is the largest cost looked up (math.MaxInt64 unless the codec is a CostChecker); as
 	// a uint64 compare it also sends a negative cost the slow way.
 	maxCost int64
+	// tables is what WithExpectedKeys's tables took at New, counted in presized until Close.
+	tables uint64
 
 	// String keys hash with memhash under the random hashSeed, or, with WithSeed, with xxhash
 	// mixed with mix[0]: through the func value hash where a word has 64 bits, by a branch on
@@ -107,11 +109,12 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	// shard grows only 9% past what it was sized for (at 7/8 of a table sized for 4/5), which
 	// alone covers small shares by too few deviations. At 10M keys in 256 shards that is 2% more
 	// memory than the share alone.
-	var perShard uint64
+	var perShard, tables uint64
 	if share := (uint64(cfg.expectedKeys) + uint64(cfg.shards) - 1) / uint64(cfg.shards); share > 0 {
 		perShard = share + 4*uint64(math.Ceil(math.Sqrt(float64(share)))) + 8 // exact: share < 2^52
 		sc := shard.Config{Codec: codec, ExpectedKeys: perShard}
-		if err := checkTableMemory(cfg.expectedKeys, uint64(cfg.shards)*sc.MinTableBytes()); err != nil {
+		tables = uint64(cfg.shards) * sc.MinTableBytes()
+		if err := reserveTableMemory(cfg.expectedKeys, tables); err != nil {
 			return nil, err
 		}
 	}
@@ -125,6 +128,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 		atCap:   cfg.atCap,
 		clk:     cfg.clock,
 		done:    make(chan struct{}),
+		tables:  tables,
 	}
 	if l.clk == nil {
 		l.clk, l.ownsClock = clock.Acquire(), true
@@ -668,6 +672,9 @@ func (l *Limiter) Close() error {
 		l.closed.Store(true)
 		close(l.done)
 		l.sweeper.Stop()
+		if l.tables > 0 {
+			releaseTableMemory(l.tables)
+		}
 		if l.ownsClock {
 			clock.Release(l.clk)
 		}

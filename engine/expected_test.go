@@ -223,3 +223,29 @@ func TestExpectedKeysBeyondTheMachine(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 }
+
+// TestExpectedKeysCountsOtherOpenLimiters: each presized limiter is judged with the tables the
+// open ones took, so that several which fit alone are not let past a limit together; Close
+// gives the room back. 3M keys in 256 shards: 11,719 a shard, plus 4×109 and 8, is 12,163 keys,
+// 15,204 slots of 16 bytes and a word: 62,277,632 bytes (59.4 MiB) a limiter.
+func TestExpectedKeysCountsOtherOpenLimiters(t *testing.T) {
+	t.Cleanup(func() { groupMemory = cgroupMemory })
+	groupMemory = func() uint64 { return 100 << 20 }
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	first, err := New(sc, WithShards(256), WithExpectedKeys(3_000_000))
+	require.NoError(t, err, "60 MiB fits alone")
+	second, err := New(sc, WithShards(256), WithExpectedKeys(3_000_000))
+	require.True(t, second == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(3000000) needs 60 MiB of tables at New (119 MiB with the 60 MiB other open limiters' WithExpectedKeys took), more than this process's control group allows, 100 MiB (its memory limit)")
+	small, err := New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.NoError(t, err, "the refused one's room was not kept: 60 and 20 MiB fit")
+	require.NoError(t, small.Close())
+	require.NoError(t, first.Close())
+	require.NoError(t, first.Close(), "a second Close gives nothing back twice")
+	second, err = New(sc, WithShards(256), WithExpectedKeys(3_000_000))
+	require.NoError(t, err, "Close gave the first one's room back, once (twice would wrap the count)")
+	third, err := New(sc, WithShards(256), WithExpectedKeys(2_200_000))
+	require.True(t, third == nil, "60 and 44 MiB do not fit")
+	require.ErrorContains(t, err, "(104 MiB with the 60 MiB other open limiters' WithExpectedKeys took)")
+	require.NoError(t, second.Close())
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"sync/atomic"
 )
 
 // machineMemory returns the machine's memory in bytes, or 0 where the platform does not tell it.
@@ -18,26 +19,50 @@ var groupMemory = cgroupMemory
 // the platform has none. A variable for tests, as machineMemory.
 var addressSpace = addressSpaceLimit
 
-// checkTableMemory refuses tables (the memory WithExpectedKeys takes at New) that cannot fit: more
-// than the Go memory limit (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address
-// space may hold (ulimit -v, where the allocation fails and the runtime ends the process), than
-// its control group allows (a container's memory limit, which the kernel enforces by killing the process),
-// or than the machine's memory.
-// Without it such a New does not fail: the allocation ends the process, an error no caller can
-// handle. Tables that fit may still not leave room for the rest of the program; that judgement
-// is the caller's.
-func checkTableMemory(expected int, need uint64) error {
-	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && need > uint64(limit) {
-		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than the Go memory limit, %s (GOMEMLIMIT)", expected, gib(need), gib(uint64(limit)))
+// presized is the memory that the tables of open limiters made with WithExpectedKeys took at New,
+// in bytes: a process that builds several (one per rule, as the command's proxy and rls do) is
+// judged on all of them, since each fitting alone does not make them fit together.
+var presized atomic.Uint64
+
+// reserveTableMemory counts need in presized, or refuses it, unchanged, when it and what presized
+// holds cannot fit (see checkTableMemory). Counting first makes two News that race see each other.
+func reserveTableMemory(expected int, need uint64) error {
+	held := presized.Add(need) - need
+	if err := checkTableMemory(expected, need, held); err != nil {
+		releaseTableMemory(need)
+		return err
 	}
-	if mem := addressSpace(); mem > 0 && need > mem {
-		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than this process's address space may hold, %s (ulimit -v)", expected, gib(need), gib(mem))
+	return nil
+}
+
+// releaseTableMemory takes need, counted by reserveTableMemory, out of presized.
+func releaseTableMemory(need uint64) { presized.Add(^(need - 1)) }
+
+// checkTableMemory refuses tables (the memory WithExpectedKeys takes at New) that cannot fit,
+// beside held (what other open limiters' tables took so): more than the Go memory limit
+// (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address space may hold (ulimit -v,
+// where the allocation fails and the runtime ends the process), than its control group allows (a
+// container's memory limit, which the kernel enforces by killing the process), or than the
+// machine's memory. Without it such a New does not fail: the allocation ends the process, an error
+// no caller can handle. Tables that fit may still not leave room for the rest of the program;
+// that judgement is the caller's.
+func checkTableMemory(expected int, need, held uint64) error {
+	total := need + held
+	needs := fmt.Sprintf("engine: WithExpectedKeys(%d) needs %s of tables at New", expected, gib(need))
+	if held > 0 {
+		needs += fmt.Sprintf(" (%s with the %s other open limiters' WithExpectedKeys took)", gib(total), gib(held))
 	}
-	if mem := groupMemory(); mem > 0 && need > mem {
-		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than this process's control group allows, %s (its memory limit)", expected, gib(need), gib(mem))
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && total > uint64(limit) {
+		return fmt.Errorf("%s, more than the Go memory limit, %s (GOMEMLIMIT)", needs, gib(uint64(limit)))
 	}
-	if mem := machineMemory(); mem > 0 && need > mem {
-		return fmt.Errorf("engine: WithExpectedKeys(%d) needs %s of tables at New, more than this machine's memory, %s", expected, gib(need), gib(mem))
+	if mem := addressSpace(); mem > 0 && total > mem {
+		return fmt.Errorf("%s, more than this process's address space may hold, %s (ulimit -v)", needs, gib(mem))
+	}
+	if mem := groupMemory(); mem > 0 && total > mem {
+		return fmt.Errorf("%s, more than this process's control group allows, %s (its memory limit)", needs, gib(mem))
+	}
+	if mem := machineMemory(); mem > 0 && total > mem {
+		return fmt.Errorf("%s, more than this machine's memory, %s", needs, gib(mem))
 	}
 	return nil
 }

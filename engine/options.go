@@ -168,7 +168,10 @@ const MaxExpectedKeys = 1 << 32
 // reports an error otherwise, and also when the tables would need more than the Go memory limit
 // (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the process's address space may
 // hold (ulimit -v), its control group allows (a container's memory limit, cgroup v1 or v2) or
-// the machine's memory, naming both sizes: such an allocation would end the process instead. Like every option, it is read once, by New.
+// the machine's memory, naming both sizes: such an allocation would end the process instead.
+// Those limits are checked against n's tables together with the tables of every open limiter made
+// with this option (Close gives them back), so that several limiters which each fit alone are not
+// let past them together; the rest of the program's memory is the caller's to judge. Like every option, it is read once, by New.
 func WithExpectedKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 0 || uint64(n) > MaxExpectedKeys {
