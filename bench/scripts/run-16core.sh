@@ -16,16 +16,24 @@
 #
 # benchstat is built from the vendored golang.org/x/perf as well (a tool of the bench module).
 # The go.work at the repository root is switched off (GOWORK=off): with it, Go would ignore
-# vendor/. Environment: ROUNDS (1), COUNT (3), BENCHTIME (0.1s), CPUS (1,2,4,8,16),
-# MEMKEYS (10000000), BATCH (1: also run scripts/run-batch-insert.sh into <out>/batch-insert/ with
-# the same -cpu list, about 10 more minutes; 0 to skip). The time budget is an estimate: no
+# vendor/. On a machine with no Go at all, set BIN to a directory made by scripts/build-bins.sh
+# elsewhere: then nothing is built and neither Go nor vendor/ is needed.
+# Environment: ROUNDS (1), COUNT (3), BENCHTIME (0.1s), CPUS (1,2,4,8,16),
+# MEMKEYS (10000000; 0 skips the memory run, whose bytes per key do not depend on the cores),
+# BATCH (1: also run scripts/run-batch-insert.sh into <out>/batch-insert/ with
+# the same -cpu list, about 10 more minutes; 0 to skip; its PARTS and BATCH_COUNT pass through as
+# its PARTS and COUNT), BIN. The time budget is an estimate: no
 # 16-core machine has run it yet, and every figure committed under bench/results/ and quoted in
 # bench/README.md so far is from a 2-core machine.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+if [ -n "${BIN:-}" ]; then
+	BIN=$(cd "$BIN" && pwd) # before the cd below, so that a relative BIN works
+	export BIN
+fi
 cd "$here"
-if [ ! -f vendor/modules.txt ]; then
+if [ -z "${BIN:-}" ] && [ ! -f vendor/modules.txt ]; then
 	echo "run-16core.sh: bench/vendor is missing; run 'cd bench && GOWORK=off go mod vendor' first (needs the network once)" >&2
 	exit 1
 fi
@@ -45,7 +53,7 @@ fi
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-	echo "go: $(go version)"
+	if [ -n "${BIN:-}" ]; then sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"; else echo "go: $(go version)"; fi
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "cores: $(nproc)"
 	echo "kernel: $(uname -srm)"
@@ -53,12 +61,16 @@ fi
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
-go test -c -o "$bin/peers.test" ./peers
-go build -o "$bin/memory" ./cmd/memory
-go build -o "$bin/charts" ./cmd/charts
-go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+if [ -n "${BIN:-}" ]; then
+	bin=$BIN
+else
+	bin=$(mktemp -d)
+	trap 'rm -rf "$bin"' EXIT
+	go test -c -o "$bin/peers.test" ./peers
+	go build -o "$bin/memory" ./cmd/memory
+	go build -o "$bin/charts" ./cmd/charts
+	go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+fi
 
 : >"$out/bench.txt"
 for r in $(seq "$rounds"); do
@@ -67,16 +79,20 @@ for r in $(seq "$rounds"); do
 		-test.count "$count" -test.benchtime "$benchtime" -test.cpu "$cpus" | tee -a "$out/bench.txt" | grep -c '^Benchmark' | sed 's/^/  results: /'
 done
 
-echo "memory ($((SECONDS - start))s)"
-"$bin/memory" -keys "$memkeys" -limiter all -bench -parallel 4 | tee "$out/memory.txt"
+files=("$out/bench.txt")
+if [ "$memkeys" != 0 ]; then
+	echo "memory ($((SECONDS - start))s)"
+	"$bin/memory" -keys "$memkeys" -limiter all -bench -parallel 4 | tee "$out/memory.txt"
+	files+=("$out/memory.txt")
+fi
 
-"$bin/benchstat" -col /limiter "$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-floor.txt"
+"$bin/benchstat" -col /limiter "${files[@]}" >"$out/benchstat-vs-floor.txt"
 "$bin/benchstat" -col '/limiter@(slidelimit floor go-limiter httprate throttled ulule x-time-rate)' \
-	"$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-slidelimit.txt"
-"$bin/charts" -o "$out" -table "$out/tables.md" -targets "$out/targets.md" "$out/bench.txt" "$out/memory.txt"
+	"${files[@]}" >"$out/benchstat-vs-slidelimit.txt"
+"$bin/charts" -o "$out" -table "$out/tables.md" -targets "$out/targets.md" "${files[@]}"
 cat "$out/targets.md"
 if [ "${BATCH:-1}" != 0 ]; then
 	echo "batch, insert, key flood ($((SECONDS - start))s)"
-	CPUS=$cpus bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
+	CPUS=$cpus COUNT=${BATCH_COUNT:-6} bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
 fi
 echo "done in $((SECONDS - start))s: $out"

@@ -16,16 +16,21 @@
 # Takes about 9 minutes on 2 busy cores, most of it giving limiters their 10M keys. The insert and
 # flood runs use fixed iteration counts (each op consumes a fresh key, and there are 8M of them).
 # Environment: COUNT (6), BENCHTIME (0.2s, for the batch runs), CPUS (the -cpu list; default
-# GOMAXPROCS; BenchmarkInsert, which is serial, runs at the default only). Works offline like run-16core.sh when bench/vendor exists and GOFLAGS=-mod=vendor
-# GOWORK=off are set.
+# GOMAXPROCS; BenchmarkInsert, which is serial, runs at the default only), PARTS (the runs to
+# make, of "batch insert fill flood"; all by default), BIN (a directory made by build-bins.sh:
+# build nothing, as on a machine with no Go). Works offline like run-16core.sh when bench/vendor
+# exists and GOFLAGS=-mod=vendor GOWORK=off are set.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+[ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd) # before the cd below, so that a relative BIN works
 cd "$here"
 cores=$(nproc)
 out=${1:-results/$(date -u +%Y-%m-%d)-${cores}core-batch-insert}
 mkdir -p "$out"
 count=${COUNT:-6}
+parts=${PARTS:-batch insert fill flood}
+parts=${parts//,/ }
 benchtime=${BENCHTIME:-0.2s}
 cpuflag=()
 [ -z "${CPUS:-}" ] || cpuflag=(-test.cpu "$CPUS")
@@ -33,29 +38,42 @@ cpuflag=()
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-	echo "go: $(go version)"
+	if [ -n "${BIN:-}" ]; then sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"; else echo "go: $(go version)"; fi
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "cores: $cores"
 	echo "kernel: $(uname -srm)"
-	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, fill 1x, flood 100000x, -cpu ${CPUS:-default}"
+	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, fill 1x, flood 100000x, -cpu ${CPUS:-default}, parts: $parts"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
-go test -c -o "$bin/peers.test" ./peers
-go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+if [ -n "${BIN:-}" ]; then
+	bin=$BIN
+else
+	bin=$(mktemp -d)
+	trap 'rm -rf "$bin"' EXIT
+	go test -c -o "$bin/peers.test" ./peers
+	go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+fi
 
+want() { [[ " $parts " == *" $1 "* ]]; }
 run() { "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" "${cpuflag[@]}" "$@"; }
-run -test.bench '^BenchmarkBatch$' -test.benchtime "$benchtime" | tee "$out/batch.txt"
-# Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
-"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkInsert$' \
-	-test.benchtime 1000000x -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
-# slidelimit-expected is left out of insert.txt: 6M inserts past its 10M would time its growth.
-"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkFill$' \
-	-test.benchtime 1x | tee "$out/fill.txt"
-run -test.bench '^BenchmarkKeyFlood$' -test.benchtime 100000x | tee "$out/flood.txt"
-for f in batch insert fill flood; do
+if want batch; then
+	run -test.bench '^BenchmarkBatch$' -test.benchtime "$benchtime" | tee "$out/batch.txt"
+fi
+if want insert; then
+	# Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
+	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkInsert$' \
+		-test.benchtime 1000000x -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
+fi
+if want fill; then
+	# slidelimit-expected is left out of insert.txt: 6M inserts past its 10M would time its growth.
+	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkFill$' \
+		-test.benchtime 1x | tee "$out/fill.txt"
+fi
+if want flood; then
+	run -test.bench '^BenchmarkKeyFlood$' -test.benchtime 100000x | tee "$out/flood.txt"
+fi
+for f in $parts; do
 	echo "== $f"
 	"$bin/benchstat" -col /limiter "$out/$f.txt"
 done >"$out/benchstat.txt"
