@@ -37,8 +37,13 @@ cpuflag=()
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-	if [ -n "${BIN:-}" ]; then sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"; else echo "go: $(go version)"; fi
+	# With BIN, the binaries' build says what ran: a copied tree's git, if any, need not match it.
+	if [ -n "${BIN:-}" ]; then
+		sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"
+	else
+		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
+		echo "go: $(go version)"
+	fi
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "cores: $cores"
 	echo "kernel: $(uname -srm)"
