@@ -778,6 +778,12 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		}
 		pol = append(pol, p)
 		d := c.d
+		if !c.failed && quotaUnknown(d.Reason) {
+			// Refused before the policy looked at the key (a new key at the key cap, a closed
+			// limiter): its Remaining of 0 would tell the client a quota is spent. The policy
+			// item stays, as the limit is known.
+			continue
+		}
 		remaining := d.Remaining
 		if c.refunded > 0 {
 			remaining = min(remaining+c.refunded, d.Limit)
@@ -796,10 +802,20 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	if len(pol) == 0 {
 		return nil
 	}
-	return []*corev3.HeaderValue{
-		{Key: "RateLimit-Policy", Value: strings.Join(pol, ", ")},
-		{Key: "RateLimit", Value: strings.Join(cur, ", ")},
+	h := []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: strings.Join(pol, ", ")}}
+	if len(cur) > 0 {
+		h = append(h, &corev3.HeaderValue{Key: "RateLimit", Value: strings.Join(cur, ", ")})
 	}
+	return h
+}
+
+// quotaUnknown reports the refusals whose Decision says nothing of the key's quota.
+func quotaUnknown(r slidelimit.Reason) bool {
+	switch r {
+	case slidelimit.ReasonKeyCap, slidelimit.ReasonNegativeCost, slidelimit.ReasonInvalidLimit, slidelimit.ReasonClosed:
+		return true
+	}
+	return false
 }
 
 // sfString quotes s as a structured-field string, percent-encoding the bytes it cannot hold.

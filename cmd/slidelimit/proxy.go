@@ -246,23 +246,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if c.connLimit < 0 || c.connLimit > policy.MaxLimit {
 		return def, nil, fmt.Errorf("-conn-limit %d: must be in [0, %d]", c.connLimit, int64(policy.MaxLimit))
 	}
-	if c.maxKeys < 0 {
-		return def, nil, fmt.Errorf("-max-keys %d: must be 0 (the default cap) or more", c.maxKeys)
-	}
-	if c.expectedKeys < 0 {
-		return def, nil, fmt.Errorf("-expected-keys %d: must be 0 (tables that grow) or more", c.expectedKeys)
-	}
-	if capKeys := cmp.Or(c.maxKeys, engine.DefaultMaxKeys); c.expectedKeys > capKeys {
-		if c.maxKeys == 0 {
-			return def, nil, fmt.Errorf("-expected-keys %d: above the default key cap, %d (raise -max-keys)", c.expectedKeys, capKeys)
-		}
-		return def, nil, fmt.Errorf("-expected-keys %d: above -max-keys %d", c.expectedKeys, capKeys)
+	if err := checkKeyCounts(c.maxKeys, c.expectedKeys); err != nil {
+		return def, nil, err
 	}
 	if c.expectedKeys > 0 && c.redisURL != "" {
 		return def, nil, fmt.Errorf("-expected-keys %d: sizes in-process limits, and with -redis there are none", c.expectedKeys)
-	}
-	if uint64(c.expectedKeys) > engine.MaxExpectedKeys {
-		return def, nil, fmt.Errorf("-expected-keys %d: must be at most %d", c.expectedKeys, uint64(engine.MaxExpectedKeys))
 	}
 	if c.maxDelay < 0 || c.maxDelay > time.Minute {
 		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", c.maxDelay)
@@ -1825,4 +1813,25 @@ func (f *inFlight) wait(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// checkKeyCounts checks -max-keys and -expected-keys, shared by proxy and rls: each in its range,
+// and the tables sized at start no larger than the cap allows.
+func checkKeyCounts(maxKeys, expectedKeys int) error {
+	if maxKeys < 0 {
+		return fmt.Errorf("-max-keys %d: must be 0 (the default cap) or more", maxKeys)
+	}
+	if expectedKeys < 0 {
+		return fmt.Errorf("-expected-keys %d: must be 0 (tables that grow) or more", expectedKeys)
+	}
+	if capKeys := cmp.Or(maxKeys, engine.DefaultMaxKeys); expectedKeys > capKeys {
+		if maxKeys == 0 {
+			return fmt.Errorf("-expected-keys %d: above the default key cap, %d (raise -max-keys)", expectedKeys, capKeys)
+		}
+		return fmt.Errorf("-expected-keys %d: above -max-keys %d", expectedKeys, capKeys)
+	}
+	if uint64(expectedKeys) > engine.MaxExpectedKeys {
+		return fmt.Errorf("-expected-keys %d: must be at most %d", expectedKeys, uint64(engine.MaxExpectedKeys))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,19 +17,21 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/batched"
 	"github.com/slidelimit/slidelimit/rls"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
 	redisURL, redisMode, onError  string
 	redisTimeout                  time.Duration
 	denyMaxAge                    time.Duration
+	maxKeys, expectedKeys         int
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -48,6 +51,8 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	}
 	dur(&c.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with -redis, the deadline of each call to Redis, a `duration` in [1ms, 1m]")
 	dur(&c.denyMaxAge, "redis-deny-max-age", 0, "with -redis-mode exact: answer a descriptor Redis refused in process for at most this long (a `duration`, 0 or at least 1ms), so that a reset made elsewhere or a key Redis lost is seen within it (0: until its retry time)")
+	fs.IntVar(&c.maxKeys, "max-keys", 0, "in process: keys each rate limit tracks at most; a descriptor with a new key beyond is answered OVER_LIMIT, and nothing is evicted (0: the engine's default, 2^26); not with -redis")
+	fs.IntVar(&c.expectedKeys, "expected-keys", 0, "in process: size each rate limit's tables for this many keys at start, about 20 bytes each for millions, more each for fewer (twice that for limits above 2^21 a window), so that none grows on the way to them; at most the key cap; not with -redis (0: start empty and grow)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
 	dur(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (a `duration`; 0: never)")
@@ -93,6 +98,17 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			return usageErr(fs, "%s %v: must be positive", k.flag, k.d)
 		}
 	}
+	if err := checkKeyCounts(c.maxKeys, c.expectedKeys); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	// Redis keeps the counts, and a key there expires with its window: no in-process table to
+	// cap or size.
+	switch {
+	case c.maxKeys > 0 && c.redisURL != "":
+		return usageErr(fs, "-max-keys %d: caps in-process limits, and with -redis there are none", c.maxKeys)
+	case c.expectedKeys > 0 && c.redisURL != "":
+		return usageErr(fs, "-expected-keys %d: sizes in-process limits, and with -redis there are none", c.expectedKeys)
+	}
 	switch {
 	case c.redisMode != "exact" && c.redisMode != "batched":
 		return usageErr(fs, "-redis-mode %q: want exact or batched", c.redisMode)
@@ -134,6 +150,15 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
 	describe := "in process"
+	if c.redisURL == "" && (c.maxKeys > 0 || c.expectedKeys > 0) {
+		// The server's default backend with the two options: 16 shards, as it has.
+		eopts := []engine.Option{engine.WithShards(16), engine.WithExpectedKeys(c.expectedKeys)}
+		if c.maxKeys > 0 {
+			eopts = append(eopts, engine.WithMaxKeys(c.maxKeys))
+		}
+		opts = append(opts, rls.WithBackend(rls.EngineBackend(eopts...)))
+		describe += fmt.Sprintf(" (each rate limit: at most %d keys, tables for %d at start)", cmp.Or(c.maxKeys, engine.DefaultMaxKeys), c.expectedKeys)
+	}
 	if c.redisURL != "" {
 		// NewClient understands cluster and sentinel URLs too; its errors never show the password.
 		client, err := redisstore.NewClient(c.redisURL)

@@ -93,6 +93,13 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
 		{[]string{"-config", "x.yaml", "-listen", ":"}, `-listen ":": no port`},
 		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
+		// The proxy's checks of the key counts, and neither with -redis (no in-process table).
+		{[]string{"-config", "x.yaml", "-max-keys", "-1"}, "-max-keys -1: must be 0 (the default cap) or more"},
+		{[]string{"-config", "x.yaml", "-expected-keys", "-1"}, "-expected-keys -1: must be 0 (tables that grow) or more"},
+		{[]string{"-config", "x.yaml", "-expected-keys", "100000000"}, "-expected-keys 100000000: above the default key cap, 67108864 (raise -max-keys)"},
+		{[]string{"-config", "x.yaml", "-max-keys", "1000", "-expected-keys", "1001"}, "-expected-keys 1001: above -max-keys 1000"},
+		{[]string{"-config", "x.yaml", "-redis", "redis://127.0.0.1:1", "-max-keys", "10"}, "-max-keys 10: caps in-process limits, and with -redis there are none"},
+		{[]string{"-config", "x.yaml", "-redis", "redis://127.0.0.1:1", "-expected-keys", "10"}, "-expected-keys 10: sizes in-process limits, and with -redis there are none"},
 	} {
 		out, code := runRLS(t, c.args...)
 		require.Equal(t, exitUsage, code, out)
@@ -196,6 +203,54 @@ func TestRLSServesReloadsAndStops(t *testing.T) {
 	}
 	require.NoError(t, p.err, p.stderr())
 	require.Contains(t, p.stderr(), "stopped")
+}
+
+// -max-keys caps the keys of each rate limit: a new key beyond is OVER_LIMIT, with the policy's
+// field but no remaining quota (none was judged), while a key tracked before keeps its quota.
+func TestRLSMaxKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n"), 0o644))
+	p := startRLS(t, "-config", file, "-max-keys", "2", "-expected-keys", "2", "-headers")
+	assert.Contains(t, p.stderr(), "deciding in process (each rate limit: at most 2 keys, tables for 2 at start)")
+	c, _ := rlsClient(t, p.addr)
+	headers := func(r *rlsv3.RateLimitResponse) map[string]string {
+		h := map[string]string{}
+		for _, v := range r.GetResponseHeadersToAdd() {
+			h[v.GetKey()] = v.GetValue()
+		}
+		return h
+	}
+	for _, ip := range []string{"198.51.100.1", "198.51.100.2"} {
+		r := rlsCall(t, c, "edge", "remote_address", ip)
+		require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode(), ip)
+		assert.Regexp(t, `^"remote_address";r=9;t=\d+$`, headers(r)["RateLimit"], ip)
+	}
+	r := rlsCall(t, c, "edge", "remote_address", "198.51.100.3")
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode(), "a third key past -max-keys 2")
+	h := headers(r)
+	assert.Equal(t, `"remote_address";q=10;w=3600`, h["RateLimit-Policy"])
+	assert.NotContains(t, h, "RateLimit", "a key-cap refusal tells the client its quota is spent")
+	r = rlsCall(t, c, "edge", "remote_address", "198.51.100.1")
+	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
+	assert.Regexp(t, `^"remote_address";r=8;t=\d+$`, headers(r)["RateLimit"])
+}
+
+// -expected-keys sizes the tables at start, so that a size the process cannot hold is refused
+// then, naming the option and the limit, rather than found by the kernel under load. The Go
+// memory limit is the one a test can set whatever the machine.
+func TestRLSExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "rls", "-config", file, "-listen", "127.0.0.1:0", "-expected-keys", "10000000")
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=64MiB")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, exitFail, ee.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "WithExpectedKeys(10000000) needs")
+	assert.Contains(t, string(out), "more than the Go memory limit, 64 MiB (GOMEMLIMIT)")
 }
 
 // SIGHUP reloads -config at once, with polling off (-reload-interval 0) too, and a broken edit is
