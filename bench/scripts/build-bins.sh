@@ -7,6 +7,7 @@
 #
 # there: the scripts then build nothing. GOOS and GOARCH (default: this machine's) choose the target.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
 dir=${1:?usage: build-bins.sh DIR}
@@ -14,10 +15,7 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 cd "$here"
 export CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--buildvcs=false}
-go test -c -o "$dir/peers.test" ./peers
-go build -o "$dir/memory" ./cmd/memory
-go build -o "$dir/charts" ./cmd/charts
-go build -o "$dir/benchstat" golang.org/x/perf/cmd/benchstat
+build_suite "$dir"
 {
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
 	echo "go: $(go version) (built $(date -u +%Y-%m-%dT%H:%M:%SZ), GOOS=$(go env GOOS) GOARCH=$(go env GOARCH))"

@@ -25,6 +25,7 @@
 # its PARTS and COUNT), BIN. On a 16-core Intel Xeon VM,
 # ROUNDS=3 COUNT=1 took 4 minutes (bench/results/2026-12-04-16core/).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
 if [ -n "${BIN:-}" ]; then
@@ -51,16 +52,7 @@ fi
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	# With BIN, the binaries' build says what ran: a copied tree's git, if any, need not match it.
-	if [ -n "${BIN:-}" ]; then
-		sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"
-	else
-		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-		echo "go: $(go version)"
-	fi
-	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-	echo "cores: $(nproc)"
-	echo "kernel: $(uname -srm)"
+	machine_lines
 	echo "suite: $rounds rounds x -count $count, -benchtime $benchtime, -cpu $cpus; $([ "$memkeys" = 0 ] && echo "no memory run (MEMKEYS=0)" || echo "memory at 1M and $memkeys keys")"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
@@ -70,10 +62,7 @@ if [ -n "${BIN:-}" ]; then
 else
 	bin=$(mktemp -d)
 	trap 'rm -rf "$bin"' EXIT
-	go test -c -o "$bin/peers.test" ./peers
-	go build -o "$bin/memory" ./cmd/memory
-	go build -o "$bin/charts" ./cmd/charts
-	go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+	build_suite "$bin"
 fi
 
 : >"$out/bench.txt"

@@ -21,6 +21,7 @@
 # memory.txt of an earlier run to reuse instead of measuring again: the heap figures do not
 # depend on how busy the machine is, the timings do).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
 cd "$here"
@@ -38,21 +39,14 @@ start=$SECONDS
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-	echo "go: $(go version)"
-	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-	echo "cores: $(nproc)"
-	echo "kernel: $(uname -srm)"
+	machine_lines
 	echo "suite: $rounds rounds x -count $count, -benchtime $benchtime, -cpu $cpus; memory at 1M and $memkeys keys"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-go test -c -o "$bin/peers.test" ./peers
-go build -o "$bin/memory" ./cmd/memory
-go build -o "$bin/charts" ./cmd/charts
-go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+build_suite "$bin"
 
 # Rounds rather than one long -count, so that a noisy minute on a shared machine spreads over
 # every limiter instead of landing on one.

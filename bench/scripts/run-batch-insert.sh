@@ -21,6 +21,7 @@
 # build nothing, as on a machine with no Go). Works offline like run-16core.sh when bench/vendor
 # exists and GOFLAGS=-mod=vendor GOWORK=off are set.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 [ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd) # before the cd below, so that a relative BIN works
@@ -37,16 +38,7 @@ cpuflag=()
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	# With BIN, the binaries' build says what ran: a copied tree's git, if any, need not match it.
-	if [ -n "${BIN:-}" ]; then
-		sed 's/^commit:/binaries built at commit:/' "$BIN/build.txt"
-	else
-		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- .. 2>/dev/null || echo ' (with uncommitted changes)')"
-		echo "go: $(go version)"
-	fi
-	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-	echo "cores: $cores"
-	echo "kernel: $(uname -srm)"
+	machine_lines
 	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, fill 1x, flood 100000x, -cpu ${CPUS:-default}, parts: $parts"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
@@ -56,8 +48,7 @@ if [ -n "${BIN:-}" ]; then
 else
 	bin=$(mktemp -d)
 	trap 'rm -rf "$bin"' EXIT
-	go test -c -o "$bin/peers.test" ./peers
-	go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat
+	build_suite "$bin"
 fi
 
 want() { [[ " $parts " == *" $1 "* ]]; }
