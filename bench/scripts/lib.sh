@@ -22,3 +22,15 @@ build_suite() {
 	go build -o "$1/charts" ./cmd/charts
 	go build -o "$1/benchstat" golang.org/x/perf/cmd/benchstat
 }
+
+# suite sets bin to the directory of the suite's programs: BIN when set (built elsewhere, as for a
+# machine with no Go), else a temporary one built now and removed at exit.
+suite() {
+	if [ -n "${BIN:-}" ]; then
+		bin=$BIN
+		return
+	fi
+	bin=$(mktemp -d)
+	trap 'rm -rf "$bin"' EXIT
+	build_suite "$bin"
+}

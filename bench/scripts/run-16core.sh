@@ -57,13 +57,7 @@ fi
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
-if [ -n "${BIN:-}" ]; then
-	bin=$BIN
-else
-	bin=$(mktemp -d)
-	trap 'rm -rf "$bin"' EXIT
-	build_suite "$bin"
-fi
+suite
 
 : >"$out/bench.txt"
 for r in $(seq "$rounds"); do

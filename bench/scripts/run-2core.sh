@@ -44,9 +44,7 @@ start=$SECONDS
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
-build_suite "$bin"
+suite
 
 # Rounds rather than one long -count, so that a noisy minute on a shared machine spreads over
 # every limiter instead of landing on one.

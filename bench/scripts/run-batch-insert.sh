@@ -43,13 +43,7 @@ cpuflag=()
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
-if [ -n "${BIN:-}" ]; then
-	bin=$BIN
-else
-	bin=$(mktemp -d)
-	trap 'rm -rf "$bin"' EXIT
-	build_suite "$bin"
-fi
+suite
 
 want() { [[ " $parts " == *" $1 "* ]]; }
 run() { "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" "${cpuflag[@]}" "$@"; }
