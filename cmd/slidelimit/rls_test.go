@@ -227,6 +227,7 @@ func TestRLSMaxKeys(t *testing.T) {
 	}
 	r := rlsCall(t, c, "edge", "remote_address", "198.51.100.3")
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode(), "a third key past -max-keys 2")
+	assert.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "no time at which a key past the cap is admitted")
 	h := headers(r)
 	assert.Equal(t, `"remote_address";q=10;w=3600`, h["RateLimit-Policy"])
 	assert.NotContains(t, h, "RateLimit", "a key-cap refusal tells the client its quota is spent")
