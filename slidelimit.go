@@ -124,6 +124,19 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
+// QuotaKnown reports whether a Decision with this reason judged the key's quota, so that its
+// Remaining describes the key: true for ReasonOK, ReasonLimited and ReasonCostAboveLimit. The
+// other refusals (a negative cost, a new key at the key cap, a closed limiter, an invalid
+// per-key limit) are made before the policy looks at the key, and their Remaining of 0 says
+// nothing of it: a header that tells a client its remaining quota should leave such a limit out.
+func (r Reason) QuotaKnown() bool {
+	switch r {
+	case ReasonOK, ReasonLimited, ReasonCostAboveLimit:
+		return true
+	}
+	return false
+}
+
 // Errors for refusals that waiting cannot cure; Reason.Err maps a Reason to one of them.
 var (
 	ErrCostAboveLimit = errors.New("slidelimit: cost above the limit can never be admitted")

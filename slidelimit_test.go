@@ -27,6 +27,25 @@ func TestReasonErr(t *testing.T) {
 	}
 }
 
+// Only the reasons a policy decided judge the quota; an unknown value claims nothing.
+func TestReasonQuotaKnown(t *testing.T) {
+	want := map[slidelimit.Reason]bool{
+		slidelimit.ReasonOK:             true,
+		slidelimit.ReasonLimited:        true,
+		slidelimit.ReasonCostAboveLimit: true,
+		slidelimit.ReasonNegativeCost:   false,
+		slidelimit.ReasonKeyCap:         false,
+		slidelimit.ReasonClosed:         false,
+		slidelimit.ReasonInvalidLimit:   false,
+		slidelimit.Reason(200):          false,
+	}
+	for r, w := range want {
+		if got := r.QuotaKnown(); got != w {
+			t.Errorf("%v.QuotaKnown() = %v, want %v", r, got, w)
+		}
+	}
+}
+
 func TestFailureModeRoundTrip(t *testing.T) {
 	for _, m := range []slidelimit.FailureMode{slidelimit.FailOpen, slidelimit.FailClosed, slidelimit.FailLocal} {
 		got, err := slidelimit.ParseFailureMode(m.String())

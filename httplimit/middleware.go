@@ -650,7 +650,7 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			case failed:
 				continue
 			case refused:
-				if quotaUnknown(d.Reason) {
+				if !d.Reason.QuotaKnown() {
 					// Refused before the policy looked at the key (at the key cap, for a bad
 					// cost or limit): its Remaining of 0 would tell the client a quota is spent.
 					continue
@@ -708,15 +708,6 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 	if wait > 0 {
 		hdr[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(wait), 1), 10)}
 	}
-}
-
-// quotaUnknown reports the refusals whose Decision says nothing of the key's quota.
-func quotaUnknown(r engine.Reason) bool {
-	switch r {
-	case engine.ReasonKeyCap, engine.ReasonNegativeCost, engine.ReasonInvalidLimit, engine.ReasonClosed:
-		return true
-	}
-	return false
 }
 
 // refuse answers a refused request; name is the refusing limit's.

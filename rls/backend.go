@@ -34,6 +34,10 @@ func (f BackendFunc) NewLimiter(name string, p policy.Policy) (slidelimit.Limite
 	return f(name, p)
 }
 
+// DefaultShards is the number of shards of each engine.Limiter the default backend builds
+// (engine.WithShards), for a backend that sets other engine options and keeps that layout.
+const DefaultShards = 16
+
 // EngineBackend decides in process: one engine.Limiter per rate limit, built with opts. It is the
 // default, and the exact one: refusals are all-or-nothing across descriptors. Safe for
 // concurrent use.

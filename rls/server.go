@@ -143,7 +143,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		}
 	}
 	if s.backend == nil {
-		s.backend = EngineBackend(engine.WithShards(16))
+		s.backend = EngineBackend(engine.WithShards(DefaultShards))
 	}
 	s.metrics = newMetrics()
 	st, err := s.build(cfg, nil)
@@ -778,7 +778,7 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		}
 		pol = append(pol, p)
 		d := c.d
-		if !c.failed && quotaUnknown(d.Reason) {
+		if !c.failed && !d.Reason.QuotaKnown() {
 			// Refused before the policy looked at the key (a new key at the key cap, a closed
 			// limiter): its Remaining of 0 would tell the client a quota is spent. The policy
 			// item stays, as the limit is known.
@@ -807,15 +807,6 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		h = append(h, &corev3.HeaderValue{Key: "RateLimit", Value: strings.Join(cur, ", ")})
 	}
 	return h
-}
-
-// quotaUnknown reports the refusals whose Decision says nothing of the key's quota.
-func quotaUnknown(r slidelimit.Reason) bool {
-	switch r {
-	case slidelimit.ReasonKeyCap, slidelimit.ReasonNegativeCost, slidelimit.ReasonInvalidLimit, slidelimit.ReasonClosed:
-		return true
-	}
-	return false
 }
 
 // sfString quotes s as a structured-field string, percent-encoding the bytes it cannot hold.

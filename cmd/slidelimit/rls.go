@@ -151,8 +151,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
 	describe := "in process"
 	if c.redisURL == "" && (c.maxKeys > 0 || c.expectedKeys > 0) {
-		// The server's default backend with the two options: 16 shards, as it has.
-		eopts := []engine.Option{engine.WithShards(16), engine.WithExpectedKeys(c.expectedKeys)}
+		// The server's default backend, with the two options.
+		eopts := []engine.Option{engine.WithShards(rls.DefaultShards), engine.WithExpectedKeys(c.expectedKeys)}
 		if c.maxKeys > 0 {
 			eopts = append(eopts, engine.WithMaxKeys(c.maxKeys))
 		}
