@@ -48,30 +48,46 @@ func escaped(s string, i int) bool {
 	return n%2 == 1
 }
 
-// closeQuotes ends a quoted string that one element leaves open, as a client can write one, so
-// that the element stays whole for a reader from the left once more elements follow it.
+// closeQuotes ends a quoted string that one element leaves open, as a client can write one, and
+// drops every backslash outside a quoted string, where it escapes nothing (no token holds one) but
+// a reader from the right, which cannot tell whether it is inside quotes, would take it for the
+// escape of the quote after it. The element then reads the same from either side, and stays
+// whole for a reader from the left once more elements follow it.
 func closeQuotes(elem string) string {
+	if !strings.ContainsAny(elem, `"\`) {
+		return elem
+	}
+	out := make([]byte, 0, len(elem)+2)
 	quoted := false
 	for i := 0; i < len(elem); i++ {
-		switch elem[i] {
-		case '\\':
-			if quoted {
-				if i == len(elem)-1 {
-					return elem + `\"` // the escape takes a backslash; the quote then closes
-				}
-				i++
+		switch c := elem[i]; {
+		case c == '\\' && !quoted:
+			// dropped
+		case c == '\\':
+			out = append(out, c)
+			if i++; i < len(elem) {
+				out = append(out, elem[i])
+			} else {
+				out = append(out, '\\') // the escape takes a backslash; the quote then closes
 			}
-		case '"':
+		case c == '"':
 			quoted = !quoted
+			out = append(out, c)
+		default:
+			out = append(out, c)
 		}
 	}
 	if quoted {
-		return elem + `"`
+		out = append(out, '"')
 	}
-	return elem
+	if string(out) == elem {
+		return elem
+	}
+	return string(out)
 }
 
-// Repair returns a Forwarded field value with every element's open quote closed (see closeQuotes),
+// Repair returns a Forwarded field value with every element's open quote closed and its stray
+// backslashes dropped (see closeQuotes),
 // the elements found from the right (see Elements): a value a trusted proxy appended to after a
 // client's open quote then reads the same from either side.
 func Repair(v string) string {

@@ -30,6 +30,10 @@ func TestRepair(t *testing.T) {
 		`for=6.6.6.6;x="a\`:                  `for=6.6.6.6;x="a\\"`,
 		`for="[2001:db8::1]";proto=https`:    `for="[2001:db8::1]";proto=https`,
 		`for=1;x=", for="[2001:db8::5]";p=h`: `for=1;x="", for="[2001:db8::5]";p=h`,
+		// A backslash outside quotes escapes nothing from the left, but reads as an escape from
+		// the right: dropped.
+		`,\"`:            `,""`,
+		`for=a\;x="b\""`: `for=a;x="b\""`,
 	} {
 		if got := Repair(in); got != want {
 			t.Errorf("Repair(%q) = %q, want %q", in, got, want)
@@ -61,4 +65,29 @@ func leftToRight(s string) []string {
 		}
 	}
 	return append(parts, s[start:])
+}
+
+// FuzzRepair checks Repair's promise on any value: the repaired value reads the same from
+// either side, a proxy's element appended to it comes apart as the last one both ways, and
+// repairing twice changes nothing more.
+func FuzzRepair(f *testing.F) {
+	for _, s := range []string{`for=a, for=b`, `for=6.6.6.6;x=", for=203.0.113.5`, `for=6.6.6.6;x="a\`,
+		`a\",b`, `"\\\"`, `,,""\`, `for="[2001:db8::1]";proto=https`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r := Repair(v)
+		if !slices.Equal(Elements(r), leftToRight(r)) {
+			t.Fatalf("Repair(%q) = %q reads %q from the right, %q from the left", v, r, Elements(r), leftToRight(r))
+		}
+		const proxy = `for=192.0.2.1;proto=https`
+		for _, es := range [][]string{Elements(r + "," + proxy), leftToRight(r + "," + proxy)} {
+			if es[len(es)-1] != proxy {
+				t.Fatalf("Repair(%q) = %q: the appended element reads as %q", v, r, es)
+			}
+		}
+		if rr := Repair(r); rr != r {
+			t.Fatalf("Repair(%q) = %q, and again %q", v, r, rr)
+		}
+	})
 }
