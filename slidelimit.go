@@ -129,6 +129,7 @@ func (r Reason) String() string {
 // other refusals (a negative cost, a new key at the key cap, a closed limiter, an invalid
 // per-key limit) are made before the policy looks at the key, and their Remaining of 0 says
 // nothing of it: a header that tells a client its remaining quota should leave such a limit out.
+// A pure function of r, safe to call from any goroutine.
 func (r Reason) QuotaKnown() bool {
 	switch r {
 	case ReasonOK, ReasonLimited, ReasonCostAboveLimit:

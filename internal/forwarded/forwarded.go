@@ -54,7 +54,12 @@ func escaped(s string, i int) bool {
 // escape of the quote after it. The element then reads the same from either side, and stays
 // whole for a reader from the left once more elements follow it.
 func closeQuotes(elem string) string {
-	if !strings.ContainsAny(elem, `"\`) {
+	if strings.IndexByte(elem, '\\') < 0 {
+		// Without escapes a quote opens or closes wherever it is: only the count matters, and
+		// the element is kept without a copy.
+		if strings.Count(elem, `"`)%2 == 1 {
+			return elem + `"`
+		}
 		return elem
 	}
 	out := make([]byte, 0, len(elem)+2)
