@@ -72,6 +72,13 @@ type Limiter struct {
 	evictedLive  satomic.Int64  // keys EvictStalest evicted (Stats.EvictedAtCap)
 	evictCursor  satomic.Uint64 // where EvictStalest's next scan of the shards starts
 	_            cpu.CacheLinePad
+	// evictPool holds the runners-up of the last EvictStalest sample, stalest first, for the next
+	// new keys at the cap to evict before they sample again (see evictStalest); evictNext is the
+	// next one to hand out, evictLimit the judgeLimit they were judged against.
+	evictMu    sync.Mutex
+	evictPool  shard.Candidates
+	evictNext  int
+	evictLimit int64
 }
 
 // New returns a limiter for policy p, or an error naming the field and value of an invalid
@@ -538,12 +545,29 @@ const (
 // its limit (see WithAtCap), judged against the lowest limit any key has been given, and reports
 // whether it did, and whether it found a key to evict (one it lost to a racing eviction or
 // renewal is found but not evicted).
+//
+// A sample keeps its evictKeep stalest qualifying keys: the request evicts the first, and the
+// next new keys at the cap evict the others before sampling again, so one sample's cost is shared
+// by up to evictKeep new keys. A pooled key is evicted only if its state is still the one judged
+// (one compare-and-swap against that state, as for the sampler's own): a key renewed meanwhile is
+// skipped, and time only lowers what an unchanged state holds. The pool is dropped when the
+// judged limit has fallen since.
 func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool) {
-	var best shard.Candidate
 	limit := l.judgeLimit.Load()
+	for {
+		c, ok := l.pooled(limit)
+		if !ok {
+			break
+		}
+		if shard.EvictCandidateKeep(&l.cfg, &c) {
+			l.countEviction(&c, now)
+			return true, true
+		}
+	}
+	best := shard.NewCandidates(evictKeep)
 	sampled := 0
 	if sh.Live() > 0 {
-		sh.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		sh.SampleStalestN(&l.cfg, now, limit, evictPerShard, &best)
 		sampled++
 	}
 	n := uint64(len(l.shards))
@@ -558,27 +582,57 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool)
 		if s == sh || s.Live() == 0 {
 			continue
 		}
-		s.SampleStalest(&l.cfg, now, limit, evictPerShard, &best)
+		s.SampleStalestN(&l.cfg, now, limit, evictPerShard, &best)
 		sampled++
 	}
 	l.evictCursor.Add(max(i, 1))
+	if best.Len() == 0 {
+		return false, false
+	}
 	// TakeWithLimit lowers judgeLimit before its take, so a sampled state holding a take at a new
 	// lowest limit L may have been judged against the limit read above, from before the lowering:
 	// a key holding half of L or more would be evicted. Every such lowering precedes the take the
 	// sample read, so it is visible to this load: a limit that fell calls for a new sample (a
 	// lower limit only protects more keys, so nothing found means nothing to find).
-	if best.Found() && l.judgeLimit.Load() != limit {
+	if l.judgeLimit.Load() != limit {
 		return false, true
 	}
-	evicted = shard.EvictCandidateKeep(&l.cfg, &best)
-	switch {
-	case !evicted:
-	case best.Dead(&l.cfg, now):
+	if best.Len() > 1 {
+		l.evictMu.Lock()
+		l.evictPool, l.evictNext, l.evictLimit = best, 1, limit
+		l.evictMu.Unlock()
+	}
+	if !shard.EvictCandidateKeep(&l.cfg, best.At(0)) {
+		return false, true
+	}
+	l.countEviction(best.At(0), now)
+	return true, true
+}
+
+// evictKeep is how many of a sample's stalest keys are evicted, by as many new keys at the cap,
+// before the next sample; at most shard.MaxCandidates.
+const evictKeep = 8
+
+// pooled hands out the next key of the last sample's pool, if it was judged against limit.
+func (l *Limiter) pooled(limit int64) (shard.Candidate, bool) {
+	l.evictMu.Lock()
+	defer l.evictMu.Unlock()
+	if l.evictNext >= l.evictPool.Len() || l.evictLimit != limit {
+		return shard.Candidate{}, false
+	}
+	c := *l.evictPool.At(l.evictNext)
+	l.evictNext++
+	return c, true
+}
+
+// countEviction counts c's key, just evicted, in Stats: as a reclaim when its judged state was
+// dead already, else as a live key evicted.
+func (l *Limiter) countEviction(c *shard.Candidate, now int64) {
+	if c.Dead(&l.cfg, now) {
 		l.reclaimed.Add(1) // dead already: the same as a reclaim's, whichever way it was found
-	default:
+	} else {
 		l.evictedLive.Add(1)
 	}
-	return evicted, best.Found()
 }
 
 func (l *Limiter) peek(h uint64) Decision {
@@ -672,6 +726,9 @@ func (l *Limiter) Close() error {
 		l.closed.Store(true)
 		close(l.done)
 		l.sweeper.Stop()
+		l.evictMu.Lock()
+		l.evictPool, l.evictNext = shard.Candidates{}, 0 // its cells would keep old tables alive
+		l.evictMu.Unlock()
 		if l.tables > 0 {
 			releaseTableMemory(l.tables)
 		}

@@ -321,7 +321,8 @@ func TestDecisionsRefreshTheClock(t *testing.T) {
 // TestEvictStalestRotatesOverShards: successive new keys at the cap sample different shards. With
 // the cursor advanced by a fixed 1024, every limiter of up to 1024 shards (the default has 256)
 // started each sample at shard 0, so the stalest keys of every shard but the first few and the
-// new key's own were never candidates.
+// new key's own were never candidates. A sample serves up to evictKeep new keys, so 256 new keys
+// take at least 64 samples.
 func TestEvictStalestRotatesOverShards(t *testing.T) {
 	clk := clock.NewManual(start)
 	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk),
@@ -333,11 +334,86 @@ func TestEvictStalestRotatesOverShards(t *testing.T) {
 	}
 	n := uint64(len(l.shards))
 	starts := map[uint64]bool{}
-	for i := range uint64(64) {
+	for i := range uint64(64 * evictKeep) {
 		clk.Advance(time.Millisecond)
 		starts[l.evictCursor.Load()%n] = true
 		require.True(t, l.AllowKey(1_000_000+i, 1))
 	}
 	require.Equal(t, 4096, l.Len())
 	require.Greater(t, len(starts), 32, "the samples began at %d distinct shards of %d", len(starts), n)
+}
+
+// TestEvictStalestSampleServesSeveralNewKeys: one sample of the shards makes room for evictKeep
+// new keys at the cap, the sampler's own and the next ones', which evict its runners-up.
+func TestEvictStalestSampleServesSeveralNewKeys(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithShards(1),
+		WithMaxKeys(1024), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(1024) {
+		require.True(t, l.AllowKey(i, 1))
+	}
+	// With one shard every sample advances the cursor by one.
+	from := l.evictCursor.Load()
+	for i := range uint64(evictKeep) {
+		require.True(t, l.AllowKey(10_000+i, 1))
+	}
+	require.Equal(t, uint64(1), l.evictCursor.Load()-from, "samples for %d new keys", evictKeep)
+	require.True(t, l.AllowKey(20_000, 1))
+	require.Equal(t, uint64(2), l.evictCursor.Load()-from, "the pool is spent: a new sample")
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(evictKeep+1), st.EvictedAtCap)
+	require.Equal(t, 1024, l.Len())
+}
+
+// TestEvictStalestPoolSkipsRenewedKeys: a key of the pool that was renewed since the sample is not
+// evicted from the state the sample judged. Here every pooled key then takes enough to hold half
+// its limit, so the next new key must evict the only key still below half: the first new one.
+func TestEvictStalestPoolSkipsRenewedKeys(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithShards(1),
+		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(8) {
+		require.True(t, l.AllowKey(i, 10))
+	}
+	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
+	var kept []uint64
+	for i := range uint64(8) {
+		if _, tracked := l.InspectKey(i); tracked {
+			require.True(t, l.AllowKey(i, 40))
+			kept = append(kept, i)
+		}
+	}
+	require.Len(t, kept, 7)
+	require.True(t, l.AllowKey(101, 10))
+	_, tracked := l.InspectKey(100)
+	require.False(t, tracked, "key 100, the only one below half its limit, was evicted")
+	for _, k := range kept {
+		require.Equal(t, int64(50), l.PeekKey(k).Remaining, "key %d kept its 50 units", k)
+	}
+}
+
+// TestEvictStalestPoolDroppedWhenTheLimitFalls: keys pooled when judged against the policy's limit
+// are not evicted once TakeWithLimit has lowered the limit keys are judged against so far that
+// they hold half of it.
+func TestEvictStalestPoolDroppedWhenTheLimitFalls(t *testing.T) {
+	clk := clock.NewManual(start)
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithShards(1),
+		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	defer l.Close()
+	for i := range uint64(8) {
+		require.True(t, l.AllowKey(i, 10))
+	}
+	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
+	d := l.TakeKeyWithLimit(101, 10, 15)
+	require.Equal(t, ReasonKeyCap, d.Reason, "every key holds 10, at least half of 15")
+	var st Stats
+	l.Stats(&st)
+	require.Equal(t, int64(1), st.EvictedAtCap)
+	require.Equal(t, 8, l.Len())
 }

@@ -29,6 +29,9 @@ const (
 	// the window policies, an estimate (count) below half the limit; for the buckets, less than
 	// half the burst taken (half the capacity filled). Keys given per-key limits by TakeWithLimit
 	// are judged against the lowest limit the limiter has been given, never one above their own.
+	// One sample serves up to 8 new keys: its 8 stalest qualifying keys are evicted in turn, the
+	// first for the request that sampled and the others for the next new keys at the cap, each
+	// only if its state is still the one the sample judged (a key renewed since is skipped).
 	// A key at half its limit or more is never evicted, so flooding new keys cannot reset a key
 	// that is using its limit; an evicted key comes back as a new one, so the units it held
 	// (fewer than half its limit) are forgotten. When no sampled key qualifies, the new key is

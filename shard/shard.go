@@ -427,6 +427,63 @@ func (c *Candidate) Dead(cfg *Config, now int64) bool {
 // Codec.Stale: never a key holding half its limit or more). It takes the shard's lock for the
 // cursor; best may already hold a key of another shard.
 func (s *Shard) SampleStalest(cfg *Config, now, limit int64, sample int, best *Candidate) {
+	cs := Candidates{keep: 1}
+	if best.Found() {
+		cs.c[0], cs.n = *best, 1
+	}
+	s.SampleStalestN(cfg, now, limit, sample, &cs)
+	if cs.n > 0 {
+		*best = cs.c[0]
+	}
+}
+
+// MaxCandidates is the most keys a Candidates keeps.
+const MaxCandidates = 8
+
+// Candidates keeps the stalest evictable keys SampleStalestN has found so far, over any number of
+// shards, stalest first: up to the number NewCandidates was given (the zero Candidates keeps
+// one). It belongs to the goroutine that fills it; a filled one may be handed to another
+// goroutine as a value.
+type Candidates struct {
+	c    [MaxCandidates]Candidate
+	n    int
+	keep int
+}
+
+// NewCandidates returns an empty Candidates that keeps up to n keys, n in [1, MaxCandidates].
+func NewCandidates(n int) Candidates { return Candidates{keep: min(max(n, 1), MaxCandidates)} }
+
+// Len is the number of keys cs holds (a plain read).
+func (cs *Candidates) Len() int { return cs.n }
+
+// At returns the i-th stalest key cs holds, i in [0, Len()).
+func (cs *Candidates) At(i int) *Candidate { return &cs.c[i] }
+
+// offer keeps c if it is among the keep stalest so far; among keys of equal age the first offered
+// stays ahead.
+func (cs *Candidates) offer(c Candidate) {
+	i := cs.n
+	if i == cs.keep {
+		if c.age <= cs.c[i-1].age {
+			return
+		}
+		i--
+	} else {
+		cs.n++
+	}
+	for ; i > 0 && cs.c[i-1].age < c.age; i-- {
+		cs.c[i] = cs.c[i-1]
+	}
+	cs.c[i] = c
+}
+
+// SampleStalestN is SampleStalest that keeps the stalest evictable keys of the sample in cs,
+// as many as cs keeps, beside any it holds already: one sample can then make room for several
+// new keys (each eviction still checks that its key's state is the one judged).
+func (s *Shard) SampleStalestN(cfg *Config, now, limit int64, sample int, cs *Candidates) {
+	if cs.keep == 0 {
+		cs.keep = 1
+	}
 	words := cfg.Codec.Words()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -444,8 +501,8 @@ func (s *Shard) SampleStalest(cfg *Config, now, limit int64, sample int, best *C
 			continue
 		}
 		seen++
-		if age, ok := cfg.Codec.Stale(w0, w1, now, limit); ok && (best.cell == nil || age > best.age) {
-			*best = Candidate{shard: s, cell: c, w0: w0, w1: w1, age: age}
+		if age, ok := cfg.Codec.Stale(w0, w1, now, limit); ok {
+			cs.offer(Candidate{shard: s, cell: c, w0: w0, w1: w1, age: age})
 		}
 	}
 	s.cursor += step

@@ -349,3 +349,21 @@ func TestRebuildDropsTheDeadAndKeepsTheLive(t *testing.T) {
 		require.Equal(t, int64(9), res.Remaining)
 	}
 }
+
+// TestCandidatesKeepTheStalest: a Candidates keeps the keep stalest keys offered, stalest first,
+// and among keys of equal age the one offered first ahead.
+func TestCandidatesKeepTheStalest(t *testing.T) {
+	cs := NewCandidates(3)
+	var cells [8]uint64
+	for i, age := range []int64{5, 9, 1, 9, 7, 3, 8, 2} {
+		cs.offer(Candidate{cell: &cells[i], age: age})
+	}
+	require.Equal(t, 3, cs.Len())
+	require.Equal(t, []int64{9, 9, 8}, []int64{cs.At(0).age, cs.At(1).age, cs.At(2).age})
+	require.Same(t, &cells[1], cs.At(0).cell, "the first 9 offered stays ahead")
+	require.Same(t, &cells[3], cs.At(1).cell)
+	require.Same(t, &cells[6], cs.At(2).cell)
+
+	require.Equal(t, MaxCandidates, func() int { c := NewCandidates(99); return c.keep }())
+	require.Equal(t, 1, func() int { c := NewCandidates(0); return c.keep }())
+}
