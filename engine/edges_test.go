@@ -372,15 +372,7 @@ func TestEvictStalestSampleServesSeveralNewKeys(t *testing.T) {
 // evicted from the state the sample judged. Here every pooled key then takes enough to hold half
 // its limit, so the next new key must evict the only key still below half: the first new one.
 func TestEvictStalestPoolSkipsRenewedKeys(t *testing.T) {
-	clk := clock.NewManual(start)
-	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithShards(1),
-		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
-	require.NoError(t, err)
-	defer l.Close()
-	for i := range uint64(8) {
-		require.True(t, l.AllowKey(i, 10))
-	}
-	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
+	l := pooledAtCap(t)
 	var kept []uint64
 	for i := range uint64(8) {
 		if _, tracked := l.InspectKey(i); tracked {
@@ -401,19 +393,26 @@ func TestEvictStalestPoolSkipsRenewedKeys(t *testing.T) {
 // are not evicted once TakeWithLimit has lowered the limit keys are judged against so far that
 // they hold half of it.
 func TestEvictStalestPoolDroppedWhenTheLimitFalls(t *testing.T) {
-	clk := clock.NewManual(start)
-	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithShards(1),
-		WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
-	require.NoError(t, err)
-	defer l.Close()
-	for i := range uint64(8) {
-		require.True(t, l.AllowKey(i, 10))
-	}
-	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
+	l := pooledAtCap(t)
 	d := l.TakeKeyWithLimit(101, 10, 15)
 	require.Equal(t, ReasonKeyCap, d.Reason, "every key holds 10, at least half of 15")
 	var st Stats
 	l.Stats(&st)
 	require.Equal(t, int64(1), st.EvictedAtCap)
 	require.Equal(t, 8, l.Len())
+}
+
+// pooledAtCap returns a one-shard limiter at its cap of 8 keys, each holding 10 of its 100, after
+// a new key, 100, evicted one of them and pooled the others.
+func pooledAtCap(t *testing.T) *Limiter {
+	t.Helper()
+	l, err := New(policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clock.NewManual(start)),
+		WithShards(1), WithMaxKeys(8), WithAtCap(EvictStalest), WithSweepInterval(time.Hour))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	for i := range uint64(8) {
+		require.True(t, l.AllowKey(i, 10))
+	}
+	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
+	return l
 }
