@@ -364,6 +364,6 @@ func TestCandidatesKeepTheStalest(t *testing.T) {
 	require.Same(t, &cells[3], cs.At(1).cell)
 	require.Same(t, &cells[6], cs.At(2).cell)
 
-	require.Equal(t, MaxCandidates, func() int { c := NewCandidates(99); return c.keep }())
-	require.Equal(t, 1, func() int { c := NewCandidates(0); return c.keep }())
+	require.Equal(t, MaxCandidates, NewCandidates(99).keep, "at most MaxCandidates")
+	require.Equal(t, 1, NewCandidates(0).keep, "at least one")
 }
