@@ -10,23 +10,21 @@ import "unsafe"
 const RunLen = 32
 
 // A Run is up to RunLen lookups begun together, so that their cache misses overlap instead of
-// following one another. Set records each key's table and home slot, Prefetch then asks for all
+// following one another. Set records each key's table and home slot's address, Prefetch then asks for all
 // of their cache lines in one call, and Find finds each key's cell once its lines have had time to
 // arrive. A Run is a value for one goroutine, kept on its stack; the lookups read tables without a
 // lock and write nothing, as Table.Find does.
 type Run struct {
-	homes  [RunLen]uint64
 	tables [RunLen]*Table
 	lines  [RunLen]unsafe.Pointer
 }
 
-// Set records key h, whose shard is s, as lookup i (below RunLen): the table s holds now, and h's
-// home slot in it.
+// Set records key h, whose shard is s, as lookup i (below RunLen): the table s holds now, and the
+// address of h's home slot in it.
 func (r *Run) Set(i int, s *Shard, h uint64) {
 	i &= RunLen - 1
 	t := s.Table()
-	hm := t.home(h)
-	r.homes[i], r.tables[i], r.lines[i] = hm, t, unsafe.Pointer(t.keyAt(hm))
+	r.tables[i], r.lines[i] = t, unsafe.Pointer(t.keyAt(t.home(h)))
 }
 
 // Prefetch starts loading, for each of the first n lookups (n <= RunLen), the cache line of its
@@ -52,6 +50,5 @@ func (r *Run) Prefetch(n int) {
 // replaced since then is still safe to read: its cells are all marked Moved, which the caller's
 // codec reports, as it would to a Find that raced with the rebuild.
 func (r *Run) Find(i int, h uint64) *uint64 {
-	i &= RunLen - 1
-	return r.tables[i].findFrom(h, r.homes[i])
+	return r.tables[i&(RunLen-1)].Find(h)
 }
