@@ -22,8 +22,8 @@ func keyWithHome(t *Table, r *rand.Rand, hm uint64) uint64 {
 
 // TestFindAtEveryDistance puts a key at every distance from every home slot, wrapping past the
 // last slot included, in tables of one-word and two-word cells: Find, Lookup and a Run find the
-// key's own cell whether it lies within near's slots or past them, and a key with the same home
-// that was never put is absent. Each cell holds its slot's number, so a lookup that returned a
+// key's own cell whether it lies within the near slots or past them, and a key with the same home
+// that was never put is absent (Lookup then returns the empty slot that ends the run). Each cell holds its slot's number, so a lookup that returned a
 // neighbour's cell fails.
 func TestFindAtEveryDistance(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
@@ -53,6 +53,11 @@ func TestFindAtEveryDistance(t *testing.T) {
 					}
 					lc, _ := tb.Lookup(h)
 					require.Same(t, c, lc, name)
+					var sh Shard
+					sh.table.Store(tb)
+					var run Run
+					run.Set(0, &sh, h)
+					require.Same(t, c, run.Find(0, h), name)
 					absent := keyWithHome(tb, r, hm)
 					require.Nil(t, tb.Find(absent), name)
 					ac, free := tb.Lookup(absent)

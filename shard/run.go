@@ -10,9 +10,9 @@ import "unsafe"
 const RunLen = 32
 
 // A Run is up to RunLen lookups begun together, so that their cache misses overlap instead of
-// following one another. Set records each key's table and home slot's address, Prefetch then asks for all
-// of their cache lines in one call, and Find finds each key's cell once its lines have had time to
-// arrive. A Run is a value for one goroutine, kept on its stack; the lookups read tables without a
+// following one another. Set records each key's table and the address of its home slot, Prefetch
+// then asks for all of their cache lines in one call, and Find finds each key's cell once its
+// lines have had time to arrive. A Run is a value for one goroutine, kept on its stack; the lookups read tables without a
 // lock and write nothing, as Table.Find does.
 type Run struct {
 	tables [RunLen]*Table

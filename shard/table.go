@@ -123,10 +123,9 @@ const nearSlots = 4
 // a racing insert filled (slots never empty again in a table's life). It takes no lock and
 // writes nothing.
 //
-// It first loads the nearSlots slots
-// from i and picks h's among them with conditional moves, so that the one branch that follows,
-// found or not, is nearly always predicted; only a key further away (or a run that would wrap
-// past the last slot) is probed for slot by slot.
+// It first loads the nearSlots slots from h's home and picks h's among them with conditional
+// moves, so that the one branch that follows, found or not, is nearly always predicted; only a key
+// further away (or near slots that would wrap past the last slot) is probed for slot by slot.
 //
 // Why: a probe loop branches on each key it loads, and how far a key lies from its home is random,
 // so the loop's exit is mispredicted on most lookups. A mispredicted branch that waits on a cache
