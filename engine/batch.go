@@ -24,8 +24,9 @@ const batchChunk = shard.RunLen
 //
 // It is faster per key than a loop of Allow calls on a table larger than the processor's caches:
 // it hashes a run of keys and prefetches the cache lines of each one's lookup before deciding the
-// first, so that their memory loads overlap instead of following one another. It allocates nothing
-// and retains no key.
+// first, so that their memory loads overlap instead of following one another; once a run meets
+// its second new key, it also prefetches the lines that the rest of the run's new keys will walk to
+// find their empty slots. It allocates nothing and retains no key.
 func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]
@@ -89,13 +90,24 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 	if clock.DueFor(len(hs)) {
 		now = l.clk.Refresh()
 	}
+	absent := 0
 	for i, h := range hs {
-		if !l.shard(h).Due(now) {
-			if c := r.Find(i, h); c != nil {
-				if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
-					out[i] = ok
-					continue
+		if sh := l.shard(h); !sh.Due(now) {
+			t, c, free := r.Lookup(i, h)
+			if c == nil {
+				// A second new key in one run is taken for a flood of them: the run's later keys'
+				// probes are asked for now, so that each insert does not wait for its own. Runs of
+				// tracked keys, and the odd new key, never pay for it (see shard.Run.PrefetchProbes).
+				if absent++; absent == 2 {
+					r.PrefetchProbes(hs, i+1)
 				}
+				out[i] = l.admitNew(h, n, now, sh, t, free)
+				now = max(now, l.clk.Now()) // see below
+				continue
+			}
+			if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
+				out[i] = ok
+				continue
 			}
 		}
 		out[i] = l.admitSlow(h, n)

@@ -2,6 +2,8 @@ package shard
 
 import (
 	"math/rand/v2"
+	"strconv"
+	satomic "sync/atomic"
 	"testing"
 	"unsafe"
 )
@@ -104,4 +106,117 @@ func reportLoad(b *testing.B, ss []Shard, slots, lines float64) {
 	b.ReportMetric(float64(used)/float64(n), "load")
 	b.ReportMetric(slots, "absent-slots")
 	b.ReportMetric(lines, "absent-lines")
+}
+
+// missLine is one cache line of BenchmarkMissOverlap's array, eight random words.
+type missLine [8]uint64
+
+// BenchmarkMissOverlap shows, on an array as large as the tables of BenchmarkAbsentKey at load 0.8
+// (200 MB), what lets consecutive cache misses overlap and what does not. Each op touches one
+// random line:
+//
+//   - part=add adds to it atomically, as the floor of the peer benchmarks does: consecutive adds
+//     overlap their misses, locked instruction and all;
+//   - part=chain loads it at an address that depends on the previous op's load: one miss at a time,
+//     so this is a miss's whole latency;
+//   - part=branch loads it and branches on the word loaded, which is random, so that half the
+//     branches are mispredicted;
+//   - part=probe scans its words to the first that meets a test, as a probe scans to the first
+//     empty slot, and adds to that word: the loop's exit, a random distance in, is mispredicted on
+//     most ops;
+//   - part=work-N loads it and then runs N multiply steps that depend on the word loaded (about 4N
+//     instructions), and part=work-N-alone runs the same steps on a word it did not load.
+//
+// Two things keep misses from overlapping, in part or in whole. A mispredicted loop exit does in
+// part (part=probe between part=add and part=chain): the processor went on around the loop, not
+// on to the next op, so the next op's load starts only once the exit is known. A mispredicted
+// branch both of whose ways lead on to the next op does not (part=branch near part=add): the loads
+// it throws away have asked for their lines already. And the instructions between one op's load
+// and the next's do, in whole once there are enough of them: an op waits in the processor's
+// reorder window until its line arrives, and once the ops in flight fill that window (a few hundred
+// instructions) the next op's load cannot start; part=work-100 costs about part=chain plus
+// part=work-100-alone.
+//
+//	go test ./shard -run '^$' -bench MissOverlap -benchtime 2000000x -count 6
+func BenchmarkMissOverlap(b *testing.B) {
+	const lines = 10_000_000 * 5 / 4 * 16 / 64
+	a := make([]missLine, lines)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range a {
+		for j := range a[i] {
+			a[i][j] = r.Uint64()
+		}
+	}
+	idx := make([]uint32, 1<<20)
+	for i := range idx {
+		idx[i] = uint32(r.IntN(lines))
+	}
+	var taken int
+	var sum uint64
+	b.Run("part=add", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			satomic.AddUint64(&a[idx[i&(len(idx)-1)]][0], 1)
+		}
+	})
+	b.Run("part=chain", func(b *testing.B) {
+		var v uint64
+		for i := 0; b.Loop(); i++ {
+			// v&1 is 0 or 1: the address waits for the previous load, and stays random.
+			v = satomic.LoadUint64(&a[(uint64(idx[i&(len(idx)-1)])+v&1)%lines][0])
+		}
+		sum += v
+	})
+	b.Run("part=branch", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if satomic.LoadUint64(&a[idx[i&(len(idx)-1)]][0])&1 == 0 {
+				taken = bump(taken)
+			}
+		}
+	})
+	b.Run("part=probe", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			l := &a[idx[i&(len(idx)-1)]]
+			// Scan to the first word with its two low bits clear (the last word if none), as a
+			// probe scans to the first empty slot: how far in that is is random, as a probe's is.
+			// The add keeps the low bits, so the distances stay as random as they were made.
+			j := 0
+			for ; j < len(l)-1; j++ {
+				if satomic.LoadUint64(&l[j])&3 == 0 {
+					break
+				}
+			}
+			satomic.AddUint64(&l[j], 4)
+		}
+	})
+	for _, n := range []int{25, 50, 100} {
+		name := "part=work-" + strconv.Itoa(n)
+		b.Run(name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				sum += mix(satomic.LoadUint64(&a[idx[i&(len(idx)-1)]][0]), n)
+			}
+		})
+		b.Run(name+"-alone", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				sum += mix(uint64(i), n)
+			}
+		})
+	}
+	if taken == 0 || sum == 0 {
+		b.Fatal("the ops' results were not used")
+	}
+}
+
+// bump is kept out of line so that part=branch compiles to a branch, not a conditional move.
+//
+//go:noinline
+func bump(n int) int { return n + 1 }
+
+// mix runs n dependent multiply steps on x.
+//
+//go:noinline
+func mix(x uint64, n int) uint64 {
+	for range n {
+		x = x*0x9e3779b97f4a7c15 + 1
+	}
+	return x
 }

@@ -6,7 +6,9 @@
 #   bench/scripts/before-after.sh BEFORE [AFTER]     (AFTER: the working tree when not given)
 #
 # Environment: ROUNDS (5), BENCH (the regexp, default every slidelimit workload), BENCHTIME (0.2s),
-# CPUS (1,2). The raw outputs are kept next to the worktrees; the script prints where.
+# CPUS (1,2). With TESTS_FROM_TREE=1 both builds use the working tree's bench/peers/*_test.go,
+# so that a benchmark added since BEFORE runs on it too. The raw outputs are kept next to the
+# worktrees; the script prints where.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
@@ -24,6 +26,9 @@ build() { # build NAME REV: a test binary of the bench module at REV (the workin
 	if [ -n "$2" ]; then
 		git -C "$repo" worktree add --detach -q "$tmp/$1-tree" "$2"
 		dir="$tmp/$1-tree/bench"
+		if [ "${TESTS_FROM_TREE:-}" = 1 ]; then
+			cp "$here"/peers/*_test.go "$dir/peers/"
+		fi
 	fi
 	(cd "$dir" && go test -c -o "$tmp/$1.test" ./peers)
 }

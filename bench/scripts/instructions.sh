@@ -2,7 +2,9 @@
 # Counts the instructions of one Allow on a tracked key, with callgrind (valgrind), for the
 # one-word and the two-word sliding-counter cell: engine's BenchmarkAllowSteady, whose state does
 # not depend on the machine's speed, run at 500,000 and 1,500,000 decisions; the difference over
-# 1,000,000 is the cost of one decision, the benchmark loop's few included.
+# 1,000,000 is the cost of one decision, the benchmark loop's few included. Then the same for one
+# insert: BenchmarkInsertSteady (AllowKey on a new key, at the load of a presized table) at 4,000
+# and 20,000 inserts.
 #
 #   bench/scripts/instructions.sh [REV]   (REV: count a commit instead of the working tree; the
 #                                          benchmark's file is copied into a worktree of it)
@@ -23,14 +25,17 @@ if [ -n "$rev" ]; then
 	dir=$tmp/tree
 fi
 (cd "$dir" && go test -c -o "$tmp/engine.test" ./engine)
-count() { # count CELL N: total instructions collected in steadyLoop
-	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --toggle-collect='*steadyLoop' \
-		--callgrind-out-file="$tmp/cg.$1.$2" "$tmp/engine.test" -test.run '^$' \
-		-test.bench "BenchmarkAllowSteady/cell=$1\$" -test.benchtime "${2}x" >/dev/null 2>&1
-	awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.$1.$2"
+count() { # count LOOP BENCH N: total instructions collected in LOOP, running BENCH N times
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --toggle-collect="*$1" \
+		--callgrind-out-file="$tmp/cg.$1.$3" "$tmp/engine.test" -test.run '^$' \
+		-test.bench "$2" -test.benchtime "${3}x" >/dev/null 2>&1
+	awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.$1.$3"
 }
 for cell in word pair; do
-	a=$(count "$cell" 500000)
-	b=$(count "$cell" 1500000)
+	a=$(count steadyLoop "BenchmarkAllowSteady/cell=$cell\$" 500000)
+	b=$(count steadyLoop "BenchmarkAllowSteady/cell=$cell\$" 1500000)
 	echo "${rev:-working tree} cell=$cell: $(((b - a) / 1000000)) instructions per Allow"
 done
+a=$(count insertLoop 'BenchmarkInsertSteady$' 4000)
+b=$(count insertLoop 'BenchmarkInsertSteady$' 20000)
+echo "${rev:-working tree} insert: $(((b - a) / 16000)) instructions per new key"
