@@ -108,12 +108,13 @@ func reportLoad(b *testing.B, ss []Shard, slots, lines float64) {
 	b.ReportMetric(lines, "absent-lines")
 }
 
-// missLine is one cache line of BenchmarkMissOverlap's array, eight random words.
+// missLine is one cache line of BenchmarkMissesInFlight's array, eight random words.
 type missLine [8]uint64
 
-// BenchmarkMissOverlap shows, on an array as large as the tables of BenchmarkAbsentKey at load 0.8
-// (200 MB), what lets consecutive cache misses overlap and what does not. Each op touches one
-// random line:
+// BenchmarkMissesInFlight shows, on an array as large as the tables of BenchmarkAbsentKey at load
+// 0.8 (200 MB), what lets consecutive cache misses overlap and what does not; package atomic's
+// BenchmarkMissOverlap does the same for the steps of a decision on a found cell. Each op touches
+// one random line:
 //
 //   - part=add adds to it atomically, as the floor of the peer benchmarks does: consecutive adds
 //     overlap their misses, locked instruction and all;
@@ -128,8 +129,9 @@ type missLine [8]uint64
 //     instructions), and part=work-N-alone runs the same steps on a word it did not load.
 //
 // Two things keep misses from overlapping, in part or in whole. A mispredicted loop exit does in
-// part (part=probe between part=add and part=chain): the processor went on around the loop, not
-// on to the next op, so the next op's load starts only once the exit is known. A mispredicted
+// part (part=probe between part=add and part=chain), most likely because the processor went on
+// around the loop rather than on to the next op, whose load then starts only once the exit is
+// known. A mispredicted
 // branch both of whose ways lead on to the next op does not (part=branch near part=add): the loads
 // it throws away have asked for their lines already. And the instructions between one op's load
 // and the next's do, in whole once there are enough of them: an op waits in the processor's
@@ -137,8 +139,8 @@ type missLine [8]uint64
 // instructions) the next op's load cannot start; part=work-100 costs about part=chain plus
 // part=work-100-alone.
 //
-//	go test ./shard -run '^$' -bench MissOverlap -benchtime 2000000x -count 6
-func BenchmarkMissOverlap(b *testing.B) {
+//	go test ./shard -run '^$' -bench MissesInFlight -benchtime 2000000x -count 6
+func BenchmarkMissesInFlight(b *testing.B) {
 	const lines = 10_000_000 * 5 / 4 * 16 / 64
 	a := make([]missLine, lines)
 	r := rand.New(rand.NewPCG(5, 6))

@@ -128,10 +128,11 @@ const nearSlots = 4
 // further away (or near slots that would wrap past the last slot) is probed for slot by slot.
 //
 // Why: a probe loop branches on each key it loads, and how far a key lies from its home is random,
-// so the loop's exit is mispredicted on most lookups. A mispredicted branch that waits on a cache
-// miss throws away every instruction after it, the next decision's loads included, so each lookup
-// then pays its whole miss alone; without one, consecutive decisions overlap their misses as the
-// floor's atomic adds do (BenchmarkFindNear).
+// so the loop's exit is mispredicted on most lookups. While such an exit waits on a cache miss the
+// processor goes on around the loop, not on to the next decision, whose loads then start only once
+// the miss is served: each lookup pays much of its miss alone (BenchmarkMissesInFlight, part=probe).
+// Without it, consecutive decisions overlap their misses more, as the floor's atomic adds do
+// (BenchmarkFindNear).
 //
 // A match anywhere among the near slots is h's own: a key is in a table at most once, and its slot
 // is never reused in the table's life, even one past an empty slot that a probe would stop at.
