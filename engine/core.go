@@ -376,7 +376,7 @@ func (l *Limiter) admitSlow(h uint64, n int64) bool {
 func (l *Limiter) admitNew(h uint64, n int64, now int64, sh *shard.Shard, t *shard.Table, free uint64) bool {
 	c, at, _ := l.acquire(sh, h, now, t, free, n > l.limit)
 	if c == nil {
-		return false // refused at the key cap (acquire counted it)
+		return false // refused at the key cap (see acquire)
 	}
 	ok, st := l.codec.Admit(c, at, n)
 	if st != atomic.OK {
