@@ -92,27 +92,25 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 	}
 	absent := 0
 	for i, h := range hs {
-		if sh := l.shard(h); !sh.Due(now) {
-			t, c, free := r.Lookup(i, h)
-			if c == nil {
-				// A second new key in one run is taken for a flood of them: the run's later keys'
-				// probes are asked for now, so that each insert does not wait for its own. Runs of
-				// tracked keys, and the odd new key, never pay for it (see shard.Run.PrefetchProbes).
-				if absent++; absent == 2 {
-					r.PrefetchProbes(hs, i+1)
-				}
-				out[i] = l.admitNew(h, n, now, sh, t, free)
-				now = max(now, l.clk.Now()) // see below
-				continue
+		sh := l.shard(h)
+		if sh.Due(now) {
+			out[i] = l.admitSlow(h, n)
+		} else if t, c, free := r.Lookup(i, h); c == nil {
+			// A second new key in one run is taken for a flood of them: the run's later keys'
+			// probes are asked for now, so that each insert does not wait for its own. Runs of
+			// tracked keys, and the odd new key, never pay for it (see shard.Run.PrefetchProbes).
+			if absent++; absent == 2 {
+				r.PrefetchProbes(hs, i+1)
 			}
-			if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
-				out[i] = ok
-				continue
-			}
+			out[i] = l.admitNew(h, n, now, sh, t, free)
+		} else if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {
+			out[i] = ok
+			continue // decided at now
+		} else {
+			out[i] = l.admitSlow(h, n)
 		}
-		out[i] = l.admitSlow(h, n)
-		// The general way may have decided at a later reading (see shard.Acquire); the rest of
-		// the run must not go back before it.
+		// An insert, or the general way, may have decided at a later reading (see shard.Acquire);
+		// the rest of the run must not go back before it.
 		now = max(now, l.clk.Now())
 	}
 }

@@ -20,8 +20,8 @@ import (
 // On a table larger than the caches, floor is fastest because consecutive iterations overlap
 // their cache misses. floor-cas and lookup-load show what does and does not stop that: a locked
 // operation after a load does not (floor-cas costs what floor does), a probe loop's exit that is
-// mispredicted does (see shard.Table.Lookup and shard's BenchmarkMissesInFlight). AllowKeyBatch exists for
-// callers that can hand over many keys at once.
+// mispredicted does (see shard.Table.Lookup and shard's BenchmarkMissesInFlight). AllowKeyBatch
+// exists for callers that can hand over many keys at once.
 func BenchmarkDecisionParts(b *testing.B) {
 	const nk = 1 << 20
 	l := newBench(b)

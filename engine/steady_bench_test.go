@@ -1,7 +1,8 @@
 package engine
 
-// This file stands alone (it uses only New, WithClock, WithEviction and the manual clock), so that
-// bench/scripts/instructions.sh can copy it into a checkout of an older commit and count both.
+// This file stands alone (it uses only New, WithClock, WithEviction, WithExpectedKeys, Allow,
+// AllowKey and the manual clock), so that bench/scripts/instructions.sh can copy it into a
+// checkout of an older commit and count both.
 
 import (
 	"testing"

@@ -59,7 +59,6 @@ func TestFindAtEveryDistance(t *testing.T) {
 					sh.table.Store(tb)
 					var run Run
 					run.Set(0, &sh, h)
-					require.Same(t, c, run.Find(0, h), name)
 					rt, rc, _ := run.Lookup(0, h)
 					require.Same(t, tb, rt, name)
 					require.Same(t, c, rc, name)

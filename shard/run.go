@@ -14,9 +14,9 @@ const RunLen = 32
 
 // A Run is up to RunLen lookups begun together, so that their cache misses overlap instead of
 // following one another. Set records each key's table and the address of its home slot, Prefetch
-// then asks for all of their cache lines in one call, and Find finds each key's cell once its
-// lines have had time to arrive. A Run is a value for one goroutine, kept on its stack; the lookups read tables without a
-// lock and write nothing, as Table.Find does.
+// then asks for all of their cache lines in one call, and Lookup finds each key's cell once its
+// lines have had time to arrive. A Run is a value for one goroutine, kept on its stack; the
+// lookups read tables without a lock and write nothing, as Table.Lookup does.
 type Run struct {
 	tables [RunLen]*Table
 	lines  [RunLen]unsafe.Pointer
@@ -49,16 +49,11 @@ func (r *Run) Prefetch(n int) {
 	}
 }
 
-// Find returns the cell of key h, recorded as lookup i, in the table that Set saw, or nil. A table
-// replaced since then is still safe to read: its cells are all marked Moved, which the caller's
-// codec reports, as it would to a Find that raced with the rebuild.
-func (r *Run) Find(i int, h uint64) *uint64 {
-	return r.tables[i&(RunLen-1)].Find(h)
-}
-
-// Lookup is Find that also returns what Table.Lookup does when h is absent, for
-// Shard.AcquireFrom: the table that Set saw, and the empty slot where its probe stopped. Like
-// Find, it takes no lock and writes nothing.
+// Lookup returns what Table.Lookup does for key h, recorded as lookup i, in the table that Set
+// saw, with that table, for Shard.AcquireFrom: h's cell, or nil and the empty slot where its
+// probe stopped. It takes no lock and writes nothing. A table replaced since Set is still safe to
+// read: its cells are all marked Moved, which the caller's codec reports, as it would to a lookup
+// that raced with the rebuild.
 func (r *Run) Lookup(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 	t = r.tables[i&(RunLen-1)]
 	cell, free = t.Lookup(h)
@@ -72,9 +67,8 @@ func (r *Run) Lookup(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 // near slots, which Prefetch asked for, and picks the lines to ask for without a branch on what it
 // read, so that the lookups' loads are all under way at once; a lookup that needs no more asks for
 // its home line again, which costs nothing. It takes no lock, writes nothing, and returns without
-// waiting for the lines. A lookup
-// whose home lies within 160 bytes of its table's end is left out: its addresses must stay
-// inside the table.
+// waiting for the lines. A lookup whose home lies within farBytes of its table's end is left out:
+// its addresses must stay inside the table.
 //
 // Why: a key new to the table is absent, and at the tables' load its probe walks about 13 slots,
 // four lines, to the empty slot where it goes; each line after the home's would otherwise be a
@@ -102,6 +96,8 @@ func (t *Table) farLines(h uint64, p unsafe.Pointer) (a, b unsafe.Pointer) {
 	if t.home(h)+farBytes>>(t.slotShift&63) >= t.n {
 		return p, p
 	}
+	// Lookup's four loads. A helper shared with it, even inlined, added an instruction (an
+	// inlining mark) to every lookup.
 	s := uintptr(1) << (t.slotShift & 63)
 	k0 := satomic.LoadUint64((*uint64)(p))
 	k1 := satomic.LoadUint64((*uint64)(unsafe.Add(p, s)))

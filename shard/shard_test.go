@@ -110,7 +110,11 @@ func TestRunFindsWhatFindFinds(t *testing.T) {
 		}
 		r.Prefetch(len(batch))
 		for i, h := range batch {
-			require.Equal(t, s.Table().Find(h), r.Find(i, h), "key %x", h)
+			wantC, wantFree := s.Table().Lookup(h)
+			rt, c, free := r.Lookup(i, h)
+			require.Same(t, s.Table(), rt, "key %x", h)
+			require.Equal(t, wantC, c, "key %x", h)
+			require.Equal(t, wantFree, free, "key %x", h)
 		}
 	}
 	tracked := hs[10]
@@ -121,7 +125,8 @@ func TestRunFindsWhatFindFinds(t *testing.T) {
 	s.rebuild(cfg, now, 0)
 	s.mu.Unlock()
 	require.NotSame(t, old, s.Table(), "the rebuild published a new table")
-	c := r.Find(0, tracked)
+	rt, c, _ := r.Lookup(0, tracked)
+	require.Same(t, old, rt, "the run reads the table it was set on")
 	require.Same(t, old.Find(tracked), c, "the run reads the table it was set on")
 	_, st := cfg.Codec.Admit(c, now, 1)
 	require.Equal(t, atomic.IsMoved, st)

@@ -225,25 +225,7 @@ func BenchmarkBatch(b *testing.B) {
 }
 
 func benchBatch(b *testing.B, l peers.Batcher, w *peers.Workload) {
-	b.Run("run=serial", func(b *testing.B) {
-		b.ReportAllocs()
-		var keys [batchSize]string
-		var out [batchSize]bool
-		var admitted int
-		for i := 0; i < b.N; i += batchSize {
-			m := min(batchSize, b.N-i)
-			for j := range m {
-				keys[j] = w.Key(uint64(i + j))
-			}
-			l.AllowBatch(keys[:m], 1, out[:m])
-			for _, ok := range out[:m] {
-				if ok {
-					admitted++
-				}
-			}
-		}
-		b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
-	})
+	b.Run("run=serial", func(b *testing.B) { batchSerial(b, l, w, 0) })
 	b.Run("run=parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		var admitted atomic.Int64
@@ -340,15 +322,20 @@ func BenchmarkInsert(b *testing.B) {
 
 // freshBatch is freshSerial through AllowBatch, batchSize new keys a call; ns/op is per key.
 func freshBatch(b *testing.B, l peers.Batcher, fw *peers.Workload, cur *freshCursor) {
+	batchSerial(b, l, fw, cur.take(b, uint64(b.N)))
+}
+
+// batchSerial times b.N decisions through AllowBatch, batchSize keys a call, on w's keys from
+// from on, one goroutine, reporting the share admitted; ns/op is per key.
+func batchSerial(b *testing.B, l peers.Batcher, w *peers.Workload, from uint64) {
 	b.ReportAllocs()
-	from := cur.take(b, uint64(b.N))
 	var keys [batchSize]string
 	var out [batchSize]bool
 	admitted := 0
 	for i := 0; i < b.N; i += batchSize {
 		m := min(batchSize, b.N-i)
 		for j := range m {
-			keys[j] = fw.Key(from + uint64(i+j))
+			keys[j] = w.Key(from + uint64(i+j))
 		}
 		l.AllowBatch(keys[:m], 1, out[:m])
 		for _, ok := range out[:m] {
