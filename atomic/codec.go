@@ -51,6 +51,19 @@ func judged(limit, policyLimit int64) int64 {
 	return policyLimit
 }
 
+// FreshAdmitter is implemented by codecs that can decide a new key's first request without a
+// cell, so that the table can write a new key's state with that request already counted, before
+// any other goroutine can reach the key: one store instead of a new key's state and then a
+// decision's compare-and-swap on it.
+//
+// The table (package shard) checks a codec for it. Its methods are safe for concurrent use, as
+// every codec method is.
+type FreshAdmitter interface {
+	// FreshAdmit returns the state that Admit, deciding cost (>= 0) units at now, would leave in a
+	// cell holding Fresh(now), and Admit's decision.
+	FreshAdmit(now, cost int64) (w0, w1 uint64, admitted bool)
+}
+
 // Evictor is implemented by codecs whose state lives outside the cell, such as the sliding log,
 // whose cell holds a handle to a ring of timestamps that updates change in place without changing
 // the cell. For them "judge dead, then mark Dead if the cell is unchanged" is not atomic with

@@ -100,6 +100,16 @@ func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
 	return c.encode(rules.SlidingCounterState{Window: n * c.w}, n), 0
 }
 
+// FreshAdmit: a fresh state carries nothing into now's window, so the estimate before the request
+// is 0, and the rule admits cost (>= 0) when it is within the limit.
+func (c *slidingCounterWord) FreshAdmit(now, cost int64) (uint64, uint64, bool) {
+	w := (uint64(c.p.Index(now)) & c.kmask) << (2 * c.b & 63)
+	if cost > c.p.Limit() {
+		return w, 0, false
+	}
+	return w | uint64(cost), 0, true // cost <= limit < 2^b: within Current's bits
+}
+
 func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
 	return c.take(cell, now, cost, &c.p)
 }
@@ -307,6 +317,15 @@ func (c *slidingCounterPair) encode(s rules.SlidingCounterState) (uint64, uint64
 }
 
 func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
+
+// FreshAdmit is the one-word cell's: the estimate before a new key's first request is 0.
+func (c *slidingCounterPair) FreshAdmit(now, cost int64) (uint64, uint64, bool) {
+	w0 := uint64(c.p.Index(now))
+	if cost > c.p.Limit() {
+		return w0, 0, false
+	}
+	return w0, uint64(cost), true // cost <= limit < 2^32: within Current's half
+}
 
 func (c *slidingCounterPair) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
 	return c.take(cell, now, cost, &c.p)

@@ -368,21 +368,25 @@ func (l *Limiter) admitSlow(h uint64, n int64) bool {
 // admitNew is admit for a key its lookup, in table t, found absent and stopped at slot free: the
 // insert resumes there (see shard.AcquireFrom) instead of walking the key's probe a second time,
 // about 13 slots at the tables' load, which cost a new key about a fifth of its instructions and
-// an exit mispredicted on most walks (bench/README.md, "What an insert costs"). It then decides
-// the new cell itself, as admit does a found one, rather than through take's general loop, whose
-// full result cost a new key about 90 instructions to build and throw away.
+// an exit mispredicted on most walks (bench/README.md, "What an insert costs"). The insert writes
+// the new key's state with this request already decided in it, where the codec can
+// (shard.AdmitFrom); otherwise admitNew decides the new cell itself, as admit does a found one,
+// rather than through take's general loop, whose full result cost a new key about 90
+// instructions to build and throw away.
 //
 //go:noinline
 func (l *Limiter) admitNew(h uint64, n int64, now int64, sh *shard.Shard, t *shard.Table, free uint64) bool {
-	c, at, _ := l.acquire(sh, h, now, t, free, n > l.limit)
+	c, at, _, decided, ok := l.acquire(sh, h, now, t, free, n > l.limit, n)
 	if c == nil {
 		return false // refused at the key cap (see acquire)
 	}
-	ok, st := l.codec.Admit(c, at, n)
-	if st != atomic.OK {
-		// Moved by a rebuild, or evicted, since the insert: nothing was consumed, so the general
-		// way decides, as it does for admit.
-		return l.admitSlow(h, n)
+	if !decided { // found live (a racing insert), or a codec that cannot decide a fresh state
+		var st atomic.Status
+		if ok, st = l.codec.Admit(c, at, n); st != atomic.OK {
+			// Moved by a rebuild, or evicted, since the insert: nothing was consumed, so the general
+			// way decides, as it does for admit.
+			return l.admitSlow(h, n)
+		}
 	}
 	if clock.Due() { // as in admit: a flood of new keys must refresh the clock too
 		l.clk.Refresh()
@@ -452,7 +456,7 @@ func (l *Limiter) take(h uint64, n int64, mode op, limit int64) (policy.Result, 
 			bound = limit
 		}
 		var reason Reason
-		if c, now, reason = l.acquire(sh, h, now, t, free, n > bound); c == nil {
+		if c, now, reason, _, _ = l.acquire(sh, h, now, t, free, n > bound, -1); c == nil {
 			return policy.Result{}, reason
 		}
 	}
@@ -480,12 +484,12 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // cap it is refused with ReasonCostAboveLimit before anything is reclaimed or evicted, because
 // making room for it would take a live key's units (EvictStalest) for a request that consumes
 // nothing, and ReasonKeyCap would tell the caller to wait for a room it cannot use.
-func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64, hopeless bool) (*uint64, int64, Reason) {
+func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, free uint64, hopeless bool, cost int64) (c *uint64, at int64, reason Reason, decided, admitted bool) {
 	budget := capTries
 	reserved := false
 	if l.keys.Load() >= l.maxKeys {
 		if hopeless {
-			return nil, now, ReasonCostAboveLimit
+			return nil, now, ReasonCostAboveLimit, false, false
 		}
 		var room bool
 		if room, reserved = l.makeRoom(sh, now, &budget); !room {
@@ -493,18 +497,12 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 		}
 	}
 	for {
-		var c *uint64
-		var at int64
-		if reserved {
-			c, _, at = sh.AcquireReserved(&l.cfg, h, now, t, free) // never refused
-		} else {
-			c, _, at = sh.AcquireFrom(&l.cfg, h, now, t, free)
-		}
-		if c != nil {
-			return c, at, ReasonOK
+		// When reserved, the insert takes the place an eviction handed over, and is never refused.
+		if c, at, decided, admitted = sh.AdmitFrom(&l.cfg, h, now, cost, t, free, reserved); c != nil {
+			return c, at, ReasonOK, decided, admitted
 		}
 		if hopeless { // the cap was reached after the check above
-			return nil, at, ReasonCostAboveLimit
+			return nil, at, ReasonCostAboveLimit, false, false
 		}
 		// At the cap. The room a reclaim makes can be taken by a racing insert before this request
 		// reserves it (an eviction's cannot: it is handed over), so it tries again while its budget
@@ -515,7 +513,7 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 		}
 		if !room {
 			l.refusedAtCap.Add(1)
-			return nil, at, ReasonKeyCap
+			return nil, at, ReasonKeyCap, false, false
 		}
 		now = at
 	}

@@ -528,3 +528,41 @@ func TestTakeWithLimitRefusalsReportTheLimit(t *testing.T) {
 	require.Equal(t, ReasonClosed, d.Reason)
 	require.Equal(t, int64(500), d.Limit)
 }
+
+// TestRacingFirstRequests: goroutines released together on a key none of them has seen all race
+// to insert it. One insert decides its own request in the new key's state (shard.AdmitFrom); the
+// others find the key live and decide on its cell. Every admitted request must be counted, and no
+// more than the limit admitted, for both cell widths and for a first request above the limit.
+func TestRacingFirstRequests(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		limit, cost int64
+	}{{"one word", 3, 1}, {"two words", 1<<21 + 2, 1 << 19}, {"above the limit", 3, 4}} {
+		t.Run(c.name, func(t *testing.T) {
+			l, _ := newSC(t, c.limit, time.Minute, WithShards(2))
+			const workers, keys = 6, 300
+			for k := range uint64(keys) {
+				var admitted atomic.Int64
+				var ready, wg sync.WaitGroup
+				ready.Add(1)
+				for range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ready.Wait()
+						if l.AllowKey(k, c.cost) {
+							admitted.Add(c.cost)
+						}
+					}()
+				}
+				ready.Done()
+				wg.Wait()
+				want := min(c.limit/c.cost, workers) * c.cost
+				require.Equal(t, want, admitted.Load(), "key %d", k)
+				pr, ok := l.InspectKey(k)
+				require.True(t, ok, "key %d is tracked", k)
+				require.Equal(t, want, pr.Estimate, "key %d: admitted and counted differ", k)
+			}
+		})
+	}
+}

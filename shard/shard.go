@@ -24,7 +24,8 @@ type Shard struct {
 	used   uint64 // slots holding a key in the current table; under mu
 	cursor uint64 // where the next bounded reclaim starts; under mu
 	live   satomic.Int64
-	_      [lineSize - 32]byte
+	fresh  atomic.FreshAdmitter // cfg.Codec's, if it is one: asserted once, not on every insert
+	_      [lineSize - 48]byte
 }
 
 // lineSize is the cache line's size. Shards are exactly two lines long, so that in an array of
@@ -35,8 +36,8 @@ const lineSize = unsafe.Sizeof(cpu.CacheLinePad{})
 type Config struct {
 	// Codec is the engine's policy packed into cells: it sets every table's cell width (Words), a
 	// new key's state (Fresh), which states sweeps and rebuilds drop or re-encode (Dead, Normalize,
-	// Horizon) and which keys the key cap may evict (Stale); where it is also an atomic.Evictor or
-	// an atomic.LiveFilter, the shard uses those too. Like the rest of Config it is read-only after
+	// Horizon) and which keys the key cap may evict (Stale); where it is also an atomic.Evictor, an
+	// atomic.LiveFilter or an atomic.FreshAdmitter, the shard uses those too. Like the rest of Config it is read-only after
 	// Init: the tables' cell width and every cell's encoding follow from it.
 	Codec atomic.Codec
 	// Evict makes sweeps and rebuilds drop dead keys; without it they only re-encode them.
@@ -74,6 +75,7 @@ func (cfg *Config) evictor() atomic.Evictor {
 
 // Init gives the shard an empty table. now starts the sweep horizon.
 func (s *Shard) Init(cfg *Config, now int64) {
+	s.fresh, _ = cfg.Codec.(atomic.FreshAdmitter)
 	s.table.Store(newTable(cfg.MinTable(), cfg.Codec.Words(), cfg.Shift))
 	s.swept.Store(now)
 	s.horizon.Store(addClamped(now, cfg.Codec.Horizon()))
@@ -121,20 +123,40 @@ func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created
 // absent and stopped at slot free: if from is still the shard's table, the probe under the lock
 // resumes there instead of walking h's probe sequence a second time. A nil from is Acquire.
 func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
-	return s.acquire(cfg, h, now, from, free, false)
+	cell, created, at, _, _ = s.acquire(cfg, h, now, from, free, false, -1)
+	return cell, created, at
 }
 
 // AcquireReserved is AcquireFrom for a caller that holds a place in cfg.Keys already, from
 // EvictCandidateKeep: a new or revived key takes that place instead of reserving one, so it cannot
 // be refused at the cap, and a key found live (a racing insert of the same key) gives it back.
 func (s *Shard) AcquireReserved(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
-	return s.acquire(cfg, h, now, from, free, true)
+	cell, created, at, _, _ = s.acquire(cfg, h, now, from, free, true, -1)
+	return cell, created, at
 }
 
-func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint64, reserved bool) (cell *uint64, created bool, at int64) {
+// AdmitFrom is AcquireFrom, or AcquireReserved when reserved, for a caller that decides a request
+// of cost units (cost >= 0) on the cell at once, as Allow does. When it inserts or revives h and
+// cfg.Codec is an atomic.FreshAdmitter, it writes h's new state with that request already decided
+// (and counted when admitted) at at, and reports decided, with the decision in admitted. The state
+// is written before any other goroutine can see it (a new key's) or decide on it (a revived key's,
+// under the lock), so the request is h's first, as the caller's own decision after the insert
+// would be. Otherwise decided is false, and the caller decides on cell at at as usual.
+//
+// Why: a new key's own decision is otherwise a second write to the cell, a compare-and-swap, and
+// the codec's decoding of a state it has just written; a flood of new keys pays them on every
+// request (bench/README.md, "What an insert costs").
+func (s *Shard) AdmitFrom(cfg *Config, h uint64, now, cost int64, from *Table, free uint64, reserved bool) (cell *uint64, at int64, decided, admitted bool) {
+	cell, _, at, decided, admitted = s.acquire(cfg, h, now, from, free, reserved, cost)
+	return cell, at, decided, admitted
+}
+
+// acquire is AcquireFrom, AcquireReserved and AdmitFrom; cost < 0 decides nothing. It unlocks on
+// each way out instead of deferring the unlock, which cost every insert about 30 instructions of
+// some 550 (counted with bench/scripts/instructions.sh).
+func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint64, reserved bool, cost int64) (cell *uint64, created bool, at int64, decided, admitted bool) {
 	words := cfg.Codec.Words()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if cfg.Clock != nil {
 		now = max(now, cfg.Clock.Now())
 	}
@@ -153,29 +175,45 @@ func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint
 			if reserved {
 				cfg.Keys.Add(-1) // the place is not needed
 			}
-			return c, false, now // a racing insert got there first
+			s.mu.Unlock()
+			return c, false, now, false, false // a racing insert got there first
 		}
 		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
 		if !reserved && !reserve(cfg) {
-			return nil, false, now
+			s.mu.Unlock()
+			return nil, false, now, false, false
 		}
-		f0, f1 := cfg.Codec.Fresh(now)
+		f0, f1, decided, admitted := s.first(cfg, now, cost)
 		atomic.Store(c, words, f0, f1)
 		s.live.Add(1)
-		return c, true, now
+		s.mu.Unlock()
+		return c, true, now, decided, admitted
 	}
 	if !reserved && !reserve(cfg) {
-		return nil, false, now
+		s.mu.Unlock()
+		return nil, false, now, false, false
 	}
 	if (s.used+1)*loadDen > t.n*loadNum {
 		t = s.rebuild(cfg, now, 1)
 		i, _ = t.slot(h)
 	}
-	f0, f1 := cfg.Codec.Fresh(now)
+	f0, f1, decided, admitted := s.first(cfg, now, cost)
 	t.put(i, h, words, f0, f1)
 	s.used++
 	s.live.Add(1)
-	return t.cellOf(i), true, now
+	s.mu.Unlock()
+	return t.cellOf(i), true, now, decided, admitted
+}
+
+// first returns a new key's state at now, with a first request of cost units decided in it
+// (decided) when cost >= 0 and the codec can (see AdmitFrom).
+func (s *Shard) first(cfg *Config, now, cost int64) (w0, w1 uint64, decided, admitted bool) {
+	if cost >= 0 && s.fresh != nil {
+		w0, w1, admitted = s.fresh.FreshAdmit(now, cost)
+		return w0, w1, true, admitted
+	}
+	w0, w1 = cfg.Codec.Fresh(now)
+	return w0, w1, false, false
 }
 
 // reserve counts one more live key in cfg.Keys unless that would pass cfg.MaxKeys. Only

@@ -16,8 +16,6 @@ import (
 	"math/bits"
 	satomic "sync/atomic"
 	"unsafe"
-
-	"github.com/slidelimit/slidelimit/atomic"
 )
 
 // Table is one shard's open-addressing table. Slots are [key, cell...] laid out in one []uint64:
@@ -125,7 +123,9 @@ const nearSlots = 4
 //
 // It first loads the nearSlots slots from h's home and picks h's among them with conditional
 // moves, so that the one branch that follows, found or not, is nearly always predicted; only a key
-// further away (or near slots that would wrap past the last slot) is probed for slot by slot.
+// further away (or near slots that would wrap past the last slot) is probed for slot by slot, from
+// the first slot past the near ones when they all hold other keys (as they do for most new keys:
+// it spares each insert about 30 instructions of walking them again).
 //
 // Why: a probe loop branches on each key it loads, and how far a key lies from its home is random,
 // so the loop's exit is mispredicted on most lookups. While such an exit waits on a cache miss the
@@ -163,6 +163,12 @@ func (t *Table) Lookup(h uint64) (cell *uint64, free uint64) {
 		if off != 0 {
 			return (*uint64)(unsafe.Add(p, off)), 0
 		}
+		if k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 {
+			// Four other keys: the probe goes on past them (as a new key's does, most often).
+			if i += nearSlots; i == t.n {
+				i = 0
+			}
+		}
 	}
 	for {
 		p := t.keyAt(i)
@@ -198,9 +204,17 @@ func (t *Table) slotFrom(h, i uint64) (uint64, bool) {
 }
 
 // put stores a key and its cell in an empty slot: the cell first, so that a reader who sees the
-// key sees its state.
+// key sees its state. The cell's stores are plain: until the key's atomic store publishes it, no
+// other goroutine reaches the cell (every reader, sweep and evictor loads the key first, and skips
+// an empty slot), and that store orders them before any reader's load of the key. An atomic store
+// is a locked instruction on amd64 (a CMPXCHG16B loop for a two-word cell), which every insert
+// would otherwise pay once more.
 func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
-	atomic.Store(t.cellOf(i), words, w0, w1)
+	c := t.cellOf(i)
+	*c = w0
+	if words == 2 {
+		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
+	}
 	satomic.StoreUint64(t.keyAt(i), h)
 }
 
