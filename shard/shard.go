@@ -141,11 +141,12 @@ func (s *Shard) AcquireReserved(cfg *Config, h uint64, now int64, from *Table, f
 // (and counted when admitted) at at, and reports decided, with the decision in admitted. The state
 // is written before any other goroutine can see it (a new key's) or decide on it (a revived key's,
 // under the lock), so the request is h's first, as the caller's own decision after the insert
-// would be. Otherwise decided is false, and the caller decides on cell at at as usual.
+// would be. Otherwise decided is false, and the caller decides on cell at at as usual. It is safe
+// for concurrent use, as Acquire is: it inserts under the shard's mutex.
 //
 // Why: a new key's own decision is otherwise a second write to the cell, a compare-and-swap, and
 // the codec's decoding of a state it has just written; a flood of new keys pays them on every
-// request (bench/README.md, "What an insert costs").
+// request (bench/README.md, "A new key's first request, decided as it is written").
 func (s *Shard) AdmitFrom(cfg *Config, h uint64, now, cost int64, from *Table, free uint64, reserved bool) (cell *uint64, at int64, decided, admitted bool) {
 	cell, _, at, decided, admitted = s.acquire(cfg, h, now, from, free, reserved, cost)
 	return cell, at, decided, admitted

@@ -372,3 +372,56 @@ func TestCandidatesKeepTheStalest(t *testing.T) {
 	require.Equal(t, MaxCandidates, NewCandidates(99).keep, "at most MaxCandidates")
 	require.Equal(t, 1, NewCandidates(0).keep, "at least one")
 }
+
+// TestAdmitFrom: a new or revived key's first request is decided in the state the insert writes
+// when the codec is a FreshAdmitter, and left to the caller otherwise: for a key found live, for a
+// codec without FreshAdmit, and for AcquireFrom.
+func TestAdmitFrom(t *testing.T) {
+	s, cfg := newShard(t, 5, true)
+	estimate := func(c *uint64) int64 {
+		_, pr, st := cfg.Codec.Peek(c, now)
+		require.Equal(t, atomic.OK, st)
+		return pr.Estimate
+	}
+	const h, big = uint64(0x1234_5678_9abc_def1), uint64(0x2234_5678_9abc_def1)
+	c, at, decided, admitted := s.AdmitFrom(cfg, h, now, 3, nil, 0, false)
+	require.NotNil(t, c)
+	require.Equal(t, now, at)
+	require.True(t, decided, "a new key's first request is decided by the insert")
+	require.True(t, admitted)
+	require.Equal(t, int64(3), estimate(c), "and counted in its state")
+
+	again, _, decided, _ := s.AdmitFrom(cfg, h, now, 1, nil, 0, false)
+	require.Equal(t, c, again)
+	require.False(t, decided, "a live key is the caller's to decide")
+	require.Equal(t, int64(3), estimate(c), "nothing counted for it")
+
+	c2, _, decided, admitted := s.AdmitFrom(cfg, big, now, 6, nil, 0, false)
+	require.True(t, decided)
+	require.False(t, admitted, "a first request above the limit is refused")
+	require.Equal(t, int64(0), estimate(c2), "and consumes nothing, though the key is tracked")
+	require.Equal(t, int64(2), cfg.Keys.Load())
+
+	_, _, ok := atomic.Mark(c, 1, atomic.Dead)
+	require.True(t, ok)
+	s.addLive(cfg, -1) // as an evictor does
+	revived, _, decided, admitted := s.AdmitFrom(cfg, h, now, 2, nil, 0, false)
+	require.Equal(t, c, revived, "an evicted key keeps its slot")
+	require.True(t, decided, "a revived key's request is decided by the revival")
+	require.True(t, admitted)
+	require.Equal(t, int64(2), estimate(c), "in a fresh state: the evicted units are gone")
+	require.Equal(t, int64(2), cfg.Keys.Load())
+
+	c3, _, _ := s.AcquireFrom(cfg, 0x3234_5678_9abc_def1, now, nil, 0)
+	require.Equal(t, int64(0), estimate(c3), "AcquireFrom decides nothing")
+
+	tb := &Config{Codec: atomic.NewTokenBucket(policy.TokenBucket{Rate: 1, Burst: 5}), Keys: new(satomic.Int64)}
+	require.NotImplements(t, (*atomic.FreshAdmitter)(nil), tb.Codec, "pick a codec without FreshAdmit")
+	var ts Shard
+	ts.Init(tb, now)
+	c4, _, decided, _ := ts.AdmitFrom(tb, h, now, 3, nil, 0, false)
+	require.False(t, decided, "a codec without FreshAdmit leaves the decision to the caller")
+	w0, w1 := atomic.Load(c4, tb.Codec.Words())
+	f0, f1 := tb.Codec.Fresh(now)
+	require.Equal(t, [2]uint64{f0, f1}, [2]uint64{w0, w1}, "the cell holds a new key's state")
+}
