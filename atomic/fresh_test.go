@@ -12,7 +12,7 @@ import (
 
 // TestFreshAdmit: a codec's FreshAdmit leaves the state, and makes the decision, that Admit makes
 // on a cell holding Fresh at the same time, for costs around the limit and times around window
-// edges. Both sliding-counter cells must implement it: the engine's insert relies on it.
+// edges. Both sliding-counter cells must implement it, so that the default policy's inserts use it.
 func TestFreshAdmit(t *testing.T) {
 	codecs := []Codec{
 		NewSlidingCounter(policy.SlidingCounter{Limit: 1, Window: time.Second}),

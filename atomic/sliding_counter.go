@@ -318,7 +318,7 @@ func (c *slidingCounterPair) encode(s rules.SlidingCounterState) (uint64, uint64
 
 func (c *slidingCounterPair) Fresh(now int64) (uint64, uint64) { return c.encode(c.p.Fresh(now)) }
 
-// FreshAdmit is the one-word cell's: the estimate before a new key's first request is 0.
+// FreshAdmit, as for the one-word cell: the estimate before a new key's first request is 0.
 func (c *slidingCounterPair) FreshAdmit(now, cost int64) (uint64, uint64, bool) {
 	w0 := uint64(c.p.Index(now))
 	if cost > c.p.Limit() {

@@ -477,7 +477,9 @@ func (l *Limiter) takeDecision(h uint64, n int64) Decision {
 // only spares that lock.
 //
 // t and free are where the caller's lookup found h absent (see shard.AcquireFrom); t is nil when
-// it found h's cell, dead.
+// it found h's cell, dead. A cost of 0 or more is the caller's request, for the insert to decide in
+// the state it writes where the codec can (decided, with the decision in admitted: see
+// shard.AdmitFrom); take, which needs the full result, passes -1.
 //
 // hopeless says the request's cost is above the limit, so that it is refused whatever the state.
 // Below the cap such a key is still tracked, as the policies' rules say (docs/policies.md); at the
