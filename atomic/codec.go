@@ -56,6 +56,12 @@ func judged(limit, policyLimit int64) int64 {
 // any other goroutine can reach the key: one store instead of a new key's state and then a
 // decision's compare-and-swap on it.
 //
+// The sliding counter implements it, the default policy, whose new key's decision is one
+// comparison. The other codecs do not: sharing Admit's decision with FreshAdmit would move it into
+// a function too large for the compiler to inline, a call more on every decision of a tracked key,
+// to spare inserts instructions that, on tables larger than the caches, they do not wait on
+// (bench/README.md, "A new key's first request, decided as it is written").
+//
 // The table (package shard) checks a codec for it. Its methods are safe for concurrent use, as
 // every codec method is.
 type FreshAdmitter interface {
