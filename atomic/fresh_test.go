@@ -35,9 +35,6 @@ func TestFreshAdmit(t *testing.T) {
 		}
 		for _, now := range times {
 			for _, cost := range []int64{0, 1, 2, limit - 1, limit, limit + 1, math.MaxInt64} {
-				if cost < 0 {
-					continue
-				}
 				cell := aligned()
 				f0, f1 := codec.Fresh(now)
 				Store(cell, codec.Words(), f0, f1)

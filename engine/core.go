@@ -532,7 +532,7 @@ const capReclaimBudget = 64
 // configured, evict the stalest evictable key of a sample taken across the limiter, each taking
 // one from *budget. It reports whether it made room, and whether that room is reserved for the
 // caller (an eviction hands the evicted key's place over: the caller must then insert with
-// shard.AcquireReserved).
+// shard.AdmitFrom's reserved, or shard.AcquireReserved).
 func (l *Limiter) makeRoom(sh *shard.Shard, now int64, budget *int) (room, reserved bool) {
 	*budget--
 	if n := sh.Reclaim(&l.cfg, now, capReclaimBudget); n > 0 {

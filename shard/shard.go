@@ -152,12 +152,20 @@ func (s *Shard) AdmitFrom(cfg *Config, h uint64, now, cost int64, from *Table, f
 	return cell, at, decided, admitted
 }
 
-// acquire is AcquireFrom, AcquireReserved and AdmitFrom; cost < 0 decides nothing. It unlocks on
-// each way out instead of deferring the unlock, which cost every insert about 30 instructions of
-// some 550 (counted with bench/scripts/instructions.sh).
+// acquire is AcquireFrom, AcquireReserved and AdmitFrom; cost < 0 decides nothing. It unlocks
+// after inserted returns rather than deferring the unlock: a deferred unlock cost every insert
+// about 30 instructions of some 550, the call to inserted about 10 (counted with
+// bench/scripts/instructions.sh).
 func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint64, reserved bool, cost int64) (cell *uint64, created bool, at int64, decided, admitted bool) {
-	words := cfg.Codec.Words()
 	s.mu.Lock()
+	cell, created, at, decided, admitted = s.inserted(cfg, h, now, from, free, reserved, cost)
+	s.mu.Unlock()
+	return cell, created, at, decided, admitted
+}
+
+// inserted is acquire's work, under s.mu.
+func (s *Shard) inserted(cfg *Config, h uint64, now int64, from *Table, free uint64, reserved bool, cost int64) (cell *uint64, created bool, at int64, decided, admitted bool) {
+	words := cfg.Codec.Words()
 	if cfg.Clock != nil {
 		now = max(now, cfg.Clock.Now())
 	}
@@ -176,22 +184,18 @@ func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint
 			if reserved {
 				cfg.Keys.Add(-1) // the place is not needed
 			}
-			s.mu.Unlock()
 			return c, false, now, false, false // a racing insert got there first
 		}
 		// Evicted: the slot is still h's, and only the lock holder writes a dead cell.
 		if !reserved && !reserve(cfg) {
-			s.mu.Unlock()
 			return nil, false, now, false, false
 		}
 		f0, f1, decided, admitted := s.first(cfg, now, cost)
 		atomic.Store(c, words, f0, f1)
 		s.live.Add(1)
-		s.mu.Unlock()
 		return c, true, now, decided, admitted
 	}
 	if !reserved && !reserve(cfg) {
-		s.mu.Unlock()
 		return nil, false, now, false, false
 	}
 	if (s.used+1)*loadDen > t.n*loadNum {
@@ -202,7 +206,6 @@ func (s *Shard) acquire(cfg *Config, h uint64, now int64, from *Table, free uint
 	t.put(i, h, words, f0, f1)
 	s.used++
 	s.live.Add(1)
-	s.mu.Unlock()
 	return t.cellOf(i), true, now, decided, admitted
 }
 

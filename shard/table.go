@@ -210,12 +210,17 @@ func (t *Table) slotFrom(h, i uint64) (uint64, bool) {
 // is a locked instruction on amd64 (a CMPXCHG16B loop for a two-word cell), which every insert
 // would otherwise pay once more.
 func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
+	t.writeCell(i, words, w0, w1)
+	satomic.StoreUint64(t.keyAt(i), h)
+}
+
+// writeCell stores slot i's cell with plain stores, for a cell no other goroutine can reach yet.
+func (t *Table) writeCell(i uint64, words int, w0, w1 uint64) {
 	c := t.cellOf(i)
 	*c = w0
 	if words == 2 {
 		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
 	}
-	satomic.StoreUint64(t.keyAt(i), h)
 }
 
 // filler fills a table no other goroutine can reach yet (a rebuild's, before the shard publishes
@@ -262,11 +267,7 @@ func (f *filler) fill(h, w0, w1 uint64) {
 	if i >= hm && i >= f.end {
 		f.end = i + 1
 	}
-	c := t.cellOf(i)
-	*c = w0
-	if f.words == 2 {
-		*(*uint64)(unsafe.Add(unsafe.Pointer(c), 8)) = w1
-	}
+	t.writeCell(i, f.words, w0, w1)
 	*t.keyAt(i) = h
 }
 
