@@ -23,10 +23,11 @@ const batchChunk = shard.RunLen
 // call that Close interrupts may.
 //
 // It is faster per key than a loop of Allow calls on a table larger than the processor's caches:
-// it hashes a run of keys and prefetches the cache lines of each one's lookup before deciding the
-// first, so that their memory loads overlap instead of following one another; once a run meets
-// its second new key, it also prefetches the lines that the rest of the run's new keys will walk to
-// find their empty slots. It allocates nothing and retains no key.
+// it hashes a run of keys, then asks for each key's home cache line 18 keys before deciding it,
+// so that the memory loads of many keys overlap instead of following one another. Once a batch
+// meets its second new key, it takes the batch for a flood of them and also walks each later
+// key's probe ahead of its decision, 12 and then 6 keys before it, asking for the lines that the
+// probe will need to find the key's empty slot. It allocates nothing and retains no key.
 func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]
@@ -36,7 +37,6 @@ func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 		for i, k := range keys[:c] {
 			r.set(l, i, l.hashString(k))
 		}
-		r.Prefetch(c)
 		l.decideRun(&r, n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
@@ -55,17 +55,32 @@ func (l *Limiter) AllowKeyBatch(keys []uint64, n int64, out []bool) {
 		for i, k := range keys[:c] {
 			r.set(l, i, l.hashKey(k))
 		}
-		r.Prefetch(c)
 		l.decideRun(&r, n, out[:c])
 		keys, out = keys[c:], out[c:]
 	}
 }
 
-// run is a batch's run of keys: their hashes, made nonzero, and their lookups.
+// run is a batch's run of keys: their hashes, made nonzero, and their lookups; and what the
+// batch's runs so far have shown: how many keys were new, and whether that made it a flood.
 type run struct {
-	hs [batchChunk]uint64
+	hs     [batchChunk]uint64
+	absent int
+	flood  bool
 	shard.Run
 }
+
+// How far ahead of a key's decision decideRun works on its lookup, in keys, and how many keys it
+// takes at a time. A new key's decision takes about 60 ns when its lines have arrived (engine's
+// BenchmarkInsertSteady), and a line from memory 100 to 300 ns: six keys apart is about one
+// memory latency. Four lines for each stage of a walk (walkPairs) left the fewest probes waiting
+// (bench/README.md, "A flood's probes, walked ahead in stages").
+const (
+	homeAhead = 18 // Prefetch: the home lines
+	walkFirst = 12 // the first Walk, which reads the home lines
+	walkNext  = 6  // the second Walk, which reads the lines the first asked for
+	aheadStep = 2  // keys at a time
+	walkPairs = 2  // lines a Walk asks for, in pairs
+)
 
 // set records h as the run's i-th key and begins its lookup.
 func (r *run) set(l *Limiter, i int, h uint64) {
@@ -80,27 +95,44 @@ func (r *run) set(l *Limiter, i int, h uint64) {
 // such a function is too large for the compiler to inline, and would add a call to every Allow.
 func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 	hs := r.hs[:len(out)]
+	m := len(hs)
 	if uint64(n) > uint64(l.maxCost) || l.closed.Load() {
 		for i, h := range hs {
 			out[i] = l.admitSlow(h, n)
 		}
 		return
 	}
+	// The run's first keys have no keys before them to hide their lines behind: they are asked
+	// for all at once, and wait for them.
+	r.PrefetchSpan(0, min(m, homeAhead))
+	if r.flood {
+		r.Walk(hs, 0, walkFirst, walkPairs)
+		r.Walk(hs, 0, walkNext, walkPairs)
+	}
 	now := l.clk.Now()
 	if clock.DueFor(len(hs)) {
 		now = l.clk.Refresh()
 	}
-	absent := 0
 	for i, h := range hs {
+		if i%aheadStep == 0 {
+			r.PrefetchSpan(i+homeAhead, min(m, i+homeAhead+aheadStep))
+			if r.flood {
+				r.Walk(hs, i+walkFirst, i+walkFirst+aheadStep, walkPairs)
+				r.Walk(hs, i+walkNext, i+walkNext+aheadStep, walkPairs)
+			}
+		}
 		sh := l.shard(h)
 		if sh.Due(now) {
 			out[i] = l.admitSlow(h, n)
-		} else if t, c, free := r.Lookup(i, h); c == nil {
-			// A second new key in one run is taken for a flood of them: the run's later keys'
-			// probes are asked for now, so that each insert does not wait for its own. Runs of
-			// tracked keys, and the odd new key, never pay for it (see shard.Run.PrefetchProbes).
-			if absent++; absent == 2 {
-				r.PrefetchProbes(hs, i+1)
+		} else if t, c, free := r.Resume(i, h); c == nil {
+			// A second new key in one batch is taken for a flood of them: from here on the later
+			// keys' probes are walked ahead of their decisions. Batches of tracked keys, and the odd
+			// new key, never pay for it: 84% of tracked keys lie in their home lines.
+			if r.absent++; r.absent == 2 && !r.flood {
+				r.flood = true
+				next := i - i%aheadStep + aheadStep // the loop's next step walks from there
+				r.Walk(hs, i+1, next+walkFirst, walkPairs)
+				r.Walk(hs, i+1, next+walkNext, walkPairs)
 			}
 			out[i] = l.admitNew(h, n, now, sh, t, free)
 		} else if ok, st := l.codec.Admit(c, now, n); st == atomic.OK {

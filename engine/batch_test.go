@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"math/rand/v2"
 	"strconv"
+	"sync"
+	satomic "sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -115,6 +118,71 @@ func TestAllowBatchLongAndDuplicated(t *testing.T) {
 		cb.Advance(300 * time.Millisecond)
 	}
 	require.Equal(t, 40, a.Len(), "the key cap was reached")
+}
+
+// TestAllowBatchFloodAtLoad: floods of new keys, mixed with tracked ones, into tables grown to
+// tens of thousands of keys, so that the tables are at their load (0.8 to 0.875), new keys' probes
+// are long and long-tailed, and tables are rebuilt between and during batches: the batch walks the
+// probes ahead of its decisions (shard.Run.Walk), and decides as the same calls made one by one.
+func TestAllowBatchFloodAtLoad(t *testing.T) {
+	a, b, _, _ := batchTwins(t, 2, 0)
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := make([]uint64, 0, 64)
+	for round := range 2000 {
+		keys = keys[:0]
+		for range 1 + r.IntN(64) {
+			k := uint64(round)<<32 | r.Uint64N(1<<32) // new, most likely
+			if r.IntN(5) == 0 {
+				k = uint64(r.IntN(round+1))<<32 | r.Uint64N(1<<32) // most likely new too, or tracked
+			}
+			if r.IntN(4) == 0 && len(keys) > 0 {
+				k = keys[r.IntN(len(keys))] // a duplicate within the batch
+			}
+			keys = append(keys, k)
+		}
+		checkKeyBatch(t, a, b, keys, 1)
+	}
+	require.Greater(t, a.Len(), 40_000, "tables this large hold long probes")
+}
+
+// TestAllowBatchRacingFlood: goroutines batch the same new keys at once, each in its own order,
+// into tables at their load: each key is admitted exactly once (the limit is 1), however the
+// walks ahead, the inserts and the rebuilds of the goroutines interleave.
+func TestAllowBatchRacingFlood(t *testing.T) {
+	l, err := New(policy.SlidingCounter{Limit: 1, Window: time.Hour}, WithEviction(false), WithShards(4))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	const prefill, keys, goroutines = 30_000, 20_000, 4
+	for k := range uint64(prefill) {
+		require.True(t, l.AllowKey(k, 1))
+	}
+	var admitted satomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			order := rand.New(rand.NewPCG(uint64(g), 5)).Perm(keys)
+			batch := make([]uint64, 0, 64)
+			out := make([]bool, 64)
+			for len(order) > 0 {
+				batch = batch[:0]
+				for _, k := range order[:min(64, len(order))] {
+					batch = append(batch, prefill+uint64(k))
+				}
+				order = order[len(batch):]
+				l.AllowKeyBatch(batch, 1, out)
+				for _, ok := range out[:len(batch)] {
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(keys), admitted.Load(), "each new key admitted once")
+	require.Equal(t, prefill+keys, l.Len())
 }
 
 // TestAllowBatchModel: random batches of random keys (drawn from a small set, so duplicates are

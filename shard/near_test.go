@@ -6,7 +6,6 @@ import (
 	"strconv"
 	satomic "sync/atomic"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -130,68 +129,98 @@ func BenchmarkFindNear(b *testing.B) {
 	})
 }
 
-// TestFarLines checks what PrefetchProbes asks for: the three lines after the home slot's (the
-// addresses 64 and 160 bytes on) only for a key that is neither among the near slots nor stopped
-// there by an empty slot, and never an address past the table's end, for homes at every slot of
-// tables of one-word and two-word cells. PrefetchProbes is then run over the same keys, which
-// under -race (checkptr) also checks the addresses it forms.
-func TestFarLines(t *testing.T) {
+// TestWalk walks probes of every length from every home slot, wrapping past the last slot
+// included, in tables of one-word and two-word cells, for a key put at the probe's end and for one
+// never put: after one, two or three Walks, asking for 2, 4 or 16 lines at a time, Resume finds
+// what Lookup finds (the key's own cell, or the empty slot that ends the probe), and no Walk asks
+// for a line past the table's end. A Walk that sees the probe's end stops there. Under -race
+// (checkptr) this also checks the addresses Walk forms.
+func TestWalk(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, words := range []int{1, 2} {
-		const n = 40
-		for hm := range uint64(n) {
-			for _, fill := range []uint64{0, 3, 4, 12} { // slots from the home given other keys
-				tb := newTable(n, words, 0)
-				for j := range fill {
-					tb.put((hm+j)%n, r.Uint64()|1, words, 0, 0)
+		for _, n := range []uint64{8, 13, 40} {
+			for hm := range n {
+				for fill := uint64(0); fill < n; fill += 1 + fill/4 { // slots from home given other keys
+					for _, put := range []bool{false, true} {
+						tb := newTable(n, words, 0)
+						for j := range fill {
+							tb.put((hm+j)%n, r.Uint64()|1, words, 0, 0)
+						}
+						h := keyWithHome(tb, r, hm)
+						if put && fill < n-1 {
+							tb.put((hm+fill)%n, h, words, 0, 0)
+						}
+						wantC, wantFree := tb.Lookup(h)
+						var sh Shard
+						sh.table.Store(tb)
+						for _, pairs := range []int{1, 2, 8} {
+							for walks := 1; walks <= 3; walks++ {
+								name := fmt.Sprintf("words=%d n=%d home=%d filled=%d put=%v pairs=%d walks=%d",
+									words, n, hm, fill, put, pairs, walks)
+								var run Run
+								hs := []uint64{r.Uint64() | 1, h}
+								run.Set(0, &sh, hs[0])
+								run.Set(1, &sh, h)
+								run.Walk(hs, 1, 2, pairs)
+								for range walks - 1 {
+									before := run.reach[1]
+									run.Walk(hs, 1, 2, pairs)
+									if run.reach[1] != before { // it asked for lines
+										require.LessOrEqual(t, run.reach[1], tb.n<<tb.slotShift, name+": inside the table")
+									}
+								}
+								require.Zero(t, run.reach[0], name+": a lookup outside [from, to) is not walked")
+								if run.ended[1] {
+									end := wantFree
+									if wantC != nil {
+										end = (hm + fill) % n
+									}
+									require.Equal(t, end, run.next[1]%n, name+": the walk stopped at the probe's end")
+								}
+								rt, c, free := run.Resume(1, h)
+								require.Same(t, tb, rt, name)
+								require.Equal(t, wantC, c, name)
+								require.Equal(t, wantFree, free, name)
+							}
+						}
+					}
 				}
-				h := keyWithHome(tb, r, hm)
-				p := unsafe.Pointer(tb.keyAt(hm))
-				a, b := tb.farLines(h, p)
-				name := fmt.Sprintf("words=%d home=%d filled=%d", words, hm, fill)
-				end := hm + farBytes>>tb.slotShift
-				switch {
-				case end >= n, fill < nearSlots:
-					require.Equal(t, p, a, name)
-					require.Equal(t, p, b, name)
-				default:
-					require.Equal(t, unsafe.Add(p, 64), a, name)
-					require.Equal(t, unsafe.Add(p, 160), b, name)
-					last := uintptr(unsafe.Pointer(tb.keyAt(n - 1)))
-					require.LessOrEqual(t, uintptr(b), last, name+": inside the table")
-				}
-				if fill >= nearSlots && end < n {
-					// The key itself, past its near slots, is still far.
-					tb.put((hm+fill)%n, h, words, 0, 0)
-					a, _ = tb.farLines(h, p)
-					require.Equal(t, unsafe.Add(p, 64), a, name)
-				}
-				var sh Shard
-				sh.table.Store(tb)
-				var run Run
-				hs := make([]uint64, RunLen)
-				for i := range hs {
-					hs[i] = h
-					run.Set(i, &sh, h)
-				}
-				run.PrefetchProbes(hs, 0)
-				run.PrefetchProbes(hs, RunLen-1)
-				run.PrefetchProbes(hs, RunLen) // nothing to do
 			}
 		}
 	}
-	// A key among its near slots stops there.
-	tb := newTable(40, 1, 0)
-	h := keyWithHome(tb, r, 5)
-	for j := range uint64(8) {
-		k := r.Uint64() | 1
-		if j == 2 {
-			k = h
-		}
-		tb.put(5+j, k, 1, 0, 0)
+}
+
+// TestWalkEndsShortProbes checks that a Walk, which reads the lines Prefetch asked for, sees a
+// probe end there when it does, and only then asks for more: a probe that ends in the home line
+// ends on the first Walk, and one that runs on past the lines asked for is still open.
+func TestWalkEndsShortProbes(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	tb := newTable(4096, 1, 0)
+	hm := uint64(64) // a line's first slot when the slots start on a line; at most 3 slots from one
+	for j := range uint64(40) {
+		tb.put(hm+j, r.Uint64()|1, 1, 0, 0)
 	}
-	p := unsafe.Pointer(tb.keyAt(5))
-	a, b := tb.farLines(h, p)
-	require.Equal(t, p, a)
-	require.Equal(t, p, b)
+	var sh Shard
+	sh.table.Store(tb)
+	short := keyWithHome(tb, r, hm+40) // its home slot is empty
+	long := keyWithHome(tb, r, hm)     // 40 full slots, 10 lines, from its home
+	var run Run
+	hs := []uint64{short, long}
+	run.Set(0, &sh, short)
+	run.Set(1, &sh, long)
+	run.Walk(hs, 0, 2, 1)
+	require.True(t, run.ended[0], "a probe that ends at its home slot ends on the first walk")
+	require.Equal(t, hm+40, run.next[0])
+	require.False(t, run.ended[1], "a probe 40 slots long runs past the lines asked for")
+	reached := run.reach[1]
+	run.Walk(hs, 0, 2, 1)
+	require.Equal(t, reached+2*lineBytes, run.reach[1], "the second walk asks for two lines more")
+	for range 8 {
+		run.Walk(hs, 0, 2, 1)
+	}
+	require.True(t, run.ended[1])
+	require.Equal(t, hm+40, run.next[1], "the long probe ends at the first empty slot")
+	_, c, free := run.Resume(1, long)
+	require.Nil(t, c)
+	require.Equal(t, hm+40, free)
 }

@@ -12,14 +12,22 @@ import (
 // runs of 32 than of 16, and 64 was within noise of 32.
 const RunLen = 32
 
-// A Run is up to RunLen lookups begun together, so that their cache misses overlap instead of
-// following one another. Set records each key's table and the address of its home slot, Prefetch
-// then asks for all of their cache lines in one call, and Lookup finds each key's cell once its
-// lines have had time to arrive. A Run is a value for one goroutine, kept on its stack; the
-// lookups read tables without a lock and write nothing, as Table.Lookup does.
+// A Run is up to RunLen lookups begun ahead of their decisions, so that their cache misses overlap
+// instead of following one another. Set records each key's table and the address of its home slot;
+// Prefetch, or PrefetchSpan for some of them, asks for their home lines; Walk, for keys likely new
+// to their tables, follows their probes through the lines that have arrived and asks for the
+// next; and Lookup, or Resume after a Walk, finds each key's cell once its lines have had time to
+// arrive. A Run is a value for one goroutine, kept on its stack; its lookups read tables without a
+// lock and write nothing but the Run, as Table.Lookup does.
 type Run struct {
 	tables [RunLen]*Table
 	lines  [RunLen]unsafe.Pointer
+	// A walked lookup's probe (see Walk): the next slot to read, and the byte offset from its
+	// table's first slot of the end of the lines asked for so far; 0 until Walk first sees it.
+	next  [RunLen]uint64
+	reach [RunLen]uint64
+	// ended records that a walked lookup's probe ends at next (h's slot or an empty one).
+	ended [RunLen]bool
 }
 
 // Set records key h, whose shard is s, as lookup i (below RunLen): the table s holds now, and the
@@ -28,6 +36,91 @@ func (r *Run) Set(i int, s *Shard, h uint64) {
 	i &= RunLen - 1
 	t := s.Table()
 	r.tables[i], r.lines[i] = t, unsafe.Pointer(t.keyAt(t.home(h)))
+	r.reach[i], r.ended[i] = 0, false
+}
+
+// PrefetchSpan is Prefetch for lookups from to to-1 only; it does nothing unless
+// 0 <= from < to <= RunLen.
+func (r *Run) PrefetchSpan(from, to int) {
+	if from >= 0 && from < to && to <= RunLen {
+		prefetchAll(&r.lines[from], to-from)
+	}
+}
+
+// Walk goes on, for each lookup i from from to min(to, len(hs), RunLen)-1 (hs[i] its key), along
+// its probe through the lines already asked for, and where the probe runs past them asks for the
+// next 2*pairs lines (pairs <= 8). A lookup's first Walk starts at its home slot, whose lines
+// Prefetch asked for. It reads the lines, so a caller gives them time to arrive first: AllowBatch
+// asks for a key's home lines 18 keys before its decision and walks it 12 and 6 keys before. Walk
+// takes no lock, writes only r, and returns without waiting for the lines it asks for. A probe
+// that would run past its table's last slot is walked no further ahead; Resume walks it to its end.
+//
+// Why: a key new to a table at its load (0.8 to 0.875) walks about 11 slots past its home to the
+// empty slot where it goes, but the walk is long-tailed: a third end in the home line, and a
+// quarter go on past the fourth line (the distribution is simulated in bench/README.md, "A flood's
+// probes, walked ahead in stages"). Asking for a fixed number of lines wastes memory bandwidth on
+// the short walks and leaves each long one to wait for its lines, one after another; walking in
+// stages asks for the lines that the walk so far shows are needed.
+func (r *Run) Walk(hs []uint64, from, to, pairs int) {
+	var ps [8]unsafe.Pointer // addresses for prefetchAll, each for two lines
+	pairs = min(pairs, len(ps))
+	n := 0
+	to = min(to, len(hs), RunLen)
+	for i := max(from, 0); i < to; i++ {
+		if r.ended[i] {
+			continue
+		}
+		t := r.tables[i]
+		h := hs[i]
+		j, reach := r.next[i], r.reach[i]
+		base := uintptr(t.slots)
+		if reach == 0 { // first walk: from home, through the lines Prefetch asked for
+			j = t.home(h)
+			off := uintptr(j << (t.slotShift & 63))
+			reach = uint64(((base + off + 32) | (lineBytes - 1)) + 1 - base)
+		}
+		end := (reach + uint64(1)<<(t.slotShift&63) - 1) >> (t.slotShift & 63)
+		for ; j < end && j < t.n; j++ {
+			if k := satomic.LoadUint64(t.keyAt(j)); k == h || k == 0 {
+				r.ended[i] = true
+				break
+			}
+		}
+		r.next[i] = j
+		span := uint64(2 * lineBytes * pairs)
+		if r.ended[i] || j >= t.n || reach+span > t.n<<(t.slotShift&63) {
+			r.reach[i] = reach // no further lines: Resume walks the rest
+			continue
+		}
+		for p := range pairs {
+			ps[n] = unsafe.Add(t.slots, uintptr(reach)+uintptr(p)*2*lineBytes+lineBytes/2)
+			if n++; n == len(ps) {
+				prefetchAll(&ps[0], n)
+				n = 0
+			}
+		}
+		r.reach[i] = reach + span
+	}
+	if n > 0 {
+		prefetchAll(&ps[0], n)
+	}
+}
+
+// Resume is Lookup for a lookup that Walk has walked: it goes on from where the walk stopped
+// instead of from the home slot. For one Walk never saw it is Lookup.
+func (r *Run) Resume(i int, h uint64) (t *Table, cell *uint64, free uint64) {
+	i &= RunLen - 1
+	if r.reach[i] == 0 {
+		return r.Lookup(i, h)
+	}
+	t = r.tables[i]
+	// Every slot before next held another key when Walk read it, and still does: a slot's key
+	// never changes in a table's life.
+	j, found := t.slotFrom(h, r.next[i]%t.n)
+	if found {
+		return t, t.cellOf(j), 0
+	}
+	return t, nil, j
 }
 
 // Prefetch starts loading, for each of the first n lookups (n <= RunLen), the cache line of its
@@ -60,71 +153,5 @@ func (r *Run) Lookup(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 	return t, cell, free
 }
 
-// PrefetchProbes asks, after Prefetch, for the lines that the probes of keys not near their
-// home will walk: for each lookup i from from to len(hs)-1 (hs[i] its key) whose near slots (see
-// Table.Lookup) neither hold hs[i] nor end its probe with an empty slot, the three lines after
-// its home slot's (most often where such a probe ends, at the tables' load). It reads each home's
-// near slots, which Prefetch asked for, and picks the lines to ask for without a branch on what it
-// read, so that the lookups' loads are all under way at once; a lookup that needs no more asks for
-// its home line again, which costs nothing. It takes no lock, writes nothing, and returns without
-// waiting for the lines. A lookup whose home lies within farBytes of its table's end is left out:
-// its addresses must stay inside the table.
-//
-// Why: a key new to the table is absent, and at the tables' load its probe walks about 13 slots,
-// four lines, to the empty slot where it goes; each line after the home's would otherwise be a
-// miss that its decision waits for, one new key after another (bench/README.md, "What an insert
-// costs"). It is not worth its cost where the keys are tracked (84% are within their near
-// slots), which is why AllowBatch asks for it only once a run has met new keys.
-func (r *Run) PrefetchProbes(hs []uint64, from int) {
-	n := min(len(hs), RunLen)
-	if from < 0 || from >= n {
-		return
-	}
-	var next, after [RunLen]unsafe.Pointer
-	for i := from; i < n; i++ {
-		next[i], after[i] = r.tables[i].farLines(hs[i], r.lines[i])
-	}
-	prefetchAll(&next[from], n-from)
-	prefetchAll(&after[from], n-from)
-}
-
-// farLines returns the two addresses PrefetchProbes gives prefetchAll for key h, whose home slot
-// is at p: one 64 and one 160 bytes on from p (with the line 32 bytes on from each, the three
-// lines after p's) when h is not among the near slots and no near slot is empty, else p twice.
-// It returns p twice too when home lies within farBytes of the table's end.
-func (t *Table) farLines(h uint64, p unsafe.Pointer) (a, b unsafe.Pointer) {
-	if t.home(h)+farBytes>>(t.slotShift&63) >= t.n {
-		return p, p
-	}
-	// Lookup's four loads. A helper shared with it, even inlined, added an instruction (an
-	// inlining mark) to every lookup.
-	s := uintptr(1) << (t.slotShift & 63)
-	k0 := satomic.LoadUint64((*uint64)(p))
-	k1 := satomic.LoadUint64((*uint64)(unsafe.Add(p, s)))
-	k2 := satomic.LoadUint64((*uint64)(unsafe.Add(p, 2*s)))
-	k3 := satomic.LoadUint64((*uint64)(unsafe.Add(p, 3*s)))
-	a, b = unsafe.Add(p, lineBytes), unsafe.Add(p, farBytes)
-	if ends(k0, h)|ends(k1, h)|ends(k2, h)|ends(k3, h) != 0 {
-		a, b = p, p
-	}
-	return a, b
-}
-
-const (
-	lineBytes = 64 // a cache line on the processors the package is tuned for
-	// farBytes is the furthest address PrefetchProbes forms past a home slot.
-	farBytes = lineBytes * 5 / 2
-)
-
-// ends returns 1 when a probe for h stops at a slot holding k (k is h, or the slot is empty),
-// else 0, without a branch.
-func ends(k, h uint64) uint {
-	var e uint
-	if k == h {
-		e = 1
-	}
-	if k == 0 {
-		e = 1
-	}
-	return e
-}
+// lineBytes is a cache line on the processors the package is tuned for.
+const lineBytes = 64
