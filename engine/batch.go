@@ -127,7 +127,7 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 		} else if t, c, free := r.Resume(i, h); c == nil {
 			// A second new key in one batch is taken for a flood of them: from here on the later
 			// keys' probes are walked ahead of their decisions. Batches of tracked keys, and the odd
-			// new key, never pay for it: 84% of tracked keys lie in their home lines.
+			// new key, never pay for it: 84% of tracked keys lie within four slots of their home.
 			if r.absent++; r.absent == 2 && !r.flood {
 				r.flood = true
 				next := i - i%aheadStep + aheadStep // the loop's next step walks from there

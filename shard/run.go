@@ -55,12 +55,12 @@ func (r *Run) PrefetchSpan(from, to int) {
 // takes no lock, writes only r, and returns without waiting for the lines it asks for. A probe
 // that would run past its table's last slot is walked no further ahead; Resume walks it to its end.
 //
-// Why: a key new to a table at its load (0.8 to 0.875) walks about 11 slots past its home to the
-// empty slot where it goes, but the walk is long-tailed: a third end in the home line, and a
-// quarter go on past the fourth line (the distribution is simulated in bench/README.md, "A flood's
-// probes, walked ahead in stages"). Asking for a fixed number of lines wastes memory bandwidth on
-// the short walks and leaves each long one to wait for its lines, one after another; walking in
-// stages asks for the lines that the walk so far shows are needed.
+// Why: the probe of a key new to a table at its load (0.8 to 0.875) is long-tailed: a quarter to a
+// third end in the home line, but 30 to 40% go on past the fourth line and 15 to 24% past the
+// eighth (BenchmarkAbsentProbeLines). Asking for a fixed number of lines wastes memory bandwidth
+// on the short probes and leaves each long one to wait for its further lines one after another;
+// walking in stages asks for the lines that the walk so far shows are needed (bench/README.md,
+// "A flood's probes, walked ahead in stages").
 func (r *Run) Walk(hs []uint64, from, to, pairs int) {
 	var ps [8]unsafe.Pointer // addresses for prefetchAll, each for two lines
 	pairs = min(pairs, len(ps))
