@@ -5,11 +5,13 @@ import (
 	"unsafe"
 )
 
-// RunLen is the most lookups a Run holds, in arrays small enough for a stack frame. It is about
-// twice the cache misses a core keeps in flight (10 to 24 line fill buffers on current x86 and
-// arm64 cores), so that a run's later prefetches are already queued when its first lines arrive.
-// On the 2-core Zen 5 VM of bench/README.md, AllowBatch on 1M keys measured 10 to 27% faster with
-// runs of 32 than of 16, and 64 was within noise of 32.
+// RunLen is the most lookups a Run holds, in arrays small enough for a stack frame. AllowBatch
+// asks for a key's lines up to 18 keys ahead of its decision, but only within a run, so each run's
+// first keys wait for theirs: a longer run waits less often. When AllowBatch still asked for a
+// whole run's lines at once, on the 2-core Zen 5 VM of bench/README.md, it measured 10 to 27%
+// faster on 1M keys with runs of 32 than of 16, and 64 within noise of 32; with lines asked for
+// ahead, 64 was again within noise of 32 (a scratch run, bench/README.md, "A flood's probes,
+// walked ahead in stages").
 const RunLen = 32
 
 // A Run is up to RunLen lookups begun ahead of their decisions, so that their cache misses overlap
@@ -73,11 +75,11 @@ func (r *Run) Walk(hs []uint64, from, to, pairs int) {
 		t := r.tables[i]
 		h := hs[i]
 		j, reach := r.next[i], r.reach[i]
-		base := uintptr(t.slots)
 		if reach == 0 { // first walk: from home, through the lines Prefetch asked for
-			j = t.home(h)
-			off := uintptr(j << (t.slotShift & 63))
-			reach = uint64(((base + off + 32) | (lineBytes - 1)) + 1 - base)
+			base, home := uintptr(t.slots), uintptr(r.lines[i])
+			j = uint64(home-base) >> (t.slotShift & 63)
+			// prefetchAll asked for the lines holding home and home+lineBytes/2.
+			reach = uint64((home+lineBytes/2)|(lineBytes-1)) + 1 - uint64(base)
 		}
 		end := (reach + uint64(1)<<(t.slotShift&63) - 1) >> (t.slotShift & 63)
 		for ; j < end && j < t.n; j++ {
@@ -136,11 +138,7 @@ func (r *Run) Resume(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 // write them: with two goroutines batching on one table, asking for them to be read left each
 // swap a second trip to the other core (see prefetchWrite). Where the package has no prefetch
 // instruction (see prefetchAll) it loads each home slot's word instead.
-func (r *Run) Prefetch(n int) {
-	if n > 0 {
-		prefetchAll(&r.lines[0], min(n, RunLen))
-	}
-}
+func (r *Run) Prefetch(n int) { r.PrefetchSpan(0, min(n, RunLen)) }
 
 // Lookup returns what Table.Lookup does for key h, recorded as lookup i, in the table that Set
 // saw, with that table, for Shard.AcquireFrom: h's cell, or nil and the empty slot where its
