@@ -222,3 +222,52 @@ func mix(x uint64, n int) uint64 {
 	}
 	return x
 }
+
+// BenchmarkReclaim times a visit of 64 slots over 256 shards of 4,096 live keys each (the layout
+// of a 2^20-key cap), shards taken in turn, so that each visit reads lines the last 255 did not,
+// and no key is dead, as in a flood of new keys at the key cap:
+//
+//   - how=reclaim is the bounded reclaim a new key at the engine's key cap makes before it evicts
+//     (Reclaim, under the shard's lock);
+//
+//   - how=sweep is the same slots visited as the background sweeper does, without the lock
+//     (SweepRange).
+//
+//     go test ./shard -run '^$' -bench Reclaim -count 6
+func BenchmarkReclaim(b *testing.B) {
+	const shards, per, span = 256, 4096, 64
+	_, cfg := newShard(b, 10, true)
+	cfg.Shift = 8
+	cfg.ExpectedKeys = per
+	ss := make([]Shard, shards)
+	for i := range ss {
+		ss[i].Init(cfg, now)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range shards * per {
+		h := r.Uint64() | 1
+		ss[h>>56].Acquire(cfg, h, now)
+	}
+	evicted := 0
+	b.Run("how=reclaim", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			evicted += ss[i%shards].Reclaim(cfg, now, span)
+			i++
+		}
+	})
+	b.Run("how=sweep", func(b *testing.B) {
+		var from [shards]uint64
+		i := 0
+		for b.Loop() {
+			s := &ss[i%shards]
+			t := s.Table()
+			evicted += s.SweepRange(cfg, t, from[i%shards], from[i%shards]+span, now)
+			from[i%shards] = (from[i%shards] + span) % t.Slots()
+			i++
+		}
+	})
+	if evicted != 0 {
+		b.Fatalf("%d live keys evicted", evicted)
+	}
+}

@@ -6,9 +6,10 @@
 #   bench/scripts/before-after.sh BEFORE [AFTER]     (AFTER: the working tree when not given)
 #
 # Environment: ROUNDS (5), BENCH (the regexp, default every slidelimit workload), BENCHTIME (0.2s),
-# CPUS (1,2). With TESTS_FROM_TREE=1 both builds use the working tree's bench/peers/*_test.go,
-# so that a benchmark added since BEFORE runs on it too. The raw outputs are kept next to the
-# worktrees; the script prints where.
+# CPUS (1,2), PKG (the package whose benchmarks run, as a path from the repository root; default
+# bench/peers, e.g. PKG=shard BENCH=Reclaim). With TESTS_FROM_TREE=1 both builds use the working
+# tree's $PKG/*_test.go, so that a benchmark added since BEFORE runs on it too. The raw outputs
+# are kept next to the worktrees; the script prints where.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
@@ -18,19 +19,20 @@ rounds=${ROUNDS:-5}
 bench=${BENCH:-Limiters/limiter=slidelimit/}
 benchtime=${BENCHTIME:-0.2s}
 cpus=${CPUS:-1,2}
+pkg=${PKG:-bench/peers}
 tmp=$(mktemp -d)
 repo=$(git -C "$here" rev-parse --show-toplevel)
 
-build() { # build NAME REV: a test binary of the bench module at REV (the working tree if empty)
-	local dir="$here"
+build() { # build NAME REV: a test binary of $pkg at REV (the working tree if empty)
+	local root="$repo"
 	if [ -n "$2" ]; then
 		git -C "$repo" worktree add --detach -q "$tmp/$1-tree" "$2"
-		dir="$tmp/$1-tree/bench"
+		root="$tmp/$1-tree"
 		if [ "${TESTS_FROM_TREE:-}" = 1 ]; then
-			cp "$here"/peers/*_test.go "$dir/peers/"
+			cp "$repo/$pkg"/*_test.go "$root/$pkg/"
 		fi
 	fi
-	(cd "$dir" && go test -c -o "$tmp/$1.test" ./peers)
+	(cd "$root/$pkg" && go test -c -o "$tmp/$1.test" .)
 }
 cleanup() {
 	for n in before after; do
