@@ -368,27 +368,58 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 		if pat.on && pat.vouches(satomic.LoadUint64(c)) {
 			continue // live for certain: no decoding
 		}
-		if ev != nil {
-			if cfg.Evict && ev.Evict(c, ref, now) {
-				s.addLive(cfg, -1)
-				evicted++
-			}
-			continue
-		}
-		w0, w1 := atomic.Load(c, words)
-		if w0&atomic.Flags != 0 || !cfg.Codec.Dead(w0, w1, ref, now) {
-			continue
-		}
-		if cfg.Evict {
-			if atomic.MarkIf(c, words, w0, w1, atomic.Dead) {
-				s.addLive(cfg, -1)
-				evicted++
-			}
-		} else if n0, n1, changed := cfg.Codec.Normalize(w0, w1, now); changed {
-			atomic.CompareAndSwap(c, words, w0, w1, n0, n1)
+		if s.sweepCell(cfg, c, words, ref, now, ev) {
+			evicted++
 		}
 	}
 	return evicted
+}
+
+// sweepLocked is SweepRange for a caller that holds s.mu, so that no insert runs meanwhile: it
+// finds the keys the live pattern does not vouch for with Table.nextSuspectLocked.
+func (s *Shard) sweepLocked(cfg *Config, t *Table, from, to uint64, now int64) (evicted int) {
+	words := cfg.Codec.Words()
+	ref := s.swept.Load()
+	to = min(to, t.n)
+	ev := cfg.evictor()
+	pat := s.livePattern(cfg, now)
+	mask, a, b := pat.mask, pat.a, pat.b
+	if !pat.on {
+		mask, a, b = 0, 1, 1 // a pattern no state matches: every key is a suspect
+	}
+	for i := from; ; i++ {
+		if i = t.nextSuspectLocked(i, to, mask, a, b); i >= to {
+			return evicted
+		}
+		if s.sweepCell(cfg, t.cellOf(i), words, ref, now, ev) {
+			evicted++
+		}
+	}
+}
+
+// sweepCell evicts (marks Dead) or, without eviction, re-encodes the state in cell c if it is dead
+// at now, unless it changed since it was judged, and reports whether it evicted it.
+func (s *Shard) sweepCell(cfg *Config, c *uint64, words int, ref, now int64, ev atomic.Evictor) bool {
+	if ev != nil {
+		if cfg.Evict && ev.Evict(c, ref, now) {
+			s.addLive(cfg, -1)
+			return true
+		}
+		return false
+	}
+	w0, w1 := atomic.Load(c, words)
+	if w0&atomic.Flags != 0 || !cfg.Codec.Dead(w0, w1, ref, now) {
+		return false
+	}
+	if cfg.Evict {
+		if atomic.MarkIf(c, words, w0, w1, atomic.Dead) {
+			s.addLive(cfg, -1)
+			return true
+		}
+	} else if n0, n1, changed := cfg.Codec.Normalize(w0, w1, now); changed {
+		atomic.CompareAndSwap(c, words, w0, w1, n0, n1)
+	}
+	return false
 }
 
 // Swept records that a sweep of table t which started at start has visited every slot. If t is
@@ -423,7 +454,7 @@ func (s *Shard) SweepAll(cfg *Config, now int64) {
 		return
 	}
 	t := s.table.Load()
-	s.SweepRange(cfg, t, 0, t.n, now)
+	s.sweepLocked(cfg, t, 0, t.n, now)
 	s.renewHorizon(cfg, now)
 }
 
@@ -438,9 +469,9 @@ func (s *Shard) Reclaim(cfg *Config, now int64, budget uint64) int {
 	t := s.table.Load()
 	from := s.cursor % t.n
 	s.cursor = from + budget
-	n := s.SweepRange(cfg, t, from, from+budget, now)
+	n := s.sweepLocked(cfg, t, from, from+budget, now)
 	if from+budget > t.n {
-		n += s.SweepRange(cfg, t, 0, from+budget-t.n, now)
+		n += s.sweepLocked(cfg, t, 0, from+budget-t.n, now)
 	}
 	return n
 }
