@@ -31,17 +31,9 @@ func BenchmarkAbsentKey(b *testing.B) {
 	}{{"0.4", 2 * per}, {"0.8", per}} {
 		b.Run("load="+load.name, func(b *testing.B) {
 			_, cfg := newShard(b, 10, false)
-			cfg.Shift = 8
 			cfg.ExpectedKeys = load.expected
-			ss := make([]Shard, shards)
-			for i := range ss {
-				ss[i].Init(cfg, now)
-			}
-			r := rand.New(rand.NewPCG(1, 2))
-			for range shards * per {
-				h := r.Uint64() | 1
-				ss[h>>56].Acquire(cfg, h, now)
-			}
+			ss := randomShards(cfg, shards*per, 1)
+			r := rand.New(rand.NewPCG(7, 8))
 			slots, lines := absentWalk(ss, rand.New(rand.NewPCG(3, 4)))
 			found := 0
 			b.Run("part=lookup", func(b *testing.B) {
@@ -227,27 +219,16 @@ func mix(x uint64, n int) uint64 {
 // of a 2^20-key cap), shards taken in turn, so that each visit reads lines the last 255 did not,
 // and no key is dead, as in a flood of new keys at the key cap:
 //
-//   - how=reclaim is the bounded reclaim a new key at the engine's key cap makes before it evicts
-//     (Reclaim, under the shard's lock);
+//	go test ./shard -run '^$' -bench Reclaim -count 6
 //
-//   - how=sweep is the same slots visited as the background sweeper does, without the lock
-//     (SweepRange).
-//
-//     go test ./shard -run '^$' -bench Reclaim -count 6
+// how=reclaim is the bounded reclaim a new key at the engine's key cap makes before it evicts
+// (Reclaim, under the shard's lock); how=sweep visits the same slots as the background sweeper
+// does, without the lock (SweepRange).
 func BenchmarkReclaim(b *testing.B) {
 	const shards, per, span = 256, 4096, 64
 	_, cfg := newShard(b, 10, true)
-	cfg.Shift = 8
 	cfg.ExpectedKeys = per
-	ss := make([]Shard, shards)
-	for i := range ss {
-		ss[i].Init(cfg, now)
-	}
-	r := rand.New(rand.NewPCG(5, 6))
-	for range shards * per {
-		h := r.Uint64() | 1
-		ss[h>>56].Acquire(cfg, h, now)
-	}
+	ss := randomShards(cfg, shards*per, 5)
 	evicted := 0
 	b.Run("how=reclaim", func(b *testing.B) {
 		i := 0
@@ -270,4 +251,20 @@ func BenchmarkReclaim(b *testing.B) {
 	if evicted != 0 {
 		b.Fatalf("%d live keys evicted", evicted)
 	}
+}
+
+// randomShards returns 256 shards (cfg.Shift becomes 8) holding n random keys inserted at now, the
+// keys drawn from a generator seeded with seed.
+func randomShards(cfg *Config, n int, seed uint64) []Shard {
+	cfg.Shift = 8
+	ss := make([]Shard, 256)
+	for i := range ss {
+		ss[i].Init(cfg, now)
+	}
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	for range n {
+		h := r.Uint64() | 1
+		ss[h>>56].Acquire(cfg, h, now)
+	}
+	return ss
 }

@@ -319,15 +319,7 @@ func TestEvictionHandsItsPlaceOver(t *testing.T) {
 func TestRebuildDropsTheDeadAndKeepsTheLive(t *testing.T) {
 	s, cfg := newShard(t, 10, true)
 	r := rand.New(rand.NewPCG(7, 8))
-	add := func(at int64) uint64 {
-		h := r.Uint64() | 1
-		c, created, _ := s.Acquire(cfg, h, at)
-		require.True(t, created)
-		ok, st := cfg.Codec.Admit(c, at, 1)
-		require.True(t, ok)
-		require.Equal(t, atomic.OK, st)
-		return h
-	}
+	add := func(at int64) uint64 { return addCounted(t, s, cfg, r, at) }
 	old := make([]uint64, 3000)
 	for i := range old {
 		old[i] = add(now)
@@ -424,4 +416,17 @@ func TestAdmitFrom(t *testing.T) {
 	w0, w1 := atomic.Load(c4, tb.Codec.Words())
 	f0, f1 := tb.Codec.Fresh(now)
 	require.Equal(t, [2]uint64{f0, f1}, [2]uint64{w0, w1}, "the cell holds a new key's state")
+}
+
+// addCounted inserts a random new key into s at time at, admits one unit for it there, and
+// returns the key.
+func addCounted(t *testing.T, s *Shard, cfg *Config, r *rand.Rand, at int64) uint64 {
+	t.Helper()
+	h := r.Uint64() | 1
+	c, created, _ := s.Acquire(cfg, h, at)
+	require.True(t, created)
+	ok, st := cfg.Codec.Admit(c, at, 1)
+	require.True(t, ok)
+	require.Equal(t, atomic.OK, st)
+	return h
 }

@@ -29,15 +29,7 @@ func TestSweepRangeEvictsExactlyTheDead(t *testing.T) {
 			s.Init(cfg, now)
 			tb := s.Table()
 			r := rand.New(rand.NewPCG(9, 10))
-			add := func(at int64) uint64 {
-				h := r.Uint64() | 1
-				c, created, _ := s.Acquire(cfg, h, at)
-				require.True(t, created)
-				ok, st := cfg.Codec.Admit(c, at, 1)
-				require.True(t, ok)
-				require.Equal(t, atomic.OK, st)
-				return h
-			}
+			add := func(at int64) uint64 { return addCounted(t, s, cfg, r, at) }
 			// Dead and live keys interleaved along the table, so that suspects follow live keys
 			// and empty slots in every order.
 			var dead, live []uint64
