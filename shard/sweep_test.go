@@ -19,7 +19,7 @@ func TestSweepRangeEvictsExactlyTheDead(t *testing.T) {
 		name    string
 		reclaim bool
 		pattern bool
-	}{{"reclaim", true, true}, {"ranges", false, true}, {"ranges-no-pattern", false, false}} {
+	}{{"reclaim", true, true}, {"reclaim-no-pattern", true, false}, {"ranges", false, true}, {"ranges-no-pattern", false, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, cfg := newShard(t, 10, true)
 			cfg.ExpectedKeys = 4000 // no rebuild, which would drop the dead keys itself
