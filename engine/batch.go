@@ -60,14 +60,16 @@ func (l *Limiter) AllowKeyBatch(keys []uint64, n int64, out []bool) {
 	}
 }
 
-// run is a batch's run of keys: their hashes, made nonzero, and their lookups; and what the
-// batch's runs so far have shown: how many keys were new, and whether that made it a flood.
+// run is a batch's run of keys: their hashes, made nonzero, and their lookups; and how many keys
+// the batch's runs so far found new.
 type run struct {
 	hs     [batchChunk]uint64
 	absent int
-	flood  bool
 	shard.Run
 }
+
+// flood reports whether the batch is taken for a flood of new keys: it has met two.
+func (r *run) flood() bool { return r.absent >= 2 }
 
 // How far ahead of a key's decision decideRun works on its lookup, in keys, and how many keys it
 // takes at a time. A new key's decision takes about 60 ns when its lines have arrived (engine's
@@ -75,7 +77,7 @@ type run struct {
 // memory latency. Four lines for each stage of a walk (walkPairs) left the fewest probes waiting
 // (bench/README.md, "A flood's probes, walked ahead in stages").
 const (
-	homeAhead = 18 // Prefetch: the home lines
+	homeAhead = 18 // PrefetchSpan: the home lines
 	walkFirst = 12 // the first Walk, which reads the home lines
 	walkNext  = 6  // the second Walk, which reads the lines the first asked for
 	aheadStep = 2  // keys at a time
@@ -105,7 +107,7 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 	// The run's first keys have no keys before them to hide their lines behind: they are asked
 	// for all at once, and wait for them.
 	r.PrefetchSpan(0, min(m, homeAhead))
-	if r.flood {
+	if r.flood() {
 		r.Walk(hs, 0, walkFirst, walkPairs)
 		r.Walk(hs, 0, walkNext, walkPairs)
 	}
@@ -116,7 +118,7 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 	for i, h := range hs {
 		if i%aheadStep == 0 {
 			r.PrefetchSpan(i+homeAhead, min(m, i+homeAhead+aheadStep))
-			if r.flood {
+			if r.flood() {
 				r.Walk(hs, i+walkFirst, i+walkFirst+aheadStep, walkPairs)
 				r.Walk(hs, i+walkNext, i+walkNext+aheadStep, walkPairs)
 			}
@@ -128,8 +130,7 @@ func (l *Limiter) decideRun(r *run, n int64, out []bool) {
 			// A second new key in one batch is taken for a flood of them: from here on the later
 			// keys' probes are walked ahead of their decisions. Batches of tracked keys, and the odd
 			// new key, never pay for it: 84% of tracked keys lie within four slots of their home.
-			if r.absent++; r.absent == 2 && !r.flood {
-				r.flood = true
+			if r.absent++; r.absent == 2 {
 				next := i - i%aheadStep + aheadStep // the loop's next step walks from there
 				r.Walk(hs, i+1, next+walkFirst, walkPairs)
 				r.Walk(hs, i+1, next+walkNext, walkPairs)

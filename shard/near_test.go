@@ -190,7 +190,7 @@ func TestWalk(t *testing.T) {
 	}
 }
 
-// TestWalkEndsShortProbes checks that a Walk, which reads the lines Prefetch asked for, sees a
+// TestWalkEndsShortProbes checks that a Walk, which reads the lines PrefetchSpan asked for, sees a
 // probe end there when it does, and only then asks for more: a probe that ends in the home line
 // ends on the first Walk, and one that runs on past the lines asked for is still open.
 func TestWalkEndsShortProbes(t *testing.T) {

@@ -16,7 +16,7 @@ const RunLen = 32
 
 // A Run is up to RunLen lookups begun ahead of their decisions, so that their cache misses overlap
 // instead of following one another. Set records each key's table and the address of its home slot;
-// Prefetch, or PrefetchSpan for some of them, asks for their home lines; Walk, for keys likely new
+// PrefetchSpan asks for their home lines; Walk, for keys likely new
 // to their tables, follows their probes through the lines that have arrived and asks for the
 // next; and Lookup, or Resume after a Walk, finds each key's cell once its lines have had time to
 // arrive. A Run is a value for one goroutine, kept on its stack; its lookups read tables without a
@@ -41,8 +41,19 @@ func (r *Run) Set(i int, s *Shard, h uint64) {
 	r.reach[i], r.ended[i] = 0, false
 }
 
-// PrefetchSpan is Prefetch for lookups from to to-1 only; it does nothing unless
-// 0 <= from < to <= RunLen.
+// PrefetchSpan starts loading, for each of the lookups from to to-1, the cache line of its home
+// slot, and the next line too when the home slot starts in the second half of its line, and
+// returns at once; it does nothing unless 0 <= from < to <= RunLen.
+//
+// At the tables' load a probe walks 3.5 to 4 slots from its home (BenchmarkProbeLines), so from
+// the second half of a line it most often crosses into the next, and from the first half it most
+// often does not. In AllowBatch on 1M uniform keys this measured 6 to 7% faster than always asking
+// for the home line and the two after it; the home line alone was 5% slower, and always two or
+// four lines the same as three (measured earlier). Most likely a run asks for more lines than the
+// core keeps in flight, so each line asked for in vain delays one that is needed. On amd64 the lines are asked for to be written, as the decisions that follow will most likely
+// write them: with two goroutines batching on one table, asking for them to be read left each
+// swap a second trip to the other core (see prefetchWrite). Where the package has no prefetch
+// instruction (see prefetchAll) it loads each home slot's word instead.
 func (r *Run) PrefetchSpan(from, to int) {
 	if from >= 0 && from < to && to <= RunLen {
 		prefetchAll(&r.lines[from], to-from)
@@ -52,7 +63,7 @@ func (r *Run) PrefetchSpan(from, to int) {
 // Walk goes on, for each lookup i from from to min(to, len(hs), RunLen)-1 (hs[i] its key), along
 // its probe through the lines already asked for, and where the probe runs past them asks for the
 // next 2*pairs lines (pairs <= 8). A lookup's first Walk starts at its home slot, whose lines
-// Prefetch asked for. It reads the lines, so a caller gives them time to arrive first: AllowBatch
+// PrefetchSpan asked for. It reads the lines, so a caller gives them time to arrive first: AllowBatch
 // asks for a key's home lines 18 keys before its decision and walks it 12 and 6 keys before. Walk
 // takes no lock, writes only r, and returns without waiting for the lines it asks for. A probe
 // that would run past its table's last slot is walked no further ahead; Resume walks it to its end.
@@ -75,7 +86,7 @@ func (r *Run) Walk(hs []uint64, from, to, pairs int) {
 		t := r.tables[i]
 		h := hs[i]
 		j, reach := r.next[i], r.reach[i]
-		if reach == 0 { // first walk: from home, through the lines Prefetch asked for
+		if reach == 0 { // first walk: from home, through the lines PrefetchSpan asked for
 			base, home := uintptr(t.slots), uintptr(r.lines[i])
 			j = uint64(home-base) >> (t.slotShift & 63)
 			// prefetchAll asked for the lines holding home and home+lineBytes/2.
@@ -124,21 +135,6 @@ func (r *Run) Resume(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 	}
 	return t, nil, j
 }
-
-// Prefetch starts loading, for each of the first n lookups (n <= RunLen), the cache line of its
-// home slot, and the next line too when the home slot starts in the second half of its line, and
-// returns at once. At the tables' load a probe walks 3.5 to 4 slots from its home
-// (BenchmarkProbeLines), so from the second half of a line it most often crosses into the next,
-// and from the first half it most often does not. In AllowBatch on 1M uniform keys this measured
-// 6 to 7% faster than always asking for the home line and the two after it; the home line alone
-// was 5% slower, and always two or four lines the same as three (measured earlier). Most likely a
-// run asks for more lines than the core keeps in flight, so each line asked for in vain delays
-// one that is needed.
-// On amd64 the lines are asked for to be written, as the decisions that follow will most likely
-// write them: with two goroutines batching on one table, asking for them to be read left each
-// swap a second trip to the other core (see prefetchWrite). Where the package has no prefetch
-// instruction (see prefetchAll) it loads each home slot's word instead.
-func (r *Run) Prefetch(n int) { r.PrefetchSpan(0, min(n, RunLen)) }
 
 // Lookup returns what Table.Lookup does for key h, recorded as lookup i, in the table that Set
 // saw, with that table, for Shard.AcquireFrom: h's cell, or nil and the empty slot where its

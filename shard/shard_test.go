@@ -108,7 +108,7 @@ func TestRunFindsWhatFindFinds(t *testing.T) {
 		for i, h := range batch {
 			r.Set(i, s, h)
 		}
-		r.Prefetch(len(batch))
+		r.PrefetchSpan(0, len(batch))
 		for i, h := range batch {
 			wantC, wantFree := s.Table().Lookup(h)
 			rt, c, free := r.Lookup(i, h)

@@ -205,8 +205,10 @@ func (t *Table) slotFrom(h, i uint64) (uint64, bool) {
 
 // put stores a key and its cell in an empty slot: the cell first, so that a reader who sees the
 // key sees its state. The cell's stores are plain: until the key's atomic store publishes it, no
-// other goroutine reaches the cell (every reader, sweep and evictor loads the key first, and skips
-// an empty slot), and that store orders them before any reader's load of the key. An atomic store
+// other goroutine reaches the cell (every reader, lock-free sweep and evictor loads the key first,
+// and skips an empty slot; a sweep under the shard's mutex, which the inserter holds, may read an
+// empty slot's cell: see nextSuspectLocked), and that store orders them before any reader's load
+// of the key. An atomic store
 // is a locked instruction on amd64 (a CMPXCHG16B loop for a two-word cell), which every insert
 // would otherwise pay once more.
 func (t *Table) put(i, h uint64, words int, w0, w1 uint64) {
