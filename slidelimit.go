@@ -86,6 +86,17 @@ type Decision struct {
 	Counted int64
 }
 
+// QuotaKnown reports whether d judged the key's quota, so that its Remaining describes the key:
+// d.Reason.QuotaKnown(), except for a ReasonCostAboveLimit refusal made before the key's state was
+// read, which has a zero ResetAt: a cost above what the policy can ever admit at once that is
+// refused before the lookup (GCRA's above Burst; redisstore's above the limit, refused without a
+// round trip), or a new key's above the limit at the key cap. A header that tells a client its
+// remaining quota should leave out a limit whose Decision reports false. A pure function of d,
+// safe to call from any goroutine.
+func (d Decision) QuotaKnown() bool {
+	return d.Reason.QuotaKnown() && (d.Reason != ReasonCostAboveLimit || !d.ResetAt.IsZero())
+}
+
 // Reason says why a Decision came out as it did. A plain value, safe to copy and share.
 type Reason uint8
 
@@ -124,12 +135,13 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
-// QuotaKnown reports whether a Decision with this reason judged the key's quota, so that its
-// Remaining describes the key: true for ReasonOK, ReasonLimited and ReasonCostAboveLimit. The
-// other refusals (a negative cost, a new key at the key cap, a closed limiter, an invalid
-// per-key limit) are made before the policy looks at the key, and their Remaining of 0 says
-// nothing of it: a header that tells a client its remaining quota should leave such a limit out.
-// A pure function of r, safe to call from any goroutine.
+// QuotaKnown reports whether a Decision with this reason may have judged the key's quota: true for
+// ReasonOK, ReasonLimited and ReasonCostAboveLimit. The other refusals (a negative cost, a new key
+// at the key cap, a closed limiter, an invalid per-key limit) are made before the policy looks at
+// the key, and their Remaining of 0 says nothing of it: a header that tells a client its remaining
+// quota should leave such a limit out. A cost above the limit is sometimes refused before the
+// key's state is read too (see Decision.QuotaKnown, which tells the two apart for a Decision in
+// hand). A pure function of r, safe to call from any goroutine.
 func (r Reason) QuotaKnown() bool {
 	switch r {
 	case ReasonOK, ReasonLimited, ReasonCostAboveLimit:

@@ -3,6 +3,7 @@ package slidelimit_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/slidelimit/slidelimit"
 )
@@ -42,6 +43,27 @@ func TestReasonQuotaKnown(t *testing.T) {
 	for r, w := range want {
 		if got := r.QuotaKnown(); got != w {
 			t.Errorf("%v.QuotaKnown() = %v, want %v", r, got, w)
+		}
+	}
+}
+
+// A Decision judged the quota when its reason may have, except a cost above the limit refused
+// before the key's state was read, which has no ResetAt.
+func TestDecisionQuotaKnown(t *testing.T) {
+	reset := time.UnixMilli(1_800_000_000_000)
+	for _, c := range []struct {
+		d    slidelimit.Decision
+		want bool
+	}{
+		{slidelimit.Decision{Allowed: true, Remaining: 4, ResetAt: reset}, true},
+		{slidelimit.Decision{Reason: slidelimit.ReasonLimited, ResetAt: reset}, true},
+		{slidelimit.Decision{Reason: slidelimit.ReasonCostAboveLimit, Remaining: 5, ResetAt: reset}, true},
+		{slidelimit.Decision{Reason: slidelimit.ReasonCostAboveLimit, Limit: 5}, false},
+		{slidelimit.Decision{Reason: slidelimit.ReasonKeyCap, Limit: 5, ResetAt: reset}, false},
+		{slidelimit.Decision{Reason: slidelimit.ReasonClosed}, false},
+	} {
+		if got := c.d.QuotaKnown(); got != c.want {
+			t.Errorf("%+v.QuotaKnown() = %v, want %v", c.d, got, c.want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -21,11 +22,18 @@ import (
 // the cap's refusal too.
 func batchTwins(t testing.TB, limit int64, maxKeys int) (a, b *Limiter, ca, cb *clock.Clock) {
 	t.Helper()
+	return batchTwinsAt(t, limit, maxKeys, RefuseNewKeys, 4)
+}
+
+// batchTwinsAt is batchTwins with a choice at the key cap (EvictStalest makes the batch evict
+// keys to make room, and rebuild tables as the churn fills them) and a number of shards.
+func batchTwinsAt(t testing.TB, limit int64, maxKeys int, atCap AtCap, shards int) (a, b *Limiter, ca, cb *clock.Clock) {
+	t.Helper()
 	mk := func() (*Limiter, *clock.Clock) {
 		clk := clock.NewManual(start)
-		opts := []Option{WithClock(clk), WithEviction(false), WithSeed(11), WithShards(4)}
+		opts := []Option{WithClock(clk), WithEviction(false), WithSeed(11), WithShards(shards)}
 		if maxKeys > 0 {
-			opts = append(opts, WithMaxKeys(maxKeys))
+			opts = append(opts, WithMaxKeys(maxKeys), WithAtCap(atCap))
 		}
 		l, err := New(policy.SlidingCounter{Limit: limit, Window: time.Second}, opts...)
 		require.NoError(t, err)
@@ -185,11 +193,41 @@ func TestAllowBatchRacingFlood(t *testing.T) {
 	require.Equal(t, prefill+keys, l.Len())
 }
 
+// TestAllowBatchEvictsAtCapAsInOrder: at the key cap with EvictStalest, batches with repeated keys
+// decide as the same calls made one by one. The churn rebuilds tables between a run's lookups and
+// its decisions, so a key that an earlier decision of the run inserted into the new table is absent
+// from the table its lookup saw: it must be found, not given room by evicting another key (or
+// itself, losing the units just counted).
+func TestAllowBatchEvictsAtCapAsInOrder(t *testing.T) {
+	for _, c := range []struct{ shards, maxKeys, keys int }{{1, 5, 16}, {4, 20, 60}, {16, 200, 500}} {
+		t.Run(fmt.Sprintf("shards=%d/cap=%d", c.shards, c.maxKeys), func(t *testing.T) {
+			a, b, ca, cb := batchTwinsAt(t, 3, c.maxKeys, EvictStalest, c.shards)
+			r := rand.New(rand.NewPCG(uint64(c.shards), 9))
+			for range 300 {
+				keys := make([]string, 1+r.IntN(2*batchChunk))
+				for i := range keys {
+					keys[i] = "k" + strconv.Itoa(r.IntN(c.keys))
+				}
+				checkBatch(t, a, b, keys, 1, len(keys))
+				d := time.Duration(r.IntN(300)) * time.Millisecond
+				ca.Advance(d)
+				cb.Advance(d)
+			}
+			var sa, sb Stats
+			a.Stats(&sa)
+			b.Stats(&sb)
+			require.Equal(t, sb.EvictedAtCap, sa.EvictedAtCap)
+			require.NotZero(t, sa.EvictedAtCap, "the cap was never met")
+		})
+	}
+}
+
 // TestAllowBatchModel: random batches of random keys (drawn from a small set, so duplicates are
 // common), random costs and clock steps decide as the same calls made one by one.
 func TestAllowBatchModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		a, b, ca, cb := batchTwins(t, rapid.Int64Range(1, 6).Draw(rt, "limit"), rapid.IntRange(0, 12).Draw(rt, "maxKeys"))
+		atCap := AtCap(rapid.IntRange(int(RefuseNewKeys), int(EvictStalest)).Draw(rt, "atCap"))
+		a, b, ca, cb := batchTwinsAt(t, rapid.Int64Range(1, 6).Draw(rt, "limit"), rapid.IntRange(0, 12).Draw(rt, "maxKeys"), atCap, rapid.SampledFrom([]int{1, 4}).Draw(rt, "shards"))
 		for range rapid.IntRange(1, 8).Draw(rt, "batches") {
 			keys := rapid.SliceOfN(rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "", "a longer key than the rest"}), 0, 40).Draw(rt, "keys")
 			n := rapid.Int64Range(-1, 4).Draw(rt, "n")
@@ -204,19 +242,24 @@ func TestAllowBatchModel(t *testing.T) {
 }
 
 // FuzzAllowBatch: each input is a run of batches. Byte 0 sets the limit and key cap, byte 1 the
-// cost; then each byte is a key drawn from 16 (so that batches repeat keys), except that 0xff
+// cost and, in its top bit, EvictStalest at the cap (with one shard, whose table the churn then
+// rebuilds often); then each byte is a key drawn from 16 (so that batches repeat keys), except that 0xff
 // ends a batch and advances both clocks by the next byte times 10ms.
 func FuzzAllowBatch(f *testing.F) {
 	f.Add([]byte{3, 1, 0, 1, 0, 0, 2, 0xff, 50, 0, 0, 0, 1})
 	f.Add([]byte{0x21, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 0xff, 100, 5, 5, 5})
 	f.Add([]byte{1, 0, 7, 7, 7, 7, 0xff, 0, 7})
+	f.Add([]byte{0x52, 0x82, 12, 7, 3, 0xff, 0, 2, 10, 3, 8, 12, 14, 8, 10, 13, 13, 1, 4, 5, 6, 9, 11, 15, 0, 2, 10, 3, 8, 12, 14, 8, 10, 13, 13, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
 		}
 		limit, maxKeys := int64(data[0]&15)+1, int(data[0]>>4)
-		n := int64(data[1]%5) - 1
+		n := int64(data[1]&0x7f%5) - 1
 		a, b, ca, cb := batchTwins(t, limit, maxKeys)
+		if data[1]&0x80 != 0 {
+			a, b, ca, cb = batchTwinsAt(t, limit, maxKeys, EvictStalest, 1)
+		}
 		var keys []string
 		var ints []uint64
 		flush := func() {

@@ -490,6 +490,9 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 	budget := capTries
 	reserved := false
 	if l.keys.Load() >= l.maxKeys {
+		if c := l.trackedSince(sh, h, t); c != nil {
+			return c, now, ReasonOK, false, false
+		}
 		if hopeless {
 			return nil, now, ReasonCostAboveLimit, false, false
 		}
@@ -519,6 +522,28 @@ func (l *Limiter) acquire(sh *shard.Shard, h uint64, now int64, t *shard.Table, 
 		}
 		now = at
 	}
+}
+
+// trackedSince returns h's live cell in sh's current table when the caller's lookup found h absent
+// in t and a rebuild has replaced t since, or nil. Making room at the key cap must not precede
+// finding such a key: it would evict a live key for a request that needs no room, and the key
+// evicted may be h itself, whose units counted since would be lost. In AllowBatch this happens
+// with no race: a run looks its keys up in the tables they had when it began, and a decision
+// earlier in the run may insert h (a key repeated in the run) and rebuild its table. Only a
+// request at the cap pays for the check, and only when its table was replaced.
+func (l *Limiter) trackedSince(sh *shard.Shard, h uint64, t *shard.Table) *uint64 {
+	cur := sh.Table()
+	if t == nil || t == cur {
+		return nil // the caller found h's cell dead, or looked in the current table
+	}
+	c := cur.Find(h)
+	if c == nil {
+		return nil
+	}
+	if w0, _ := atomic.Load(c, l.codec.Words()); w0&atomic.Flags != 0 {
+		return nil // evicted, or moved by yet another rebuild: the usual way handles both
+	}
+	return c
 }
 
 // capTries bounds the bounded reclaims and EvictStalest samples one request at the key cap makes,

@@ -117,3 +117,36 @@ func TestIdleLimiterIsNotSwept(t *testing.T) {
 		})
 	}
 }
+
+// An interval of 0 or less, which a ticker would refuse by panicking in the sweeper's goroutine,
+// is taken as MinInterval: the sweeper runs, sweeps a shard whose horizon has passed, and stops.
+func TestStartClampsTheInterval(t *testing.T) {
+	for _, interval := range []time.Duration{0, -time.Second, time.Nanosecond} {
+		cfg := &shard.Config{
+			Codec: slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 1 << 20, Window: time.Second}),
+			Evict: true,
+			Keys:  new(atomic.Int64),
+		}
+		shards := make([]shard.Shard, 1)
+		shards[0].Init(cfg, 0)
+		clk := clock.NewManual(0)
+		late := cfg.Codec.Horizon() + 1
+		clk.Set(late)
+		c, _, _ := shards[0].Acquire(cfg, 42, late)
+		if ok, st := cfg.Codec.Admit(c, late, 1); !ok || st != slatomic.OK {
+			t.Fatalf("the first request was refused (%v)", st)
+		}
+		s := Start(shards, cfg, clk, interval, 0)
+		if s.interval != MinInterval {
+			t.Errorf("interval %v: the sweeper ticks every %v, want %v", interval, s.interval, MinInterval)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for shards[0].Due(late) {
+			if time.Now().After(deadline) {
+				t.Fatalf("interval %v: the shard was not swept in 10s", interval)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s.Stop()
+	}
+}

@@ -47,6 +47,9 @@ type Sweeper struct {
 	passStart int64
 }
 
+// MinInterval is the shortest interval between a Sweeper's ticks.
+const MinInterval = time.Millisecond
+
 // minBudget is the fewest slots a tick visits, so small tables are swept in one tick.
 const minBudget = 4096
 
@@ -55,8 +58,12 @@ const minBudget = 4096
 // interval when the interval is the longer. A tick visits at most MaxSlotsPerSecond × interval
 // slots (but at least 4,096), so larger tables take longer. A tick that finds no key and every
 // table at its smallest does nothing, and the next comes a period later, or as soon as a key
-// arrives if cfg.FirstKey is set (see shard.Config). Stop ends it.
+// arrives if cfg.FirstKey is set (see shard.Config). An interval below MinInterval (0 or negative
+// included) is taken as MinInterval, the least engine.WithSweepInterval accepts: a ticker refuses
+// one of 0 or less by panicking, which in the sweeper's own goroutine no caller could recover.
+// Stop ends it.
 func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
+	interval = max(interval, MinInterval)
 	s := &Sweeper{
 		shards: shards, cfg: cfg, clk: clk, interval: interval, period: max(period, interval),
 		stop: make(chan struct{}), done: make(chan struct{}),

@@ -71,8 +71,9 @@ type Limit struct {
 // leaves the earlier ones charged. A limit not asked because an earlier one refused is still
 // listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
 // method Peek(key string) slidelimit.Decision. A limit that refused without judging the key's
-// quota (ReasonKeyCap, ReasonNegativeCost, ReasonInvalidLimit, ReasonClosed) is left out of
-// RateLimit: its Decision knows nothing of the quota, and r=0 would say it is spent.
+// quota (ReasonKeyCap, ReasonNegativeCost, ReasonInvalidLimit, ReasonClosed, and a
+// ReasonCostAboveLimit made before the key was read: see slidelimit.Decision.QuotaKnown) is left
+// out of RateLimit: its Decision knows nothing of the quota, and r=0 would say it is spent.
 //
 // Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
 // server) finds the outer one's decisions in the request context. When the inner one refuses,
@@ -650,9 +651,10 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			case failed:
 				continue
 			case refused:
-				if !d.Reason.QuotaKnown() {
+				if !d.QuotaKnown() {
 					// Refused before the policy looked at the key (at the key cap, for a bad
-					// cost or limit): its Remaining of 0 would tell the client a quota is spent.
+					// cost or limit, for a cost above what it can ever admit): its Remaining of 0
+					// would tell the client a quota is spent.
 					continue
 				}
 			case unasked:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -512,9 +513,9 @@ func TestFailLocalClosedLimiterIsUnavailable(t *testing.T) {
 	assert.Empty(t, got.policy)
 }
 
-// A refusal made without judging the key's quota (the key cap, a negative cost) lists no
-// RateLimit item for the refusing limit: r=0 would tell the client its quota is spent. A limit
-// not asked is still listed as it stands.
+// A refusal made without judging the key's quota (the key cap, a negative cost, a cost above the
+// limit for a new key at the cap) lists no RateLimit item for the refusing limit: r=0 would tell
+// the client its quota is spent. A limit not asked is still listed as it stands.
 func TestRefusalWithoutQuotaListsNoRemaining(t *testing.T) {
 	capped, err := engine.New(policy.SlidingCounter{Limit: 5, Window: time.Minute}, engine.WithMaxKeys(1), engine.WithShards(1))
 	require.NoError(t, err)
@@ -527,8 +528,8 @@ func TestRefusalWithoutQuotaListsNoRemaining(t *testing.T) {
 		Limits:  []httplimit.Limit{{Limiter: httplimit.Local(hour), Quota: httplimit.Quota{Name: "hour"}}},
 		KeyFunc: httplimit.KeyByHeader("X-Key", nil),
 		Cost: func(r *http.Request) int64 {
-			if r.Header.Get("X-Cost") == "-1" {
-				return -1
+			if c, err := strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64); err == nil {
+				return c
 			}
 			return 1
 		},
@@ -547,4 +548,19 @@ func TestRefusalWithoutQuotaListsNoRemaining(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, got.status)
 	assert.NotContains(t, got.rateLimit, `"default"`)
 	assert.Contains(t, got.rateLimit, `"hour";r=99`, "the limit not asked is listed as it stands")
+
+	got = get(t, ts.Client(), ts.URL, map[string]string{"X-Key": "c", "X-Cost": "6"})
+	assert.Equal(t, http.StatusTooManyRequests, got.status, "a cost above the limit, refused at the cap before c is read")
+	assert.NotContains(t, got.rateLimit, `"default"`, "c's quota was not read")
+
+	// A cost the policy refuses before it reads the key: GCRA's above Burst.
+	gcra, err := engine.New(policy.GCRA{Rate: 1, Burst: 5})
+	require.NoError(t, err)
+	t.Cleanup(func() { gcra.Close() })
+	mw = &httplimit.Middleware{Limiter: httplimit.Local(gcra), Cost: func(*http.Request) int64 { return 6 }}
+	ts = serve(t, mw.Wrap(ok))
+	got = get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, http.StatusTooManyRequests, got.status)
+	assert.NotContains(t, got.rateLimit, `"default"`, "GCRA refused the cost without reading the key")
+	assert.Contains(t, got.policy, `"default";q=5`, "the limit itself is still named")
 }

@@ -778,9 +778,10 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		}
 		pol = append(pol, p)
 		d := c.d
-		if !c.failed && !d.Reason.QuotaKnown() {
+		if !c.failed && !d.QuotaKnown() {
 			// Refused before the policy looked at the key (a new key at the key cap, a closed
-			// limiter): its Remaining of 0 would tell the client a quota is spent. The policy
+			// limiter, a cost above what it can ever admit): its Remaining of 0 would tell the
+			// client a quota is spent. The policy
 			// item stays, as the limit is known.
 			continue
 		}
