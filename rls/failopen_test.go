@@ -19,14 +19,17 @@ func TestFailOpenIsNotNearTheLimit(t *testing.T) {
 	srv := deadRedisServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
 	defer cancel()
-	var headers string
+	var headers, policies string
 	for range 5 {
 		r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
 		require.NoError(t, err)
 		require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 		for _, h := range r.GetResponseHeadersToAdd() {
-			if h.GetKey() == "RateLimit" {
+			switch h.GetKey() {
+			case "RateLimit":
 				headers = h.GetValue()
+			case "RateLimit-Policy":
+				policies = h.GetValue()
 			}
 		}
 	}
@@ -40,15 +43,26 @@ func TestFailOpenIsNotNearTheLimit(t *testing.T) {
 	}
 	assert.Equal(t, `slidelimit_rls_backend_errors_total 5`, line("slidelimit_rls_backend_errors_total "))
 	assert.Equal(t, `slidelimit_rls_near_limit_total{descriptor="k",domain="d"} 0`, line("slidelimit_rls_near_limit_total{"), "fail-open hits counted as near the limit")
-	assert.NotContains(t, headers, "r=0", "a fail-open admission tells the client it has no quota left")
+	assert.Empty(t, headers, "a fail-open admission tells the client of a quota nobody judged")
+	assert.Equal(t, `"k";q=100;w=60`, policies, "the limit is known while Redis is down")
 }
 
-// A request the failure mode refuses (closed) keeps its RateLimit fields: only its admissions,
-// which measured nothing, drop them (TestFailOpenIsNotNearTheLimit).
-func TestFailClosedRefusalKeepsItsHeader(t *testing.T) {
+// A descriptor the failure mode refuses (closed) while Redis is down keeps its RateLimit-Policy
+// item, as the limit is known, but has no RateLimit item: its quota was never judged, and the
+// item said r=0 with the circuit breaker's wait as t, which no quota resets at. So a refusal
+// by the failure mode reads as the proxy's does, and as a key-cap refusal's.
+func TestFailClosedRefusalListsNoRemaining(t *testing.T) {
 	srv := deadRedisServer(t, redisstore.WithOnFailure(redisstore.FailClosed))
-	r, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
-	require.NotEmpty(t, r.GetResponseHeadersToAdd(), "a refused request carries no RateLimit field at all")
+	h := map[string]string{}
+	for _, v := range r.GetResponseHeadersToAdd() {
+		h[v.GetKey()] = v.GetValue()
+	}
+	assert.Equal(t, `"k";q=100;w=60`, h["RateLimit-Policy"])
+	_, listed := h["RateLimit"]
+	assert.False(t, listed, "a failure-mode refusal lists a remaining quota: %q", h["RateLimit"])
 }

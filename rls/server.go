@@ -95,6 +95,9 @@ func WithBackend(b Backend) Option {
 // RateLimit-Policy fields in response_headers_to_add, one list item per limited descriptor. A
 // descriptor whose limit is requests_per_unit: 0 (which refuses every request, with no window to
 // wait for) has no item: the draft's fields describe a quota that refills, and that one never does.
+// A descriptor decided without its quota being judged (by the backend's failure mode, the store
+// having failed, or refused before its key was read, as a new key at the key cap is) has its
+// RateLimit-Policy item and no RateLimit item: a remaining count would say nothing true of it.
 func WithHeaders(on bool) Option {
 	return func(s *Server) error {
 		s.headers = on
@@ -761,9 +764,7 @@ func escapeTo(b *strings.Builder, s string) {
 func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	var pol, cur []string
 	for _, c := range checks {
-		if c.live.pol == nil || c.node.shadow || c.failed && c.d.Allowed {
-			// An admission by the failure mode says nothing of the quota: r=0 would tell a
-			// client it has none left when it was admitted. A refusal by it keeps its item.
+		if c.live.pol == nil || c.node.shadow {
 			continue
 		}
 		name := c.node.limit.name
@@ -778,11 +779,13 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		}
 		pol = append(pol, p)
 		d := c.d
-		if !c.failed && !d.QuotaKnown() {
-			// Refused before the policy looked at the key (a new key at the key cap, a closed
-			// limiter, a cost above what it can ever admit): its Remaining of 0 would tell the
-			// client a quota is spent. The policy
-			// item stays, as the limit is known.
+		if c.failed || !d.QuotaKnown() {
+			// Decided without the quota being judged: by the failure mode while the store
+			// failed (an admission's r=0 would tell the client it has nothing left, a refusal's
+			// t is the circuit breaker's, not the quota's), or refused before the policy looked
+			// at the key (a new key at the key cap, a closed limiter, a cost above what it can
+			// ever admit), whose Remaining of 0 would tell the client a quota is spent. The
+			// policy item stays, as the limit is known.
 			continue
 		}
 		remaining := d.Remaining

@@ -684,6 +684,16 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-redis-deny-max-age", "-1s"}, "-redis-deny-max-age -1s: must be 0 (until the retry time) or at least 1ms", 2},
 		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-redis-mode", "batched", "-redis-deny-max-age", "1s"}, "-redis-deny-max-age 1s: bounds the deny cache of -redis-mode exact; batched mode decides in process and keeps none", 2},
 		{[]string{"-upstream", up, "-fleet-size", "0"}, "-fleet-size 0: must be in [1, 1048576]", 2},
+		// Flags only Redis reads, set without -redis: at their default value too, since setting
+		// one says Redis was expected.
+		{[]string{"-upstream", up, "-fleet-size", "3"}, "-fleet-size 3: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-fleet-size", "1"}, "-fleet-size 1: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-on-redis-error", "closed"}, "-on-redis-error closed: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-on-redis-error", "local"}, "-on-redis-error local: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-redis-timeout", "20ms"}, "-redis-timeout 20ms: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-redis-deny-max-age", "1s"}, "-redis-deny-max-age 1s: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-redis-mode", "exact"}, "-redis-mode exact: needs -redis URL", 2},
+		{[]string{"-upstream", up, "-listen", "1.2.3:1"}, `-listen "1.2.3:1": "1.2.3" is not an IP address`, 2},
 		{[]string{"-upstream", up, "-max-keys", "-1"}, "-max-keys -1", 2},
 		{[]string{"-upstream", up, "-expected-keys", "-1"}, "-expected-keys -1: must be 0 (tables that grow) or more", 2},
 		{[]string{"-upstream", up, "-expected-keys", "100000000"}, "-expected-keys 100000000: above the default key cap, 67108864 (raise -max-keys)", 2},
@@ -748,6 +758,22 @@ func TestProxyBadFlags(t *testing.T) {
 		assert.NotContains(t, stderr.String(), "s3cret", "%v: the password is never printed", tc.args)
 		assert.Less(t, strings.Count(stderr.String(), "\n"), 4, "%v: one line and a hint, not a usage dump", tc.args)
 	}
+}
+
+// -expected-keys tables the process cannot hold are the flag's fault, named with its value and
+// what to do about it; the policy and the rule being built when memory ran out are not. The Go
+// memory limit is the one a test can set whatever the machine.
+func TestProxyExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "proxy", "-upstream", "http://127.0.0.1:1", "-listen", "127.0.0.1:0", "-expected-keys", "10000000")
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=64MiB")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, exitUsage, ee.ExitCode(), "%s", out)
+	assert.Regexp(t, `(?m)^slidelimit proxy: -expected-keys 10000000: rule default, 100/1m: engine: WithExpectedKeys\(10000000\) needs \d+ MiB of tables at New, more than the Go memory limit, 64 MiB \(GOMEMLIMIT\); lower -expected-keys .*, or raise that limit$`, string(out))
+	assert.NotContains(t, string(out), "-policy", "blamed on the policy")
 }
 
 func TestBenchCommand(t *testing.T) {

@@ -268,6 +268,27 @@ func checkDenyMaxAge(d time.Duration, mode string) error {
 	return nil
 }
 
+// redisFlag is a flag that only Redis gives a meaning to, and its value.
+type redisFlag struct {
+	name  string
+	value any
+}
+
+// checkRedisOnly refuses the first of flags that the command line set (set holds the names
+// flag.Visit reports) although -redis is not given: in process such a flag changes nothing, and
+// setting it, even to its default value, says that Redis was expected.
+func checkRedisOnly(set map[string]bool, redisURL string, flags ...redisFlag) error {
+	if redisURL != "" {
+		return nil
+	}
+	for _, f := range flags {
+		if set[f.name] {
+			return fmt.Errorf("-%s %v: needs -redis URL (without -redis every limit is decided in process, where this flag changes nothing)", f.name, f.value)
+		}
+	}
+	return nil
+}
+
 // checkRedisTimeout refuses a -redis-timeout outside the range both Redis backends take
 // (redisstore.WithTimeout, batched.WithTimeout).
 func checkRedisTimeout(d time.Duration) error {

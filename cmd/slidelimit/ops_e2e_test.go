@@ -405,9 +405,32 @@ func TestProxyAccessLog(t *testing.T) {
 	assert.Equal(t, []any{"allowed", "denied", "denied"}, []any{lines[0]["decision"], lines[1]["decision"], lines[2]["decision"]})
 	assert.Equal(t, []any{200.0, 429.0, 429.0}, []any{lines[0]["status"], lines[1]["status"], lines[2]["status"]})
 	assert.Equal(t, "default", lines[1]["rule"])
-	assert.Regexp(t, `^sha256:[0-9a-f]{12}$`, lines[1]["key"])
+	assert.Regexp(t, `^hmac:[0-9a-f]{12}$`, lines[1]["key"])
 	assert.Equal(t, lines[0]["key"], lines[1]["key"])
 	assert.NotContains(t, p.stderr(), "198.51.100.77")
+}
+
+// The access log's key is keyed with a secret of the process: one client has one value in every
+// line of a run, so that its lines can be told apart, but a plain hash of its key (the same in
+// every process) could be reversed by hashing every IPv4 address. Two proxies, each with its own
+// secret, give the same client different values.
+func TestProxyAccessLogKeyIsKeyedPerProcess(t *testing.T) {
+	up := newUpstream(t)
+	c := newClient(t, true)
+	keyRE := regexp.MustCompile(`msg=request .* key=(\S+) `)
+	var keys []string
+	for range 2 {
+		p := startProxy(t, "-upstream", up.URL, "-log-admitted", "1", "-trusted-proxies", "127.0.0.1")
+		for range 2 {
+			require.Equal(t, 200, do(t, c, p.url("/"), map[string]string{"X-Forwarded-For": "198.51.100.77"}).status)
+		}
+		waitFor(t, func() bool { return len(keyRE.FindAllStringSubmatch(p.stderr(), -1)) == 2 })
+		m := keyRE.FindAllStringSubmatch(p.stderr(), -1)
+		assert.Regexp(t, `^hmac:[0-9a-f]{12}$`, m[0][1])
+		assert.Equal(t, m[0][1], m[1][1], "one client, two values in one run")
+		keys = append(keys, m[0][1])
+	}
+	assert.NotEqual(t, keys[0], keys[1], "the same value in two processes: an unkeyed hash")
 }
 
 // go-redis's own lines (dial failures while Redis is down) go through the command's logger: JSON

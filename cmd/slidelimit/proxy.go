@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -299,6 +301,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if c.fleetSize < 1 || c.fleetSize > 1<<20 {
 		return def, nil, fmt.Errorf("-fleet-size %d: must be in [1, %d]", c.fleetSize, 1<<20)
 	}
+	if err := checkRedisOnly(c.set, c.redisURL,
+		redisFlag{"redis-mode", c.redisMode}, redisFlag{"on-redis-error", c.onRedisError}, redisFlag{"redis-timeout", c.redisTimeout},
+		redisFlag{"redis-deny-max-age", c.denyMaxAge}, redisFlag{"fleet-size", c.fleetSize}); err != nil {
+		return def, nil, err
+	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return def, nil, fmt.Errorf("-log-format %q: must be text or json", c.logFormat)
 	}
@@ -467,6 +474,7 @@ type proxy struct {
 	retired        []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
 	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
 	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
+	logSecret      [32]byte              // the access log's key for hashing keys (logKey), drawn at start
 	errLogged      atomic.Uint64
 	admittedSeen   atomic.Uint64
 	refusedSeen    atomic.Uint64
@@ -605,13 +613,18 @@ func newMetrics(c *proxyConfig, p *proxy) *proxyMetrics {
 	reg.MustRegister(m.decisions, m.latency, m.errors, m.exempted, m.reloads, m.lastReload, m.rules, m.connRef, shadow, info)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "slidelimit_keys_tracked",
-		Help: "Keys tracked by the in-process limiters of the configuration in use (with -redis: the fallbacks', used while Redis fails).",
+		Help: "Keys held in process by the limiters of the configuration in use: with -redis-mode exact, by the -on-redis-error local fallbacks; with -redis-mode batched, the keys each limiter holds a lease for, by which it also decides while Redis is away.",
 	}, func() float64 {
 		n := 0
 		if st := p.state.Load(); st != nil {
+			var bs batched.Stats
 			for _, b := range st.limits {
 				if b.eng != nil {
 					n += b.eng.Len()
+				}
+				if b.bl != nil {
+					b.bl.Stats(&bs)
+					n += bs.Keys
 				}
 			}
 		}
@@ -628,6 +641,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	}
 	ip, _ := c.clientIP()
 	px := &proxy{c: c, def: def, ip: ip, upstream: up, stopWaiting: make(chan struct{}), log: logger, built: map[string]*builtLimit{}, wrapLn: func(l net.Listener) net.Listener { return l }}
+	rand.Read(px.logSecret[:]) // never fails: it ends the process where the system has no randomness
 	ok := false
 	defer func() {
 		if !ok {
@@ -848,6 +862,16 @@ func (px *proxy) apply(spec *configSpec) error {
 			b, err := px.limitFor(rs, r, len(rs.rates) > 1)
 			if err != nil {
 				abort()
+				var ek *expectedKeysError
+				if errors.As(err, &ek) {
+					// The flag's tables, not the rule, are what does not fit: whichever limit
+					// was being built when they ran out is only where it showed.
+					where := fmt.Sprintf("rule %s, %s", rs.name, r)
+					if rs.where != "" {
+						where = fmt.Sprintf("-config %s: %s: rates: %s", px.c.configPath, rs.where, r)
+					}
+					return &expectedKeysError{n: ek.n, where: where, each: "each limit of each rule", err: ek.err}
+				}
 				if rs.where != "" {
 					return fmt.Errorf("-config %s: %s: rates: %s: %w", px.c.configPath, rs.where, r, err)
 				}
@@ -991,7 +1015,7 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	if px.redis == nil {
 		// Only here (-expected-keys is refused with -redis): the -on-redis-error local fallback
 		// holds keys only while Redis is away, and would hold the memory all the time.
-		eng, err := engine.New(p, append(opts, engine.WithExpectedKeys(c.expectedKeys))...)
+		eng, err := newPresized(p, c.expectedKeys, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pol, err)
 		}
@@ -1206,6 +1230,12 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			// OnDecision, but -on-redis-error decided it, admitted (open) or refused (closed).
 			ri.decided, ri.reason = true, reasonRedisError
 			ri.d = engine.Decision{Allowed: failAllows}
+			if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil && !failAllows {
+				// The refusal's wait is the one its 503 sent (the circuit breaker's, at least a
+				// second): no limit decided, so no Decision holds it. (An admission's header, if
+				// any, is the upstream's.)
+				ri.d.RetryAfter = time.Duration(secs) * time.Second
+			}
 			decision := "denied"
 			if failAllows {
 				decision = "allowed"
@@ -1242,11 +1272,20 @@ func (px *proxy) accessLog(r *http.Request, rule string, ri *requestInfo, status
 	if reason == "" {
 		reason = reasonLabel(ri.d.Reason)
 	}
-	sum := sha256.Sum256([]byte(ri.key))
 	px.log.Info("request", "rule", rule, "decision", decision, "reason", reason, "status", status,
-		"key", "sha256:"+hex.EncodeToString(sum[:6]), "method", r.Method, "path", truncate(r.URL.Path, 128),
+		"key", px.logKey(ri.key), "method", r.Method, "path", truncate(r.URL.Path, 128),
 		"remaining", ri.d.Remaining, "retry_after_ms", ri.d.RetryAfter.Milliseconds(), "duration_ms", float64(took.Microseconds())/1000,
 		"sampled", every)
+}
+
+// logKey is how the access log writes a key: "hmac:" and the first 12 hex digits of its
+// HMAC-SHA256 under the process's secret. A plain hash of a key drawn from a small space (every
+// IPv4 address is 2^32 keys) is reversed by hashing them all, in seconds; without the secret it
+// cannot be, and within the process one key still has one name, so that its lines can be told.
+func (px *proxy) logKey(key string) string {
+	m := hmac.New(sha256.New, px.logSecret[:])
+	m.Write([]byte(key))
+	return "hmac:" + hex.EncodeToString(m.Sum(nil)[:6])
 }
 
 func truncate(s string, n int) string {
@@ -1814,6 +1853,47 @@ func (f *inFlight) wait(ctx context.Context) bool {
 	}
 	return true
 }
+
+// newPresized is engine.New(p, opts..., engine.WithExpectedKeys(expected)). When that fails and
+// the same limiter without the option does not, what fails is the memory -expected-keys asks for
+// (the engine refuses tables past the Go memory limit, ulimit -v, the control group's or the
+// machine's memory): the error is then an *expectedKeysError, which names the flag rather than
+// the policy the tables happened to be built for.
+func newPresized(p policy.Policy, expected int, opts ...engine.Option) (*engine.Limiter, error) {
+	eng, err := engine.New(p, append(opts[:len(opts):len(opts)], engine.WithExpectedKeys(expected))...)
+	if err == nil || expected == 0 {
+		return eng, err
+	}
+	bare, berr := engine.New(p, opts...)
+	if berr != nil {
+		return nil, err
+	}
+	bare.Close()
+	return nil, &expectedKeysError{n: expected, err: err}
+}
+
+// expectedKeysError is -expected-keys asking for more table memory than the process may hold.
+// where, when set, is the limit being built when the memory ran out, and each what every such
+// limit is ("each rate limit"): the tables of all of them together are what does not fit.
+type expectedKeysError struct {
+	n           int
+	where, each string
+	err         error
+}
+
+func (e *expectedKeysError) Error() string {
+	where := ""
+	if e.where != "" {
+		where = e.where + ": "
+	}
+	each := e.each
+	if each == "" {
+		each = "each in-process limit"
+	}
+	return fmt.Sprintf("-expected-keys %d: %s%v; lower -expected-keys (%s gets tables for that many keys), or raise that limit", e.n, where, e.err, each)
+}
+
+func (e *expectedKeysError) Unwrap() error { return e.err }
 
 // checkKeyCounts checks -max-keys and -expected-keys, shared by proxy and rls: each in its range,
 // and the tables sized at start no larger than the cap allows.

@@ -209,6 +209,7 @@ func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
 	assert.GreaterOrEqual(t, metric(t, m, "slidelimit_redis_errors_total"), 1.0)
 	assert.Equal(t, 4.0, metric(t, m, "slidelimit_redis_fallbacks_total"), "every request was decided alone")
 	assert.Equal(t, 1.0, metric(t, m, "slidelimit_redis_breaker_open"), "offline")
+	assert.Equal(t, 1.0, metric(t, m, "slidelimit_keys_tracked"), "the one client the batched limiter decided alone")
 }
 
 // While Redis is down, -on-redis-error open and closed decide the requests no limit could: they
@@ -232,12 +233,31 @@ func TestProxyRedisFailureModeDecisionsAreCountedAndLogged(t *testing.T) {
 			"-on-redis-error", tc.failure, "-log-admitted", "1", "-log-refused", "1", "-metrics-listen", "127.0.0.1:0")
 		series := `slidelimit_decisions_total{decision="` + tc.decision + `",reason="redis_error",rule="default"}`
 		assert.Contains(t, do(t, c, "http://"+p.metrics+"/metrics", nil).body, series+" 0\n", "%s: the series exists from the start", name)
+		var waits []string
 		for range 2 {
-			assert.Equal(t, tc.status, do(t, c, p.url("/x"), nil).status, name)
+			r := do(t, c, p.url("/x"), nil)
+			assert.Equal(t, tc.status, r.status, name)
+			waits = append(waits, r.retryAfter)
 		}
 		waitFor(t, func() bool { return strings.Count(p.stderr(), "msg=request") == 2 })
 		want := "msg=request rule=default decision=" + tc.decision + " reason=redis_error status=" + strconv.Itoa(tc.status)
 		assert.Equal(t, 2, strings.Count(p.stderr(), want), "%s: one access-log line each:\n%s", name, p.stderr())
+		// The log gives the wait the 503 sent in Retry-After (it said 0), and none for an
+		// admission.
+		var logged []string
+		for _, m := range regexp.MustCompile(`msg=request .* retry_after_ms=(\d+)`).FindAllStringSubmatch(p.stderr(), -1) {
+			logged = append(logged, m[1])
+		}
+		for i, w := range waits {
+			if tc.status == 503 {
+				secs, err := strconv.Atoi(w)
+				require.NoError(t, err, "%s: Retry-After %q", name, w)
+				waits[i] = strconv.Itoa(secs * 1000)
+			} else {
+				waits[i] = "0"
+			}
+		}
+		assert.Equal(t, waits, logged, "%s: retry_after_ms against Retry-After", name)
 		m := do(t, c, "http://"+p.metrics+"/metrics", nil).body
 		assert.Contains(t, m, series+" 2\n", "%s: both counted as decided", name)
 		assert.GreaterOrEqual(t, metric(t, m, "slidelimit_limiter_errors_total"), 2.0, name)

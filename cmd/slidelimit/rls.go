@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -119,6 +120,12 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err != nil || (onError == slidelimit.FailLocal && c.redisMode != "batched") {
 		return usageErr(fs, "-on-redis-error %q: want open or closed (or local, with -redis-mode batched)", c.onError)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkRedisOnly(set, c.redisURL, redisFlag{"redis-mode", c.redisMode}, redisFlag{"on-redis-error", c.onError},
+		redisFlag{"redis-timeout", c.redisTimeout}, redisFlag{"redis-deny-max-age", c.denyMaxAge}); err != nil {
+		return usageErr(fs, "%v", err)
+	}
 	if err := checkListenAddrs(c.listen, c.metricsListen); err != nil {
 		return usageErr(fs, "%v", err)
 	}
@@ -150,14 +157,43 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
 	describe := "in process"
+	// The first limiter whose -expected-keys tables did not fit: the server reports its error as
+	// the config's (file, line, descriptor), but then the flag's value is what is wrong.
+	var keysErr atomic.Pointer[expectedKeysError]
 	if c.redisURL == "" && (c.maxKeys > 0 || c.expectedKeys > 0) {
 		// The server's default backend, with the two options.
-		eopts := []engine.Option{engine.WithShards(rls.DefaultShards), engine.WithExpectedKeys(c.expectedKeys)}
+		eopts := []engine.Option{engine.WithShards(rls.DefaultShards)}
 		if c.maxKeys > 0 {
 			eopts = append(eopts, engine.WithMaxKeys(c.maxKeys))
 		}
-		opts = append(opts, rls.WithBackend(rls.EngineBackend(eopts...)))
+		opts = append(opts, rls.WithBackend(rls.BackendFunc(func(_ string, p policy.Policy) (slidelimit.Limiter, error) {
+			eng, err := newPresized(p, c.expectedKeys, eopts...)
+			if err != nil {
+				var ek *expectedKeysError
+				if errors.As(err, &ek) {
+					ek.each = "each rate limit of the config"
+					keysErr.CompareAndSwap(nil, ek)
+				}
+				return nil, err
+			}
+			return eng.AsLimiter(), nil
+		})))
 		describe += fmt.Sprintf(" (each rate limit: at most %d keys, tables for %d at start)", cmp.Or(c.maxKeys, engine.DefaultMaxKeys), c.expectedKeys)
+	}
+	if c.redisMode == "batched" {
+		// Checked before Redis is dialled (its first answer can take a second), as the proxy
+		// checks -policy: batched leases sliding-counter quota only. A server whose limiters only
+		// check the policy reports a mismatch as the real one would, naming file and line.
+		probe, err := rls.NewServer(cfg, rls.WithBackend(rls.BackendFunc(func(_ string, p policy.Policy) (slidelimit.Limiter, error) {
+			if _, ok := p.(policy.SlidingCounter); !ok {
+				return nil, fmt.Errorf("-redis-mode batched: policy %q is not available in batched mode; use sliding-counter, or -redis-mode exact", p.ID())
+			}
+			return policyOnly{}, nil
+		})))
+		if err != nil {
+			return fmt.Errorf("-config: %w", err)
+		}
+		probe.Close()
 	}
 	if c.redisURL != "" {
 		// NewClient understands cluster and sentinel URLs too; its errors never show the password.
@@ -186,6 +222,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	srv, err := rls.NewServer(cfg, opts...)
 	if err != nil {
+		if ek := keysErr.Load(); ek != nil {
+			return usageErr(fs, "%v", ek)
+		}
 		return fmt.Errorf("-config: %w", err)
 	}
 	defer srv.Close()
@@ -264,4 +303,12 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		logger.Printf("stopped")
 	}
 	return runErr
+}
+
+// policyOnly is the limiter of a server built only to check a config's policies: it is never
+// asked to decide.
+type policyOnly struct{}
+
+func (policyOnly) Take(context.Context, string, int64) (slidelimit.Decision, error) {
+	return slidelimit.Decision{}, errors.New("policyOnly: not a limiter")
 }

@@ -100,11 +100,31 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-max-keys", "1000", "-expected-keys", "1001"}, "-expected-keys 1001: above -max-keys 1000"},
 		{[]string{"-config", "x.yaml", "-redis", "redis://127.0.0.1:1", "-max-keys", "10"}, "-max-keys 10: caps in-process limits, and with -redis there are none"},
 		{[]string{"-config", "x.yaml", "-redis", "redis://127.0.0.1:1", "-expected-keys", "10"}, "-expected-keys 10: sizes in-process limits, and with -redis there are none"},
+		// Flags only Redis reads, set without -redis: at their default value too, since setting
+		// one says Redis was expected.
+		{[]string{"-config", "x.yaml", "-on-redis-error", "closed"}, "-on-redis-error closed: needs -redis URL"},
+		{[]string{"-config", "x.yaml", "-on-redis-error", "open"}, "-on-redis-error open: needs -redis URL"},
+		{[]string{"-config", "x.yaml", "-redis-deny-max-age", "1s"}, "-redis-deny-max-age 1s: needs -redis URL"},
+		{[]string{"-config", "x.yaml", "-redis-deny-max-age", "0"}, "-redis-deny-max-age 0s: needs -redis URL"},
+		{[]string{"-config", "x.yaml", "-redis-timeout", "20ms"}, "-redis-timeout 20ms: needs -redis URL"},
+		{[]string{"-config", "x.yaml", "-redis-mode", "exact"}, "-redis-mode exact: needs -redis URL"},
 	} {
 		out, code := runRLS(t, c.args...)
 		require.Equal(t, exitUsage, code, out)
 		require.Contains(t, out, c.want)
 	}
+}
+
+// -redis-mode batched leases sliding-counter quota only: a config asking it for another policy is
+// refused before Redis is dialled, as the proxy refuses -policy, not after a second of waiting
+// for a Redis that does not answer (nothing listens on port 1).
+func TestRLSBatchedRefusesOtherPoliciesBeforeDialling(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10, policy: gcra}\n"), 0o644))
+	out, code := runRLS(t, "-config", file, "-listen", "127.0.0.1:0", "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "batched")
+	assert.Equal(t, exitFail, code, out)
+	assert.Contains(t, out, "slidelimit rls: -config: "+file+": line 3: descriptor remote_address: -redis-mode batched: policy \"gcra\" is not available in batched mode; use sliding-counter, or -redis-mode exact")
+	assert.NotContains(t, out, "does not answer", "Redis was dialled first")
 }
 
 // runRLS runs the command to completion and returns its combined output and exit code.
@@ -237,8 +257,9 @@ func TestRLSMaxKeys(t *testing.T) {
 }
 
 // -expected-keys sizes the tables at start, so that a size the process cannot hold is refused
-// then, naming the option and the limit, rather than found by the kernel under load. The Go
-// memory limit is the one a test can set whatever the machine.
+// then, rather than found by the kernel under load: a bad command line (exit 2) naming the flag,
+// its value and the limit, and saying what to do, not an error in the config's first line. The
+// Go memory limit is the one a test can set whatever the machine.
 func TestRLSExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "edge.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"), 0o644))
@@ -249,9 +270,9 @@ func TestRLSExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "%s", out)
-	assert.Equal(t, exitFail, ee.ExitCode(), "%s", out)
-	assert.Contains(t, string(out), "WithExpectedKeys(10000000) needs")
-	assert.Contains(t, string(out), "more than the Go memory limit, 64 MiB (GOMEMLIMIT)")
+	assert.Equal(t, exitUsage, ee.ExitCode(), "%s", out)
+	assert.Regexp(t, `(?m)^slidelimit rls: -expected-keys 10000000: engine: WithExpectedKeys\(10000000\) needs \d+ MiB of tables at New, more than the Go memory limit, 64 MiB \(GOMEMLIMIT\); lower -expected-keys .*, or raise that limit$`, string(out))
+	assert.NotContains(t, string(out), "-config:", "blamed on the config")
 }
 
 // SIGHUP reloads -config at once, with polling off (-reload-interval 0) too, and a broken edit is
