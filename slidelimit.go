@@ -53,6 +53,8 @@ import (
 //
 // Implementations are safe for concurrent use by any number of goroutines.
 type Limiter interface {
+	// Take decides n units for key, as the implementation's policy does, and counts them when
+	// it admits them. It is safe to call from any number of goroutines at once.
 	Take(ctx context.Context, key string, n int64) (Decision, error)
 }
 

@@ -129,5 +129,7 @@ type LimitTaker interface {
 // The table (package shard) checks a codec for it. Its methods are safe for concurrent use, as
 // every codec method is.
 type LiveFilter interface {
+	// LivePattern returns the pattern at now: a state word w0 is live for certain when
+	// w0&mask is a or b. A pure function of now, safe for concurrent use.
 	LivePattern(now int64) (mask, a, b uint64)
 }

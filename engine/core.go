@@ -741,12 +741,13 @@ type Stats struct {
 	RefusedAtCap int64 // requests refused because the key cap was reached
 	// ReclaimedAtCap counts the dead keys (state equal to a new key's) that requests at the key
 	// cap removed to make room, sweeping a few slots themselves or, under EvictStalest, choosing
-	// one as the stalest of their sample; EvictedAtCap the keys still holding state that
-	// WithAtCap(EvictStalest) evicted. Both since New; neither counts the sweeper's evictions.
+	// one as the stalest of their sample, since New; not the sweeper's evictions.
 	ReclaimedAtCap int64
-	EvictedAtCap   int64
-	Shards         int    // number of shards
-	TableBytes     uint64 // memory held by the shards' tables
+	// EvictedAtCap counts the keys still holding state that WithAtCap(EvictStalest) evicted to
+	// make room for new ones, since New; not the sweeper's evictions.
+	EvictedAtCap int64
+	Shards       int    // number of shards
+	TableBytes   uint64 // memory held by the shards' tables
 }
 
 // Stats fills s without allocating. It reads every shard's table pointer without locking, so under

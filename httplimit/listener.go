@@ -23,6 +23,8 @@ import (
 // from several goroutines at once if the wrapped listener allows it; Close and Addr are the
 // wrapped listener's.
 type Listener struct {
+	// Listener is the wrapped listener: Accept takes connections from it, and Close and Addr
+	// are its own.
 	net.Listener
 
 	// Limiter decides each new connection, one unit per connection. Required.

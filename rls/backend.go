@@ -23,13 +23,16 @@ import (
 // descriptor consume nothing on the others. The server closes a limiter it no longer uses when it
 // implements Close() error, or adapts an *engine.Limiter (see engine.AsLimiter).
 type Backend interface {
+	// NewLimiter returns the limiter for the rate limit name with policy p, or an error that the
+	// config's loading reports. It may be called from several goroutines at once.
 	NewLimiter(name string, p policy.Policy) (slidelimit.Limiter, error)
 }
 
-// BackendFunc adapts a function to Backend.
+// BackendFunc adapts a function to Backend; the function must be safe for concurrent use, as
+// Backend's NewLimiter must.
 type BackendFunc func(name string, p policy.Policy) (slidelimit.Limiter, error)
 
-// NewLimiter calls f.
+// NewLimiter calls f, from the caller's goroutine.
 func (f BackendFunc) NewLimiter(name string, p policy.Policy) (slidelimit.Limiter, error) {
 	return f(name, p)
 }

@@ -33,6 +33,8 @@ import (
 // each call sees one config from start to end. Close releases every limiter; a closed Server
 // answers UNAVAILABLE.
 type Server struct {
+	// UnimplementedRateLimitServiceServer answers Unimplemented for any method of the service
+	// that a later version of its definition adds, as gRPC's generated code asks of a server.
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	backend Backend

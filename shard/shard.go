@@ -73,7 +73,8 @@ func (cfg *Config) evictor() atomic.Evictor {
 	return ev
 }
 
-// Init gives the shard an empty table. now starts the sweep horizon.
+// Init gives the shard an empty table. now starts the sweep horizon. It must run before any
+// other method, and before the shard is shared with other goroutines: it takes no lock.
 func (s *Shard) Init(cfg *Config, now int64) {
 	s.fresh, _ = cfg.Codec.(atomic.FreshAdmitter)
 	s.table.Store(newTable(cfg.MinTable(), cfg.Codec.Words(), cfg.Shift))
@@ -130,6 +131,7 @@ func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free 
 // AcquireReserved is AcquireFrom for a caller that holds a place in cfg.Keys already, from
 // EvictCandidateKeep: a new or revived key takes that place instead of reserving one, so it cannot
 // be refused at the cap, and a key found live (a racing insert of the same key) gives it back.
+// It is safe for concurrent use, as Acquire is: it inserts under the shard's mutex.
 func (s *Shard) AcquireReserved(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
 	cell, created, at, _, _ = s.acquire(cfg, h, now, from, free, true, -1)
 	return cell, created, at
@@ -424,7 +426,8 @@ func (s *Shard) sweepCell(cfg *Config, c *uint64, words int, ref, now int64, ev 
 
 // Swept records that a sweep of table t which started at start has visited every slot. If t is
 // still current, the horizon is renewed from start, and a table left mostly empty by eviction is
-// rebuilt smaller.
+// rebuilt smaller. It is safe for concurrent use: the horizon is raised with compare-and-swap,
+// and the rebuild takes the shard's mutex.
 func (s *Shard) Swept(cfg *Config, t *Table, start, now int64) {
 	if s.table.Load() != t {
 		return // rebuilt mid-sweep: the new table's cells were not all visited
@@ -459,7 +462,8 @@ func (s *Shard) SweepAll(cfg *Config, now int64) {
 }
 
 // Reclaim evicts dead keys among up to budget slots from a rotating cursor, and reports how many.
-// It bounds the work a request for a new key at the key cap can cause.
+// It bounds the work a request for a new key at the key cap can cause. It is safe for concurrent
+// use: it sweeps under the shard's mutex.
 func (s *Shard) Reclaim(cfg *Config, now int64, budget uint64) int {
 	if !cfg.Evict {
 		return 0
@@ -552,7 +556,8 @@ func (cs *Candidates) offer(c Candidate) {
 
 // SampleStalestN is SampleStalest that keeps the stalest evictable keys of the sample in cs,
 // as many as cs keeps, beside any it holds already: one sample can then make room for several
-// new keys (each eviction still checks that its key's state is the one judged).
+// new keys (each eviction still checks that its key's state is the one judged). It is safe for
+// concurrent use on the shard (it reads the shard under its mutex); cs belongs to the caller.
 func (s *Shard) SampleStalestN(cfg *Config, now, limit int64, sample int, cs *Candidates) {
 	if cs.keep == 0 {
 		cs.keep = 1
@@ -595,6 +600,7 @@ func EvictCandidate(cfg *Config, c *Candidate) bool {
 // EvictCandidateKeep is EvictCandidate that keeps the evicted key's place in cfg.Keys for the
 // caller, who must then call AcquireReserved, once: a key evicted to make room for a new one hands
 // its place straight to it, so that a racing insert cannot take the room and refuse the new key.
+// It takes no lock: one compare-and-swap decides it, as for EvictCandidate.
 func EvictCandidateKeep(cfg *Config, c *Candidate) bool {
 	if c.cell == nil || !atomic.MarkIf(c.cell, cfg.Codec.Words(), c.w0, c.w1, atomic.Dead) {
 		return false
