@@ -71,6 +71,26 @@ func (b *breaker) allow() (ok, probe bool, wait time.Duration) {
 	return false, false, time.Duration(b.curCool.Load()) // at most until the probe in flight fails
 }
 
+// wait is the breaker's wait as it stands, for a call that it did not judge (the caller gave up
+// first, or the clock was out of range) and that FailClosed refuses all the same: while open, the
+// rest of its cooldown, the whole cooldown while another call is the probe, 0 once a probe is
+// due; while closed, the cooldown a failure would open it for. It reads the breaker and changes
+// nothing, so any number of calls may ask at once.
+func (b *breaker) wait() time.Duration {
+	opened := b.openedAt.Load()
+	cool := b.curCool.Load()
+	if opened == 0 {
+		return time.Duration(cool)
+	}
+	if elapsed := b.since() - opened; elapsed < cool {
+		return time.Duration(cool - elapsed)
+	}
+	if b.probing.Load() {
+		return time.Duration(cool)
+	}
+	return 0
+}
+
 // record counts one outcome in the window and returns the window's totals.
 func (b *breaker) record(bad bool) (ok, failed int64) {
 	now := b.since() / b.bucketNs

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
@@ -104,4 +105,116 @@ func TestCallerDeadlineDuringCall(t *testing.T) {
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDeadlinesWithoutContextTimeout: New accepts a go-redis client with ContextTimeoutEnabled
+// false whose read and write timeouts are no longer than WithTimeout's, and go-redis sets only
+// those on the socket. A call to a paused server must still end at the caller's deadline, as
+// Take, Refund, Reset and WithTimeout promise, with the caller's error and nothing counted
+// against the store; and at the limiter's own timeout, as a store failure.
+func TestDeadlinesWithoutContextTimeout(t *testing.T) {
+	srv := startServer(t)
+	// Far longer than the callers' deadlines below: a call that waited for the socket's timeouts
+	// would take seconds.
+	const socket = 5 * time.Second
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
+	defer client.Close()
+	l, err := New(client, "no-ctx-timeout", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(socket), WithBreaker(1, time.Minute), WithOnFailure(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m, err := All(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted, err := l.Take(context.Background(), "warm", 1)
+	if err != nil || !admitted.Allowed {
+		t.Fatalf("Take before the pause: %+v %v", admitted, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// Resumed before the client closes: the calls left waiting on the socket then end.
+	defer func() { _ = srv.Resume() }()
+	for _, c := range []struct {
+		what string
+		call func(context.Context) error
+	}{
+		{"Take", func(ctx context.Context) error { _, err := l.Take(ctx, "k", 1); return err }},
+		{"TakeWithLimit", func(ctx context.Context) error { _, err := l.TakeWithLimit(ctx, "k", 1, 5); return err }},
+		{"All's Take", func(ctx context.Context) error { _, err := m.Take(ctx, "k", 1); return err }},
+		{"Refund", func(ctx context.Context) error { _, err := l.Refund(ctx, "warm", 1, admitted); return err }},
+		{"Reset", func(ctx context.Context) error { return l.Reset(ctx, "k") }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		start := time.Now()
+		err := c.call(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) || took > faultSlack {
+			t.Fatalf("%s with a 30ms deadline on a paused server: %v after %v; want context.DeadlineExceeded at the deadline", c.what, err, took)
+		}
+	}
+	if st := statsOf(l); st.BreakerOpen || st.Failures != 0 {
+		t.Fatalf("the callers' deadlines counted against the store: %+v", st)
+	}
+	// The limiter's own timeout, shorter than the caller's deadline: a store failure.
+	const timeout = 100 * time.Millisecond
+	short := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1})
+	defer short.Close()
+	own, err := New(short, "no-ctx-timeout-own", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(timeout), WithBreaker(1, time.Minute), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	d, err := own.Take(ctx, "k", 1)
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || d.Allowed || took > timeout+faultSlack {
+		t.Fatalf("the limiter's own %v timeout on a paused server: %+v %v after %v; want ErrUnavailable at the timeout", timeout, d, err, took)
+	}
+	if st := statsOf(own); !st.BreakerOpen {
+		t.Fatalf("the limiter's own timeout did not count against the store: %+v", st)
+	}
+}
+
+// Close waits for a call that its caller gave up on at the deadline, through a client whose socket
+// does not follow the deadline, so that no goroutine of the limiter outlives Close.
+func TestCloseWaitsForCallsGivenUp(t *testing.T) {
+	srv := startServer(t)
+	const socket = 300 * time.Millisecond
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
+	defer client.Close()
+	l, err := New(client, "close-waits", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(socket), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take before the pause: %+v %v", d, err)
+	}
+	leaks := goleak.IgnoreCurrent()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	start := time.Now()
+	_, err = l.Take(ctx, "k", 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take with a 20ms deadline on a paused server: %v; want context.DeadlineExceeded", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The call given up on ends at the socket's timeout; Close returns only after it.
+	if took := time.Since(start); took < socket {
+		t.Fatalf("Close returned %v after the call began, before the socket's %v timeout ended it", took, socket)
+	}
+	goleak.VerifyNone(t, leaks)
 }

@@ -496,6 +496,111 @@ func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
 	}
 }
 
+// TestFailClosedRetryAfterForACallerThatGaveUp: a call whose caller gave up (its ctx done on
+// entry, or its deadline passing during the probe) gets FailClosed's Decision as any other call
+// does, RetryAfter included: the breaker's wait as it stands, not the configured cooldown. While
+// the breaker is open that is the rest of its cooldown, doubled or not after failed probes; once
+// the caller abandons the probe, the next call may try Redis at once. The same for a clock out of
+// range, which the breaker does not judge either.
+func TestFailClosedRetryAfterForACallerThatGaveUp(t *testing.T) {
+	srv := startServer(t)
+	ctx := context.Background()
+	gaveUp, cancel := context.WithCancel(ctx)
+	cancel()
+	// A user that does not exist: every call gets WRONGPASS, which opens the breaker at once.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nobody", Password: "pw", DisableIdentity: true,
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	newLimiter := func(name string, cooldown time.Duration, opts ...Option) *Limiter {
+		opts = append([]Option{WithTimeout(faultTimeout), WithBreaker(1, cooldown), WithOnFailure(FailClosed), WithOnError(func(error) {})}, opts...)
+		l, err := New(c, name, policy.FixedWindow{Limit: 10, Window: time.Minute}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+
+	t.Run("open", func(t *testing.T) {
+		// Long enough that the breaker stays open through a stalled machine's pauses.
+		const cooldown = 2 * time.Second
+		clk := clock.NewManual(time.Now().UnixMilli())
+		l := newLimiter("gave-up-open", cooldown, WithClock(clk))
+		m, err := All(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrMisconfigured) {
+			t.Fatalf("the opening call: %v", err)
+		}
+		opened := time.Now()
+		time.Sleep(100 * time.Millisecond)
+		check := func(what string, take func() (engine.Decision, error), want error) {
+			t.Helper()
+			start := time.Now()
+			d, err := take()
+			end := time.Now()
+			// The rest of the cooldown: the breaker opened between before and opened.
+			most, least := cooldown-start.Sub(opened), cooldown-end.Sub(before)
+			if !errors.Is(err, want) || d.Allowed || d.Reason != engine.ReasonLimited || d.RetryAfter > most || d.RetryAfter < least {
+				t.Fatalf("%s: %+v %v; want %v with RetryAfter the rest of the %v cooldown, in [%v, %v]", what, d, err, want, cooldown, least, most)
+			}
+		}
+		check("Take, ctx done", func() (engine.Decision, error) { return l.Take(gaveUp, "k", 1) }, context.Canceled)
+		check("TakeWithLimit, ctx done", func() (engine.Decision, error) { return l.TakeWithLimit(gaveUp, "k", 1, 5) }, context.Canceled)
+		check("All's Take, ctx done", func() (engine.Decision, error) { return m.Take(gaveUp, "k", 1) }, context.Canceled)
+		clk.Set(MaxTimeMs + 1)
+		check("Take, clock out of range", func() (engine.Decision, error) { return l.Take(ctx, "k", 1) }, ErrUnavailable)
+		check("All's Take, clock out of range", func() (engine.Decision, error) { return m.Take(ctx, "k", 1) }, ErrUnavailable)
+	})
+
+	t.Run("doubled", func(t *testing.T) {
+		const cooldown = 50 * time.Millisecond
+		l := newLimiter("gave-up-doubled", cooldown)
+		if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrMisconfigured) {
+			t.Fatalf("the opening call: %v", err)
+		}
+		// Two probes refused the same way: the cooldown doubles twice.
+		var reopened time.Time
+		for cool := cooldown; cool <= 2*cooldown; cool *= 2 {
+			time.Sleep(cool + 10*time.Millisecond)
+			if d, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrMisconfigured) || d.RetryAfter != 2*cool {
+				t.Fatalf("a probe after %v: %+v %v; want the cooldown doubled to %v", cool, d, err, 2*cool)
+			}
+			reopened = time.Now()
+		}
+		d, err := l.Take(gaveUp, "k", 1)
+		if least := 4*cooldown - time.Since(reopened) - time.Millisecond; !errors.Is(err, context.Canceled) || d.RetryAfter < least || d.RetryAfter > 4*cooldown {
+			t.Fatalf("ctx done, after the breaker reopened for %v: %+v %v; want RetryAfter the rest of it, at least %v", 4*cooldown, d, err, least)
+		}
+	})
+
+	t.Run("probe abandoned", func(t *testing.T) {
+		const cooldown = 100 * time.Millisecond
+		l := newLimiter("gave-up-probe", cooldown)
+		if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrMisconfigured) {
+			t.Fatalf("the opening call: %v", err)
+		}
+		time.Sleep(cooldown + 10*time.Millisecond)
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = srv.Resume() }()
+		// The probe, which the paused server keeps until the caller's deadline: abandoned, it
+		// leaves the probe due, and the next call tries Redis.
+		short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		d, err := l.Take(short, "k", 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) || d.RetryAfter != time.Millisecond {
+			t.Fatalf("the probe, past its caller's deadline: %+v %v; want RetryAfter 1ms (a probe is due)", d, err)
+		}
+		if st := statsOf(l); st.RoundTrips != 2 {
+			t.Fatalf("round trips %d, want 2: the opening call and the abandoned probe", st.RoundTrips)
+		}
+	})
+}
+
 // TestMisconfOpensBreaker: a server whose last background save failed refuses every write with
 // MISCONF. That is a server that decides nothing, not a refusal of one key: the failures count,
 // the breaker opens, and calls stop going to the server.

@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/internal/bound"
 	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
@@ -47,7 +48,9 @@ var (
 // the server does not know the script yet), over one Redis key per (limiter, key).
 //
 // All methods are safe for concurrent use by any number of goroutines. The Limiter starts no
-// goroutine of its own; Close releases the coarse clock it may hold.
+// goroutine of its own, but for a client that does not set the context's deadline on its socket
+// (see New), where each call to Redis runs on one that ends with the call; Close releases the
+// coarse clock it may hold.
 type Limiter struct {
 	client redis.UniversalClient
 	name   string
@@ -62,6 +65,9 @@ type Limiter struct {
 	offset atomic.Int64
 
 	cluster bool // the client follows MOVED and ASK itself
+	// bounded bounds each call by the caller's deadline and the timeout where the client does
+	// not set them on its socket (see bound.Call), and lets Close wait for a call given up on.
+	bounded *bound.Calls
 	// lastFatal is the last error every key got, reported once; nil once a call succeeds with the
 	// breaker closed (the probe's success closes it).
 	lastFatal atomic.Pointer[fatalReport]
@@ -80,10 +86,14 @@ type Limiter struct {
 // SlidingLog, FixedWindow, TokenBucket, GCRA, LeakyBucket, DualBucket), over the full ranges their
 // Validate accepts, deciding as the engine does. Any
 // redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
-// sentinel-backed client; it must honour the per-call deadline, so a go-redis client needs
-// ContextTimeoutEnabled: true (or read and write timeouts no longer than WithTimeout's) and no
-// negative read or write timeout other than -1 (-2 turns socket deadlines off), and New returns
-// an error naming the option otherwise. The Limiter does not close client.
+// sentinel-backed client. A go-redis client needs ContextTimeoutEnabled: true, or read and write
+// timeouts no longer than WithTimeout's, and no negative read or write timeout other than -1 (-2
+// turns socket deadlines off); New returns an error naming the option otherwise. With
+// ContextTimeoutEnabled false go-redis sets only its own timeouts on the socket, so each call to
+// Redis then runs on a goroutine of its own, and Take, TakeWithLimit, Refund, Reset and All's
+// Take return at ctx's deadline or the limiter's timeout all the same, while the call goes on,
+// holding its connection, until those socket timeouts end it (or Redis answers); hence the bound
+// on them. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
 	if check.IsNil(client) {
 		return nil, errors.New("redisstore: client is nil")
@@ -118,6 +128,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		failures: xsync.NewCounter(), shortCircuits: xsync.NewCounter(),
 	}
 	_, l.cluster = client.(*redis.ClusterClient)
+	l.bounded = bound.New(client)
 	if cfg.denyKeys > 0 {
 		l.deny = newDenyCache(cfg.denyKeys)
 	}
@@ -136,8 +147,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // taken as context.Background().
 //
 // The call to Redis is bounded by ctx's deadline and by the limiter's timeout, whichever comes
-// first, and is never retried. A ctx cancelled without a deadline does not cut a call already
-// sent short (go-redis sets only deadlines on the socket): that call ends at the timeout. When Redis does not decide (timeout, connection error, error reply, or the
+// first (with any client New accepts), and is never retried. A ctx cancelled without a deadline
+// does not cut a call already sent short (go-redis sets only deadlines on the socket): that call
+// ends at the timeout. When Redis does not decide (timeout, connection error, error reply, or the
 // breaker is open), Take returns the failure choice's Decision together with an error wrapping
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
 // with it. A key refused recently is decided from the local deny cache with no round trip.
@@ -229,11 +241,12 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	}
 	if err := ctx.Err(); err != nil {
 		// Before the deny cache, the breaker and the clock's range: a caller that has given up
-		// gets its own error, whatever any of them would have said.
-		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
+		// gets its own error, whatever any of them would have said. FailClosed's RetryAfter is
+		// still the breaker's wait, which reading it does not move.
+		return l.fail(key, n, lim, l.br.wait(), fmt.Errorf("redisstore: %w", err))
 	}
 	if now < 0 || now > l.algo.maxTime {
-		return l.fail(key, n, lim, l.cfg.cooldown, fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, l.algo.maxTime))
+		return l.fail(key, n, lim, l.br.wait(), fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, l.algo.maxTime))
 	}
 	sub := shortSubject(key)
 	if l.deny != nil && perCall == 0 && (cost > 0 || l.algo.kind == kindDualBucket) {
@@ -312,10 +325,12 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	if err := ctx.Err(); err != nil {
 		// The caller has already given up: no round trip, and nothing learned about Redis.
 		l.br.abandon(probe)
-		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", err)
+		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	res, err := s.run(cctx, l.client, keys, args)
+	res, err := bound.Call(cctx, l.bounded, func(ctx context.Context) ([]int64, error) {
+		return s.run(ctx, l.client, keys, args)
+	})
 	cancel()
 	l.roundTrips.Inc()
 	if err == nil {
@@ -334,7 +349,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		// http.TimeoutHandler): that says nothing about Redis. The limiter's own timeout is
 		// cctx's, and leaves ctx alive, so it still counts against the store.
 		l.br.abandon(probe)
-		return nil, l.cfg.cooldown, fmt.Errorf("redisstore: %w", cerr)
+		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", cerr)
 	}
 	l.failures.Inc()
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
@@ -577,14 +592,18 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	// Not replayed by go-redis, which retries READONLY, LOADING and the like until the deadline,
 	// so that the caller would get the timeout instead of the server's reason. A DEL may run
 	// twice, though, so a lost connection is tried again here, within the same deadline.
-	var err error
-	for range 3 {
-		err = l.client.Process(cctx, noRetryCmd{redis.NewCmd(cctx, "del", l.redisKey(sub))})
-		var rerr redis.Error
-		if err == nil || errors.As(err, &rerr) || cctx.Err() != nil {
-			break
+	rkey := l.redisKey(sub)
+	_, err := bound.Call(cctx, l.bounded, func(ctx context.Context) (struct{}, error) {
+		var err error
+		for range 3 {
+			err = l.client.Process(ctx, noRetryCmd{redis.NewCmd(ctx, "del", rkey)})
+			var rerr redis.Error
+			if err == nil || errors.As(err, &rerr) || ctx.Err() != nil {
+				break
+			}
 		}
-	}
+		return struct{}{}, err
+	})
 	cancel()
 	if l.deny != nil {
 		l.deny.gaveBackTo(sub) // as after a refund: a refusal decided before the DEL is stale
@@ -649,9 +668,11 @@ func (l *Limiter) Stats(s *Stats) {
 }
 
 // Close makes every later Take, Refund and Reset return ErrClosed, and releases the process-wide
-// clock if the limiter acquired it. It does not close the Redis client or the fallback limiter.
-// Idempotent and safe for concurrent use; a Take running concurrently with Close may still
-// complete on Redis.
+// clock if the limiter acquired it. With a client whose ContextTimeoutEnabled is false, it also
+// waits for the calls to Redis that callers gave up on at their deadline (see New) to end, at
+// most the client's socket timeouts, so that no goroutine of the limiter outlives Close. It does
+// not close the Redis client or the fallback limiter. Idempotent and safe for concurrent use; a
+// Take running concurrently with Close may still complete on Redis.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
@@ -659,5 +680,6 @@ func (l *Limiter) Close() error {
 			clock.Release(l.clk)
 		}
 	})
+	l.bounded.Wait()
 	return nil
 }

@@ -143,11 +143,11 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	if err := ctx.Err(); err != nil {
 		// Where Take looks: before the deny cache, the breaker and the clock's range, so that a
 		// caller that has given up gets its own error, whatever any of them would have said.
-		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("redisstore: %w", err))
+		return l0.fail(key, n, m.minLimit, l0.br.wait(), fmt.Errorf("redisstore: %w", err))
 	}
 	// The offset is 0 under client time.
 	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
-		return l0.fail(key, n, m.minLimit, l0.cfg.cooldown, fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, int64(MaxTimeMs)))
+		return l0.fail(key, n, m.minLimit, l0.br.wait(), fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, int64(MaxTimeMs)))
 	}
 	sub := shortSubject(key)
 	// A refusal known here decides only for the first limiter: a later one's would leave open

@@ -21,7 +21,9 @@ type Option func(*config) error
 //   - FailClosed refuses every request (Reason ReasonLimited), with RetryAfter a back-off: while
 //     the breaker is open, the time left until it next tries Redis (a whole cooldown while
 //     another call is that try); otherwise (the breaker is closed, and the next call goes to
-//     Redis) the breaker's cooldown;
+//     Redis) the breaker's cooldown. A call the breaker does not judge (its caller gave up, or
+//     the clock is out of range) gets the same back-off, read from the breaker as it stands,
+//     doubled cooldowns included: 1ms once a probe is due, since the next call tries Redis;
 //   - in every mode a cost above the limit (the call's, for TakeWithLimit) is refused with
 //     ReasonCostAboveLimit, as Redis would refuse it, and FailLocal's fallback is not asked;
 //   - FailLocal (FailFallback) decides with the in-process engine.Limiter given to WithFallback:
@@ -129,8 +131,9 @@ func WithClientTime() Option {
 }
 
 // WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The
-// caller's context still applies when it is shorter. A call that times out is never retried: the
-// script may have run.
+// caller's context still applies when it is shorter, through a go-redis client without
+// ContextTimeoutEnabled too (see New). A call that times out is never retried: the script may
+// have run.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {

@@ -812,7 +812,7 @@ func (px *proxy) registerRedisMetrics() {
 			func(s batched.Stats) float64 { return float64(s.Failures) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
-			Help: "Requests decided without Redis: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable.",
+			Help: "Requests decided without Redis: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable or after an error reply about the key.",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) },
 			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

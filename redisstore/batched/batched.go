@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,15 +20,20 @@ import (
 	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/internal/bound"
 	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // The errors are sentinel values, compared with errors.Is; safe to share between goroutines.
 var (
-	// ErrOffline is returned (wrapping redisstore.ErrUnavailable) with a decision made while Redis
-	// is unreachable: the process decided it alone, with the limit divided by the fleet size (see
-	// Take).
-	// The Decision is usable; the units it admitted are charged to Redis when Redis returns.
+	// ErrOffline is returned (wrapping redisstore.ErrUnavailable) with a decision the process
+	// made alone, with the limit divided by the fleet size (see Take): while Redis is unreachable,
+	// and for a request whose lease Redis answered with an error reply about that key alone (the
+	// key holds another type, or a value that is no fleet state: another program wrote it). Such a
+	// reply is wrapped too, naming the key with its subject written as "…", and does not take the
+	// limiter offline: only that request is decided alone, and the next one for the key asks Redis
+	// again. The Decision is usable; the units it admitted are charged to Redis when Redis answers
+	// for the key again.
 	ErrOffline = fmt.Errorf("%w: batched: deciding locally with the limit divided by the fleet size", redisstore.ErrUnavailable)
 	// ErrClosed is returned by Take after Close. It is the root package's ErrClosed.
 	ErrClosed = slidelimit.ErrClosed
@@ -38,7 +44,9 @@ var (
 // policy and prefix on the same Redis shares one limit per key.
 //
 // All methods are safe for concurrent use by any number of goroutines. New starts one goroutine,
-// which exchanges counts with Redis every sync interval; Close stops it.
+// which exchanges counts with Redis every sync interval; Close stops it. Through a client that
+// does not set the context's deadline on its socket (see New), each call to Redis also runs on a
+// goroutine of its own, which ends with the call.
 type Limiter struct {
 	client redis.UniversalClient
 	name   string
@@ -52,6 +60,9 @@ type Limiter struct {
 	clk    *clock.Clock
 	ownClk bool
 	ttl    string
+	// bounded bounds each call by the caller's deadline and the timeout where the client does
+	// not set them on its socket (see bound.Call), and lets Close wait for a call given up on.
+	bounded *bound.Calls
 
 	entries *xsync.MapOf[string, *entry]
 	holding *xsync.MapOf[*entry, struct{}]
@@ -176,11 +187,15 @@ func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uin
 
 // New returns a batched limiter named name (printable ASCII without spaces, braces or ':', at most
 // 64 bytes) applying policy p, which must be a policy.SlidingCounter, to every key across the
-// fleet of processes that share client's Redis. client must honour the per-call deadline (a
-// go-redis client needs ContextTimeoutEnabled: true, or read and write timeouts no longer than
-// WithTimeout's, and no negative timeout but -1; New refuses one that has not). New registers the process in the fleet with one heartbeat (if Redis does not
-// answer, the limiter starts offline and keeps trying) and starts the exchange goroutine. The
-// Limiter does not close client.
+// fleet of processes that share client's Redis. A go-redis client needs ContextTimeoutEnabled:
+// true, or read and write timeouts no longer than WithTimeout's, and no negative timeout but -1;
+// New refuses one that has not. With ContextTimeoutEnabled false go-redis sets only its own
+// timeouts on the socket, so each call to Redis then runs on a goroutine of its own, and Take
+// (and the exchange, and Close) stop waiting at ctx's deadline or the timeout all the same, while
+// the call goes on, holding its connection, until those socket timeouts end it (or Redis
+// answers); hence the bound on them. New registers the process in the fleet with one heartbeat
+// (if Redis does not answer, the limiter starts offline and keeps trying) and starts the
+// exchange goroutine. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
 	if check.IsNil(client) {
 		return nil, errors.New("batched: client is nil")
@@ -215,6 +230,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	sp := space(name, w)
 	l := &Limiter{
 		client: client, name: name, cfg: cfg, pol: sc, rule: rules.SlidingCounter(sc).Compile(), limit: sc.Limit, w: w,
+		bounded: bound.New(client),
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
@@ -289,10 +305,10 @@ func (l *Limiter) Allow(key string) bool {
 // n is refused with ReasonNegativeCost and a cost above the limit with ReasonCostAboveLimit.
 //
 // With quota leased for key's current window, Take decides in process without allocating.
-// Otherwise it leases with one script call bounded by ctx's deadline and the limiter's timeout (a
-// ctx cancelled without a deadline does not cut the call short: it ends at the timeout, as in
-// redisstore); concurrent callers for the same key wait for that one call (or for an exchange's
-// pipeline that holds the key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
+// Otherwise it leases with one script call bounded by ctx's deadline and the limiter's timeout,
+// with any client New accepts (a ctx cancelled without a deadline does not cut the call short: it
+// ends at the timeout, as in redisstore); concurrent callers for the same key wait for that one
+// call (or for an exchange's pipeline that holds the key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
 // the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. A
 // request that a refusal Redis gave earlier in the window still answers is refused in process,
 // with no round trip and without waiting for the key's lock, except where the lock's holder may
@@ -301,7 +317,8 @@ func (l *Limiter) Allow(key string) bool {
 // ahead of this process's clock.
 // Remaining is what this process holds plus the fleet's headroom at the last exchange with Redis
 // (a key this process has not yet asked Redis for reports the whole limit); RetryAfter is solved
-// from the fleet's counts.
+// from the fleet's counts less the units this process's lease still holds, which go back when the
+// window ends: with no other process, it is the engine's RetryAfter, whatever the cost.
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
@@ -309,7 +326,10 @@ func (l *Limiter) Allow(key string) bool {
 // returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable), queries
 // and costs above the limit included, whose Remaining is then the lease's rest plus what the share
 // has left. Its Limit is the policy's; a cost above the share but within the limit is refused with
-// ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again.
+// ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again. A
+// lease that Redis answers with an error reply about the key alone (a key of another type, say)
+// is decided so too, for that request only, with the reply wrapped in the error beside
+// ErrOffline (naming the key with its subject written as "…"); the limiter stays online.
 //
 // A ctx already done when the request cannot be decided from local quota is returned as ctx's
 // error with a refusal, and nothing is counted (not even alone while offline); a decision from
@@ -539,22 +559,36 @@ func takeAll(e *entry, idx int64) int64 {
 // remembered refuses n units for e at now from the refusal Redis gave last, if that refusal
 // answers them, with held units of window idx's lease counted toward the request. The refusal
 // was solved for its need; a larger need waits longer, so the wait is solved again for this need
-// on the counts Redis returned then (other processes only add to them until the window ends).
-// It reads e's refusal without e.mu and writes nothing.
+// on the counts Redis returned then (other processes only add to them until the window ends),
+// less what the lease holds now (see ownWait). It reads e's refusal without e.mu and writes
+// nothing.
 func (l *Limiter) remembered(e *entry, now, idx, held, n int64) (slidelimit.Decision, bool) {
 	start, need := idx*l.w, n-held
 	d := e.deny.Load()
 	if d == nil || d.win != start || now >= d.until || need < d.need {
 		return slidelimit.Decision{}, false
 	}
-	st := d.st
-	res := l.rule.Take(&st, d.redisNow+max(now-d.at, 0), need)
-	if res.Allowed {
+	wait, refused := l.ownWait(d.st, d.redisNow+max(now-d.at, 0), held, n)
+	if !refused {
 		return slidelimit.Decision{}, false
 	}
-	retry := max(res.RetryAfterMs, d.until-now, 1)
+	retry := max(wait, d.until-now, 1)
 	return slidelimit.Decision{Limit: l.limit, Remaining: held + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, true
+}
+
+// ownWait reports whether Redis's counts st refuse n units at now to a process that holds held
+// units of its lease in st's window, and the wait until they would not, solved by the policy's
+// own step. The held units are counted in st.Current: within the window the request needs only
+// n - held more, but once the window ends the lease's rest is given back and the request needs
+// all n again. Solving n on the counts less the held units gives both: within the window the
+// same wait as n - held on the counts, and past its end the wait that the units really used
+// give, so that one process alone is told the engine's RetryAfter whatever the cost (solved for
+// n - held on st, it was told to come back too soon, while the held units still counted).
+func (l *Limiter) ownWait(st rules.SlidingCounterState, now, held, n int64) (wait int64, refused bool) {
+	st.Current = max(st.Current-held, 0)
+	res := l.rule.Take(&st, now, n)
+	return res.RetryAfterMs, !res.Allowed
 }
 
 func (l *Limiter) admitted(e *entry, idx, rem, n int64) slidelimit.Decision {
@@ -606,12 +640,12 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	want = max(want, need)
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	cmd, err := leaseScript.run(cctx, l.client, l.leaseKeys(e, epoch), l.leaseArgs(now, want, need, adj, epoch)...)
+	cmd, err := l.lease(cctx, l.leaseKeys(e, epoch), l.leaseArgs(now, want, need, adj, epoch))
 	if epoch != "" && crossSlot(err) {
 		// The script never ran: the server is a cluster node after all. Ask again without the
 		// epoch, as on a cluster (see checkedEpoch).
 		l.epochCheck.Store(false)
-		cmd, err = leaseScript.run(cctx, l.client, l.leaseKeys(e, ""), l.leaseArgs(now, want, need, adj, "")...)
+		cmd, err = l.lease(cctx, l.leaseKeys(e, ""), l.leaseArgs(now, want, need, adj, ""))
 	}
 	cancel()
 	l.leases.Inc()
@@ -634,7 +668,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		if transportFailure(err) {
 			l.offline.Store(true)
 		}
-		err = fmt.Errorf("%w: %w", ErrOffline, err)
+		err = fmt.Errorf("%w: %w", ErrOffline, l.hideSubject(e, err))
 		l.reportErr(err)
 		d, _ := l.decideOffline(e, n)
 		return d, err
@@ -655,16 +689,49 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		return l.admitted(e, idx, rem, n), nil
 	}
 	// Refused: Redis's counts say need more units do not fit before RetryAfter, which the
-	// policy's own step solves from those counts.
+	// policy's own step solves (see ownWait).
 	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
-	res := l.rule.Take(&st, r.now, need)
-	retry := max(res.RetryAfterMs, 1)
+	wait, _ := l.ownWait(st, r.now, rem, n)
+	retry := max(wait, 1)
 	// Other processes give back unused leases when the window ends, so the refusal is remembered
 	// no further than that.
-	e.deny.Store(&denial{win: start, until: min(now+retry, start+l.w), need: need,
-		st: rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}, at: now, redisNow: r.now})
+	e.deny.Store(&denial{win: start, until: min(now+retry, start+l.w), need: need, st: st, at: now, redisNow: r.now})
 	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
+}
+
+// hideSubject returns err, a failed lease of e's, with e's subject written as "…" wherever the
+// server's reply quotes e's key (the lease script's own error does), and, for a reply about that
+// key alone, the key named so in front. errors.As still finds the reply, whose own text keeps the
+// subject; only what is printed, to logs and to the WithOnError hook, leaves it out.
+func (l *Limiter) hideSubject(e *entry, err error) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err // a transport failure, which names no key
+	}
+	named := withoutSubject(e.rkey, l.space)
+	msg := strings.ReplaceAll(err.Error(), e.rkey, named)
+	if !transportFailure(err) {
+		msg = "key " + named + ": " + msg
+	}
+	return &keyReply{err: err, msg: msg}
+}
+
+// keyReply is an error reply about a key, with its text rewritten by hideSubject.
+type keyReply struct {
+	err error
+	msg string
+}
+
+func (k *keyReply) Error() string { return k.msg }
+func (k *keyReply) Unwrap() error { return k.err }
+
+// lease runs the lease script once, bounded by ctx's deadline whatever the client (see
+// bound.Call).
+func (l *Limiter) lease(ctx context.Context, keys []string, args []any) (*redis.Cmd, error) {
+	return bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+		return leaseScript.run(ctx, l.client, keys, args...)
+	})
 }
 
 // callerGaveUp reports whether ctx is done or its deadline has passed: a socket read bounded by
@@ -951,7 +1018,7 @@ type Stats struct {
 	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
 	Returns          int64 // unused leases given back
 	Charges          int64 // windows charged with units admitted while Redis was away (or re-declared)
-	OfflineDecisions int64 // decisions made alone while Redis was unreachable
+	OfflineDecisions int64 // decisions made alone (ErrOffline): while Redis was unreachable, or after a key's error reply
 	RefusedLocally   int64 // refusals decided from a remembered refusal, without a round trip
 	Failures         int64 // calls to Redis that failed
 	Fleet            int64 // the fleet size shares are divided by: the live count at the last answered heartbeat, or as WithInitialFleetSize keeps it
@@ -985,11 +1052,14 @@ func (l *Limiter) Close() error {
 		if !l.offline.Load() {
 			l.flush(l.clk.Now(), true)
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-			_, _ = leaveScript.run(ctx, l.client, []string{l.members}, l.id)
+			_, _ = bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+				return leaveScript.run(ctx, l.client, []string{l.members}, l.id)
+			})
 			cancel()
 		}
 		l.syncMu.Unlock()
 		l.release()
 	})
+	l.bounded.Wait() // calls given up on at their deadline, with a client that does not follow it
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -525,5 +526,74 @@ func TestPermissionErrorsGoOffline(t *testing.T) {
 	t.Logf("200 requests under NOPERM: %d leases, %d offline", s.Leases, offline)
 	if s.Leases > 2 || offline < 199 {
 		t.Fatalf("200 requests under NOPERM: %d leases asked of Redis, %d decided offline; want at most 2 and the rest offline (%+v)", s.Leases, offline, s)
+	}
+}
+
+// TestKeyErrorReplyHidesTheSubject: a lease that Redis refuses with an error reply about its key
+// alone (another program wrote the key with another type, or a value that is no state) names the
+// key with its subject, the caller's key (an address, an API key), written as "…", in the error
+// and in WithOnError's hook, where the reply, or the script's own error, quoted it whole. That
+// request is decided alone, as ErrOffline says, but the limiter stays online: other keys, and the
+// next request for this one, still ask Redis.
+func TestKeyErrorReplyHidesTheSubject(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var reported []error
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, WithOnError(func(err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}))
+	for _, tc := range []struct {
+		what, subject string
+		write         func(key string) error
+		reply         string
+	}{
+		{"a set", "api-key-SECRET123", func(key string) error { return c.SAdd(ctx, key, "x").Err() }, "WRONGTYPE"},
+		{"a string that is no state", "203.0.113.7", func(key string) error { return c.Set(ctx, key, "garbage", 0).Err() }, "malformed state"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			key := l.Key(tc.subject)
+			if err := tc.write(key); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			reported = nil
+			mu.Unlock()
+			d, err := l.Take(ctx, tc.subject, 1)
+			hidden := strings.TrimSuffix(key, tc.subject) + "…"
+			var rerr redis.Error
+			if err == nil || !strings.Contains(err.Error(), tc.reply) || !errors.As(err, &rerr) {
+				t.Fatalf("Take on %s: %+v %v; want the reply %s, which errors.As finds", tc.what, d, err, tc.reply)
+			}
+			if strings.Contains(err.Error(), tc.subject) || !strings.Contains(err.Error(), "key "+hidden) {
+				t.Fatalf("the error %q names the subject, or not the key as %q", err, hidden)
+			}
+			mu.Lock()
+			got := slices.Clone(reported)
+			mu.Unlock()
+			if len(got) != 1 || strings.Contains(got[0].Error(), tc.subject) || !strings.Contains(got[0].Error(), "key "+hidden) {
+				t.Fatalf("WithOnError got %q; want one error naming the key as %q, without the subject", got, hidden)
+			}
+			if !errors.Is(err, ErrOffline) || !errors.Is(err, redisstore.ErrUnavailable) || !d.Allowed || d.Limit != 10 {
+				t.Fatalf("Take on %s: %+v %v; want a decision made alone, with ErrOffline", tc.what, d, err)
+			}
+			var s Stats
+			if l.Stats(&s); s.Offline {
+				t.Fatalf("one key's error reply sent the limiter offline: %+v", s)
+			}
+			if d, err := l.Take(ctx, "other", 1); err != nil || !d.Allowed {
+				t.Fatalf("another key after it: %+v %v; want it decided on Redis", d, err)
+			}
+			leases := s.Leases
+			if _, err := l.Take(ctx, tc.subject, 1); !errors.Is(err, ErrOffline) {
+				t.Fatalf("the same key again: %v; want Redis asked, and its reply again", err)
+			}
+			if l.Stats(&s); s.Leases != leases+2 {
+				t.Fatalf("%d leases for the two requests after the error, want 2", s.Leases-leases)
+			}
+		})
 	}
 }

@@ -64,3 +64,14 @@ func stateKey(prefix, sp, subject string) string {
 // Both carry the same hash tag, so one script touches them on a cluster.
 func membersKey(prefix, sp string) string { return prefix + "{" + sp + "}:members" }
 func epochKey(prefix, sp string) string   { return prefix + "{" + sp + "}:epoch" }
+
+// withoutSubject is the key name rkey, from stateKey under space sp, with its subject (or the
+// subject's hash) written as "…": errors go to logs, and a subject is a caller's key, which may be
+// an address or an API key. The prefix holds no brace, so the first '}' closes the hash tag.
+func withoutSubject(rkey, sp string) string {
+	i := strings.IndexByte(rkey, '}')
+	if i < 0 || len(rkey) < i+1+len(sp)+1 {
+		return "…"
+	}
+	return rkey[:i+1+len(sp)+1] + "…"
+}

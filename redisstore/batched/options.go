@@ -71,7 +71,8 @@ func WithSyncInterval(d time.Duration) Option {
 }
 
 // WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The caller's
-// context still applies when it is shorter. A call that times out is never retried.
+// context still applies when it is shorter, through a go-redis client without
+// ContextTimeoutEnabled too (see New). A call that times out is never retried.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {

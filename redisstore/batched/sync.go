@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/internal/bound"
 )
 
 // maxBatch bounds the script calls of one pipeline, so that one exchange cannot hold the server
@@ -71,7 +74,10 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
-	cmd, err := heartbeatScript.run(ctx, l.client, []string{l.members, l.epochK}, l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]))
+	keys, args := []string{l.members, l.epochK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:])}
+	cmd, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+		return heartbeatScript.run(ctx, l.client, keys, args...)
+	})
 	l.exchanges.Inc()
 	var v []any
 	if err == nil {
@@ -135,10 +141,15 @@ func (l *Limiter) send(ps []pending) bool {
 		calls[i] = call{s: leaseScript, keys: l.leaseKeys(p.e, epoch), args: l.leaseArgs(p.now, p.want, p.need, p.a, epoch)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-	err := runAll(ctx, l.client, calls)
-	if err == nil && epoch != "" {
-		err = l.againWithoutEpoch(ctx, ps, calls)
-	}
+	// Past the deadline, bound.Call returns while the pipeline may still fill in calls' replies:
+	// they are read below only when err is nil.
+	_, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (struct{}, error) {
+		err := runAll(ctx, l.client, calls)
+		if err == nil && epoch != "" {
+			err = l.againWithoutEpoch(ctx, ps, calls)
+		}
+		return struct{}{}, err
+	})
 	cancel()
 	l.exchanges.Add(int64(len(calls)))
 	ok := true

@@ -57,11 +57,13 @@ func IsNil(c redis.UniversalClient) bool {
 
 // Client refuses a go-redis client that would not honour the per-call deadline: go-redis applies
 // a context's deadline to socket reads and writes only with ContextTimeoutEnabled, and otherwise
-// waits ReadTimeout (3s by default), which is how goroutines pile up behind a paused server. A
-// negative timeout once the client has set its options up (ReadTimeout: -2 given, or any
-// negative duration but -1) makes go-redis set no socket deadline at all, the context's
-// included, so it is refused whatever ContextTimeoutEnabled says. A client of another type (a
-// wrapper) is not checked.
+// waits ReadTimeout (3s by default). The limiters then stop waiting at the deadline all the same
+// (package bound), but the call goes on until the socket's timeouts end it, holding a goroutine
+// and a connection, which is how they pile up behind a paused server: so without
+// ContextTimeoutEnabled both timeouts must be no longer than the limiter's. A negative timeout
+// once the client has set its options up (ReadTimeout: -2 given, or any negative duration but -1)
+// makes go-redis set no socket deadline at all, the context's included, so it is refused whatever
+// ContextTimeoutEnabled says. A client of another type (a wrapper) is not checked.
 func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
 	var ctxOK bool
 	var rt, wt time.Duration
@@ -86,5 +88,6 @@ func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
 		return nil
 	}
 	return fmt.Errorf("%s: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
-		"the per-call deadline (%v) would not bound a call; set ContextTimeoutEnabled: true", pkg, rt, wt, timeout)
+		"a call past its deadline (at most the limiter's timeout, %v) would hold its connection until those end it; "+
+		"set ContextTimeoutEnabled: true, or both timeouts to at most %v", pkg, rt, wt, timeout, timeout)
 }
