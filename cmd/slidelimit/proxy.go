@@ -1423,6 +1423,13 @@ func (w *statusWriter) status() int {
 // serve routes a request: exempt ones straight to the upstream, the others to the first rule
 // that matches (the command line's rule matches everything).
 func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.ContainsRune(r.URL.Path, '\\') {
+		// Some upstreams (IIS, and servers on Windows) read a backslash, sent as is or as %5C, as
+		// a /: /healthz\..\api would pass here as exempt and be served there as /api, and
+		// /admin\x would miss a rule for /admin/ and be served as /admin/x.
+		http.Error(w, "the path holds a backslash, which some upstreams read as /", http.StatusBadRequest)
+		return
+	}
 	r, ok := cleanRequestPath(r)
 	if !ok {
 		http.Error(w, "the path's dot segments or repeated slashes involve an encoded / or .", http.StatusBadRequest)

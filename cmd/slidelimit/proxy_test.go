@@ -414,6 +414,13 @@ func TestPathsAreMatchedCleanAndForwardedClean(t *testing.T) {
 	for _, path := range []string{"/x/..%2Flogin/", "/a%2F..%2Fb", "/healthz/%2e%2e/api", "/healthz/.%2e/api"} {
 		assert.Equal(t, 400, p.get(t, path, nil).status, path)
 	}
+	// So is a backslash, which some upstreams read as /: through an exempt prefix, or past a
+	// rule's.
+	for _, path := range []string{`/healthz\..\api`, "/healthz%5C..%5Capi", `/login\x`, "/login%5cx"} {
+		r := p.get(t, path, nil)
+		assert.Equal(t, 400, r.status, path)
+		assert.Contains(t, r.body, "backslash", path)
+	}
 	// A CONNECT with a path is cleaned too: it does not pass as exempt.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(p.srv.URL, "http://"))
 	require.NoError(t, err)
