@@ -117,14 +117,7 @@ func TestDeadlinesWithoutContextTimeout(t *testing.T) {
 	// Far longer than the callers' deadlines below: a call that waited for the socket's timeouts
 	// would take seconds.
 	const socket = 5 * time.Second
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
-	defer client.Close()
-	l, err := New(client, "no-ctx-timeout", policy.FixedWindow{Limit: 100, Window: time.Minute},
-		WithTimeout(socket), WithBreaker(1, time.Minute), WithOnFailure(FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := socketTimeoutsOnly(t, srv.Addr, "no-ctx-timeout", socket, WithBreaker(1, time.Minute), WithOnFailure(FailClosed))
 	m, err := All(l)
 	if err != nil {
 		t.Fatal(err)
@@ -162,14 +155,7 @@ func TestDeadlinesWithoutContextTimeout(t *testing.T) {
 	}
 	// The limiter's own timeout, shorter than the caller's deadline: a store failure.
 	const timeout = 100 * time.Millisecond
-	short := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1})
-	defer short.Close()
-	own, err := New(short, "no-ctx-timeout-own", policy.FixedWindow{Limit: 100, Window: time.Minute},
-		WithTimeout(timeout), WithBreaker(1, time.Minute), WithOnFailure(FailClosed), WithOnError(func(error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Close()
+	own := socketTimeoutsOnly(t, srv.Addr, "no-ctx-timeout-own", timeout, WithBreaker(1, time.Minute), WithOnFailure(FailClosed), WithOnError(func(error) {}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -187,13 +173,7 @@ func TestDeadlinesWithoutContextTimeout(t *testing.T) {
 func TestCloseWaitsForCallsGivenUp(t *testing.T) {
 	srv := startServer(t)
 	const socket = 300 * time.Millisecond
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
-	defer client.Close()
-	l, err := New(client, "close-waits", policy.FixedWindow{Limit: 100, Window: time.Minute},
-		WithTimeout(socket), WithOnFailure(FailClosed), WithOnError(func(error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := socketTimeoutsOnly(t, srv.Addr, "close-waits", socket, WithOnFailure(FailClosed), WithOnError(func(error) {}))
 	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
 		t.Fatalf("Take before the pause: %+v %v", d, err)
 	}
@@ -204,7 +184,7 @@ func TestCloseWaitsForCallsGivenUp(t *testing.T) {
 	defer func() { _ = srv.Resume() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	start := time.Now()
-	_, err = l.Take(ctx, "k", 1)
+	_, err := l.Take(ctx, "k", 1)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Take with a 20ms deadline on a paused server: %v; want context.DeadlineExceeded", err)
@@ -217,4 +197,20 @@ func TestCloseWaitsForCallsGivenUp(t *testing.T) {
 		t.Fatalf("Close returned %v after the call began, before the socket's %v timeout ended it", took, socket)
 	}
 	goleak.VerifyNone(t, leaks)
+}
+
+// socketTimeoutsOnly returns a limiter (a fixed window of 100 a minute, WithTimeout(socket), and
+// opts) on a client of the server at addr that sets only its own read and write timeouts, socket,
+// on the socket, not its callers' deadlines (ContextTimeoutEnabled false). Both are closed when
+// the test ends, the limiter first.
+func socketTimeoutsOnly(t *testing.T, addr, name string, socket time.Duration, opts ...Option) *Limiter {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	l, err := New(client, name, policy.FixedWindow{Limit: 100, Window: time.Minute}, append([]Option{WithTimeout(socket)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
