@@ -2,6 +2,8 @@ package peers_test
 
 import (
 	"flag"
+	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -258,14 +260,36 @@ func benchBatch(b *testing.B, l peers.Batcher, w *peers.Workload) {
 	})
 }
 
-// fresh is the sequence of keys BenchmarkInsert and BenchmarkKeyFlood insert: 8M keys, none of
-// which the warm-up gives. Each limiter takes them in order from its own cursor, across every
-// run of every -count, so that each request really is a new key to it; a benchmark that would
-// need more fails instead of repeating keys (six runs of -benchtime 1000000x fit).
+// fresh is the sequence of keys BenchmarkInsert and BenchmarkKeyFlood insert: 2^23 (8,388,608)
+// keys, none of which the warm-up gives. Each limiter takes them in order from its own cursor,
+// across every run of every -count and -cpu value, so that each request really is a new key to it.
+// A run takes b.N+1 keys (the testing package runs a benchmark once at b.N = 1 before each -count
+// and -cpu value), so a limiter needs runs x count x cpus x (N+1) of them. In BenchmarkInsert,
+// slidelimit's run=serial and run=batch take from one cursor: -benchtime 1000000x fits -count 4
+// (8,000,008 keys), not 6 (12,000,012). In BenchmarkKeyFlood run=serial and run=parallel do:
+// -benchtime 100000x -count 6 fits five -cpu values (6,000,060). A benchmark that would need more
+// fails instead of repeating keys, and so does the test binary (see TestMain).
 var (
 	freshOnce sync.Once
 	freshKeys *peers.Workload
 )
+
+// freshSpent records that a freshCursor ran out. A benchmark's failure in its second or later
+// -count, or at its second or later -cpu value, does not fail the test binary: the testing package
+// runs those as benchmarks with no parent to report to, prints their --- FAIL lines and still ends
+// with PASS and exit status 0. TestMain fails the binary instead.
+var freshSpent atomic.Bool
+
+// TestMain fails the test binary when a fresh-key cursor ran out (see freshSpent), so that a run
+// whose later results are missing cannot pass for a whole one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if freshSpent.Load() {
+		fmt.Println("FAIL: the fresh keys of BenchmarkInsert or BenchmarkKeyFlood ran out (see the --- FAIL lines above); the runs after the first of them have no results: use a smaller -benchtime or -count")
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
 
 func freshWorkload() *peers.Workload {
 	freshOnce.Do(func() { freshKeys = peers.Fresh("fresh", 23) })
@@ -282,7 +306,8 @@ type freshCursor struct {
 func (c *freshCursor) take(b *testing.B, n uint64) uint64 {
 	from := c.next.Add(n) - n
 	if from+n > uint64(c.w.Len()) {
-		b.Fatalf("the %d fresh keys are spent: use a smaller -benchtime", c.w.Len())
+		freshSpent.Store(true)
+		b.Fatalf("the %d fresh keys are spent: use a smaller -benchtime or -count", c.w.Len())
 	}
 	return from
 }

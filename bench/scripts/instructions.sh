@@ -9,6 +9,13 @@
 #   bench/scripts/instructions.sh [REV]   (REV: count a commit instead of the working tree; the
 #                                          benchmark's file is copied into a worktree of it)
 #
+# REV must be 5063ec5 (2026-12-03) or later: the copied engine/steady_bench_test.go uses
+# WithExpectedKeys, which came in there, and at an older commit the build stops with "undefined:
+# WithExpectedKeys" (checked at 0e48e88, the commit before, and at 5063ec5). Counts of older commits
+# (bench/README.md's 1b0c89a, 160a8ac and 8f854a0) were made with the benchmark file of their day.
+# Until 0c0ed64, WithExpectedKeys gave a shard no headroom over its share of the keys, so there
+# BenchmarkInsertSteady's inserts may grow some shards' tables, and its count per insert with them.
+#
 # Needs valgrind. GODEBUG=asyncpreemptoff=1 keeps the runtime's preemption signals from upsetting
 # callgrind; GOMAXPROCS=1 keeps the count to the benchmark's goroutine.
 set -euo pipefail
@@ -24,7 +31,10 @@ if [ -n "$rev" ]; then
 	cp "$repo/engine/steady_bench_test.go" "$tmp/tree/engine/"
 	dir=$tmp/tree
 fi
-(cd "$dir" && go test -c -o "$tmp/engine.test" ./engine)
+if ! (cd "$dir" && go test -c -o "$tmp/engine.test" ./engine); then
+	[ -z "$rev" ] || echo "instructions.sh: the benchmark file does not build at $rev; REV must be 5063ec5 or later (see the usage above)" >&2
+	exit 1
+fi
 count() { # count LOOP BENCH N: total instructions collected in LOOP, running BENCH N times
 	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --toggle-collect="*$1" \
 		--callgrind-out-file="$tmp/cg.$1.$3" "$tmp/engine.test" -test.run '^$' \

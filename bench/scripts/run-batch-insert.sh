@@ -6,7 +6,8 @@
 #   batch.txt     BenchmarkBatch: the floor's and slidelimit's Allow beside slidelimit's AllowBatch,
 #                 per key, on 1M uniform and 1M Zipf keys
 #   insert.txt    BenchmarkInsert: a new key into a limiter holding 10M (floor, slidelimit, httprate;
-#                 1M inserts a run, a whole growth cycle of a growing limiter)
+#                 1M inserts a run, a whole growth cycle of a growing limiter; slidelimit one key a
+#                 call, run=serial, and 64 a call, run=batch; at most -count 4: see below)
 #   fill.txt      BenchmarkFill: a limiter filled from empty to 10M keys, per key (floor, slidelimit,
 #                 slidelimit-expected, httprate)
 #   flood.txt     BenchmarkKeyFlood: every request a new key (slidelimit at a key cap of 2^20 with
@@ -14,7 +15,13 @@
 #   benchstat.txt `benchstat -col /limiter` of each file: the floor as the base column
 #
 # Takes about 9 minutes on 2 busy cores, most of it giving limiters their 10M keys. The insert and
-# flood runs use fixed iteration counts (each op consumes a fresh key, and there are 8M of them).
+# flood runs use fixed iteration counts: each op takes a new key from one cursor per limiter over
+# 2^23 = 8,388,608 fresh keys, and each run takes N+1 (the testing package runs a benchmark once at
+# b.N = 1 first, at every -count and -cpu value). Each is run at the largest -count, up to COUNT,
+# whose keys fit: the insert's slidelimit runs run=serial and run=batch, 2 x (1,000,000+1) keys a
+# count, so 4 counts of 1000000x fit and 6 do not; the flood runs run=serial and run=parallel at
+# each -cpu value, 2 x cpus x (100,000+1) keys a count (6 counts fit with up to 6 -cpu values).
+# machine.txt records the counts used. A run that still runs out fails, and so does this script.
 # Environment: COUNT (6), BENCHTIME (0.2s, for the batch runs), CPUS (the -cpu list; default
 # GOMAXPROCS; BenchmarkInsert, which is serial, runs at the default only), PARTS (the runs to
 # make, of "batch insert fill flood"; all by default), BIN (a directory made by build-bins.sh:
@@ -35,11 +42,28 @@ parts=${parts//,/ }
 benchtime=${BENCHTIME:-0.2s}
 cpuflag=()
 [ -z "${CPUS:-}" ] || cpuflag=(-test.cpu "$CPUS")
+# The fresh keys' count (bench/peers: fresh) and the insert's and flood's iterations a run.
+freshkeys=$((1 << 23))
+insertn=1000000
+floodn=100000
+# fit RUNS N: the largest -count, at most $count, at which RUNS runs of N+1 fresh keys each a count
+# fit in the fresh keys.
+fit() {
+	local c=$((freshkeys / ($1 * ($2 + 1))))
+	if [ "$c" -lt 1 ]; then
+		echo "run-batch-insert.sh: $1 runs of $2 new keys do not fit in the $freshkeys fresh keys even once; use fewer -cpu values" >&2
+		exit 1
+	fi
+	echo $((c < count ? c : count))
+}
+IFS=, read -r -a cpulist <<<"${CPUS:-default}"
+insertcount=$(fit 2 "$insertn")                  # slidelimit's run=serial and run=batch
+floodcount=$(fit $((2 * ${#cpulist[@]})) "$floodn") # run=serial and run=parallel at each -cpu value
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	machine_lines
-	echo "suite: -count $count, batch -benchtime $benchtime, insert 1000000x, fill 1x, flood 100000x, -cpu ${CPUS:-default}, parts: $parts"
+	echo "suite: -count $count, batch -benchtime $benchtime, insert ${insertn}x -count $insertcount, fill 1x, flood ${floodn}x -count $floodcount, -cpu ${CPUS:-default}, parts: $parts"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
@@ -52,16 +76,17 @@ if want batch; then
 fi
 if want insert; then
 	# Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
-	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkInsert$' \
-		-test.benchtime 1000000x -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
+	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$insertcount" -test.bench '^BenchmarkInsert$' \
+		-test.benchtime "${insertn}x" -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
 fi
 if want fill; then
-	# slidelimit-expected is left out of insert.txt: 6M inserts past its 10M would time its growth.
+	# slidelimit-expected is left out of insert.txt: 8M inserts past its 10M would time its growth.
 	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkFill$' \
 		-test.benchtime 1x | tee "$out/fill.txt"
 fi
 if want flood; then
-	run -test.bench '^BenchmarkKeyFlood$' -test.benchtime 100000x | tee "$out/flood.txt"
+	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$floodcount" "${cpuflag[@]}" \
+		-test.bench '^BenchmarkKeyFlood$' -test.benchtime "${floodn}x" | tee "$out/flood.txt"
 fi
 for f in $parts; do
 	echo "== $f"
