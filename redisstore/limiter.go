@@ -328,9 +328,18 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	res, err := bound.Call(cctx, l.bounded, func(ctx context.Context) ([]int64, error) {
-		return s.run(ctx, l.client, keys, args)
-	})
+	var res []int64
+	var err error
+	if l.bounded.Follows() {
+		res, err = s.run(cctx, l.client, keys, args)
+	} else {
+		// The call may outlive eval (see bound.Call): it gets copies of what it reads, so that
+		// keys and args, and the direct call's, stay off the heap.
+		keys, args := slices.Clone(keys), slices.Clone(args)
+		res, err = bound.Call(cctx, l.bounded, func(ctx context.Context) ([]int64, error) {
+			return s.run(ctx, l.client, keys, args)
+		})
+	}
 	cancel()
 	l.roundTrips.Inc()
 	if err == nil {

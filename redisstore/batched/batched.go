@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -729,8 +730,14 @@ func (k *keyReply) Unwrap() error { return k.err }
 // lease runs the lease script once, bounded by ctx's deadline whatever the client (see
 // bound.Call).
 func (l *Limiter) lease(ctx context.Context, keys []string, args []any) (*redis.Cmd, error) {
-	return bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+	if l.bounded.Follows() {
 		return leaseScript.run(ctx, l.client, keys, args...)
+	}
+	// The call may outlive lease (see bound.Call): it gets copies of what it reads, so that the
+	// direct call's keys and args stay off the heap.
+	ks, as := slices.Clone(keys), slices.Clone(args)
+	return bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+		return leaseScript.run(ctx, l.client, ks, as...)
 	})
 }
 

@@ -47,6 +47,12 @@ func New(c redis.UniversalClient) *Calls {
 	return cs
 }
 
+// Follows reports whether the client sets a context's deadline on its socket, so that a call
+// needs no Call. A caller on a path taken per decision calls the client directly then: the
+// closure it would hand Call, and whatever that reads, escape to the heap (Call may leave them to
+// a goroutine), which cost a Take three allocations.
+func (cs *Calls) Follows() bool { return cs.follows }
+
 // Wait returns once no goroutine that Call started is running: at most the client's socket
 // timeouts after the last such call began. A Close calls it, so that no goroutine of the limiter
 // outlives it. Unlike a sync.WaitGroup's, it may run while calls start.
