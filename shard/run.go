@@ -16,11 +16,11 @@ const RunLen = 32
 
 // A Run is up to RunLen lookups begun ahead of their decisions, so that their cache misses overlap
 // instead of following one another. Set records each key's table and the address of its home slot;
-// PrefetchSpan asks for their home lines; Walk, for keys likely new
-// to their tables, follows their probes through the lines that have arrived and asks for the
-// next; and Lookup, or Resume after a Walk, finds each key's cell once its lines have had time to
-// arrive. A Run is a value for one goroutine, kept on its stack; its lookups read tables without a
-// lock and write nothing but the Run, as Table.Lookup does.
+// PrefetchSpan asks for their home lines; Walk, for keys likely new to their tables, follows their
+// probes through the lines that have arrived and asks for the next; and Lookup, or Resume after a
+// Walk, finds each key's cell once its lines have had time to arrive. A Run is a value for one
+// goroutine, kept on its stack; its lookups read tables without a lock and write nothing but the
+// Run, as Table.Lookup does.
 type Run struct {
 	tables [RunLen]*Table
 	lines  [RunLen]unsafe.Pointer
@@ -50,9 +50,10 @@ func (r *Run) Set(i int, s *Shard, h uint64) {
 // often does not. In AllowBatch on 1M uniform keys this measured 6 to 7% faster than always asking
 // for the home line and the two after it; the home line alone was 5% slower, and always two or
 // four lines the same as three (measured earlier). Most likely a run asks for more lines than the
-// core keeps in flight, so each line asked for in vain delays one that is needed. On amd64 the lines are asked for to be written, as the decisions that follow will most likely
-// write them: with two goroutines batching on one table, asking for them to be read left each
-// swap a second trip to the other core (see prefetchWrite). Where the package has no prefetch
+// core keeps in flight, so each line asked for in vain delays one that is needed. On amd64 the
+// lines are asked for to be written, as the decisions that follow will most likely write them:
+// with two goroutines batching on one table, asking for them to be read left each swap a second
+// trip to the other core (see prefetchWrite). Where the package has no prefetch
 // instruction (see prefetchAll) it loads each home slot's word instead.
 func (r *Run) PrefetchSpan(from, to int) {
 	if from >= 0 && from < to && to <= RunLen {
@@ -63,10 +64,11 @@ func (r *Run) PrefetchSpan(from, to int) {
 // Walk goes on, for each lookup i from from to min(to, len(hs), RunLen)-1 (hs[i] its key), along
 // its probe through the lines already asked for, and where the probe runs past them asks for the
 // next 2*pairs lines (pairs <= 8). A lookup's first Walk starts at its home slot, whose lines
-// PrefetchSpan asked for. It reads the lines, so a caller gives them time to arrive first: AllowBatch
-// asks for a key's home lines 18 keys before its decision and walks it 12 and 6 keys before. Walk
-// takes no lock, writes only r, and returns without waiting for the lines it asks for. A probe
-// that would run past its table's last slot is walked no further ahead; Resume walks it to its end.
+// PrefetchSpan asked for. It reads the lines, so a caller gives them time to arrive first:
+// AllowBatch asks for a key's home lines 18 keys before its decision and walks it 12 and 6 keys
+// before. Walk takes no lock, writes only r, and returns without waiting for the lines it asks
+// for. A probe that would run past its table's last slot is walked no further ahead; Resume walks
+// it to its end.
 //
 // Why: the probe of a key new to a table at its load (0.8 to 0.875) is long-tailed: a quarter to a
 // third end in the home line, but 30 to 40% go on past the fourth line and 15 to 24% past the

@@ -37,8 +37,9 @@ type Config struct {
 	// Codec is the engine's policy packed into cells: it sets every table's cell width (Words), a
 	// new key's state (Fresh), which states sweeps and rebuilds drop or re-encode (Dead, Normalize,
 	// Horizon) and which keys the key cap may evict (Stale); where it is also an atomic.Evictor, an
-	// atomic.LiveFilter or an atomic.FreshAdmitter, the shard uses those too. Like the rest of Config it is read-only after
-	// Init: the tables' cell width and every cell's encoding follow from it.
+	// atomic.LiveFilter or an atomic.FreshAdmitter, the shard uses those too. Like the rest of
+	// Config it is read-only after Init: the tables' cell width and every cell's encoding follow
+	// from it.
 	Codec atomic.Codec
 	// Evict makes sweeps and rebuilds drop dead keys; without it they only re-encode them.
 	Evict bool
