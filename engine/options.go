@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/evict"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -126,8 +127,8 @@ func WithEviction(on bool) Option {
 // tables of more slots than that pace covers in the period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("engine: WithSweepInterval(%v): must be at least 1ms", d)
+		if d < evict.MinInterval {
+			return fmt.Errorf("engine: WithSweepInterval(%v): must be at least %v", d, evict.MinInterval)
 		}
 		cfg.sweepInterval = d
 		return nil
