@@ -21,11 +21,13 @@ import (
 // request as if it were admitted, without a RateLimit field, after calling OnError (a negative
 // cost excepted: see Middleware.Cost). FailClosed
 // answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter rounded up, at least
-// 1 second), after calling OnError. FailLocal (TrustDecision) uses the Decision returned with the
-// error as if there had been no error, after calling OnError: right for a Limiter that decides
-// something sensible itself when its store fails, such as redisstore with a fallback limiter. A
-// closed limiter's Decision (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed
-// does.
+// 1 second), after calling OnError. FailLocal (TrustDecision) admits or refuses on the Decision
+// returned with the error, after calling OnError: right for a Limiter that decides something
+// sensible itself when its store fails, such as redisstore with a fallback limiter. A refusal gets
+// 429 and that Decision's Retry-After, and the limit keeps its RateLimit-Policy item but has no
+// RateLimit item, as under FailOpen: the fallback's figures (a share of the limit, the count of one
+// process) are not those of the quota RateLimit-Policy advertises. A closed limiter's Decision
+// (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed does.
 type ErrorMode = slidelimit.FailureMode
 
 // The error modes, as in the root package.
@@ -410,8 +412,12 @@ type frame struct {
 	cost   int64
 	st     []entryState
 	ds     []engine.Decision
-	buf    [2]entryState
-	dbuf   [2]engine.Decision
+	// fallback marks the limits whose Decision came with an error, under FailLocal: made by the
+	// Limiter's fallback, on a quota that is not the one RateLimit-Policy advertises. Made on the
+	// first such Decision, as a failing store is the rare path.
+	fallback []bool
+	buf      [2]entryState
+	dbuf     [2]engine.Decision
 }
 
 type frameKey struct{}
@@ -477,6 +483,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					h.waiting.Add(-1)
 					waited += wait
 					clear(f.st)
+					clear(f.fallback)
 					continue
 				case <-r.Context().Done():
 					h.waiting.Add(-1)
@@ -487,6 +494,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					h.waiting.Add(-1)
 					t.Stop()
 					clear(f.st)
+					clear(f.fallback)
 					continue
 				}
 			}
@@ -572,7 +580,11 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 				f.giveBackOwn(r.Context())
 				return di, -1, true
 			}
-			// FailLocal: go on with di.
+			// FailLocal: go on with di, which RateLimit does not list.
+			if f.fallback == nil {
+				f.fallback = make([]bool, len(f.st))
+			}
+			f.fallback[i] = true
 		}
 		f.ds[i] = di
 		if !di.Allowed {
@@ -647,6 +659,12 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 				pol = append(pol, e.policy...)
 			}
 			d := g.ds[i]
+			if g.fallback != nil && g.fallback[i] {
+				// Decided by the Limiter's fallback while its store failed: its Remaining and
+				// reset are the fallback's (a share of the limit, a count of this process alone),
+				// not the advertised quota's. Retry-After still gives a refusal's wait.
+				continue
+			}
 			switch g.st[i] {
 			case failed:
 				continue

@@ -282,7 +282,9 @@ func TestErrorModes(t *testing.T) {
 	}{
 		{httplimit.FailOpen, false, reply{status: 200, policy: `"api";q=7;w=10`, body: "ok"}},
 		{httplimit.FailClosed, false, reply{status: 503, retryAfter: "3", body: "rate limiter unavailable\n"}},
-		{httplimit.TrustDecision, false, reply{429, `"api";q=7;w=10`, `"api";r=0;t=3`, "3", "rate limit exceeded\n"}},
+		// The fallback's refusal stands, with its wait; its figures are not the advertised
+		// quota's, so RateLimit lists nothing for it.
+		{httplimit.TrustDecision, false, reply{429, `"api";q=7;w=10`, "", "3", "rate limit exceeded\n"}},
 		{httplimit.FailClosed, true, reply{status: 200, body: "ok"}},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
@@ -304,6 +306,26 @@ func TestErrorModes(t *testing.T) {
 			assert.Equal(t, []error{down}, seen)
 		})
 	}
+}
+
+// Under FailLocal a fallback's admission is served, and the limit keeps its RateLimit-Policy
+// item but has no RateLimit item: the fallback's Remaining (a share of the limit, one process's
+// count) says nothing of the advertised quota. A healthy limit beside it is listed as always.
+func TestFailLocalListsNoFallbackFigures(t *testing.T) {
+	clk := clock.NewManual(w0)
+	healthy, err := engine.New(policy.FixedWindow{Limit: 5, Window: time.Minute}, engine.WithClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() { healthy.Close() })
+	share := engine.Decision{Allowed: true, Limit: 7, Remaining: 2, ResetAt: time.UnixMilli(w0 + 4000), Reason: engine.ReasonOK}
+	mw := &httplimit.Middleware{
+		Limiter:   failing{share, errors.New("store down")},
+		Quota:     httplimit.Quota{Name: "fleet", Limit: 7, Window: 10 * time.Second},
+		Limits:    []httplimit.Limit{{Limiter: httplimit.Local(healthy), Quota: httplimit.Quota{Name: "here"}}},
+		ErrorMode: httplimit.FailLocal,
+		Now:       nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, reply{200, `"fleet";q=7;w=10, "here";q=5;w=60`, `"here";r=4;t=60`, "", "ok"}, get(t, ts.Client(), ts.URL, nil))
 }
 
 func TestClosedLocalLimiterFailsOpen(t *testing.T) {

@@ -107,8 +107,16 @@ func TestProxyRedisFailureModes(t *testing.T) {
 	assert.Equal(t, "rate limiter unavailable\n", r.body)
 	assert.NotEmpty(t, r.retryAfter)
 	var codes []int
-	for range 3 {
-		codes = append(codes, do(t, c, local.url("/"), client(2)).status)
+	for i := range 3 {
+		r := do(t, c, local.url("/"), client(2))
+		codes = append(codes, r.status)
+		// The fallback decides on the proxy's share, not on the quota the policy item
+		// advertises: the limit is listed there, with no figures of the share in RateLimit.
+		assert.Equal(t, `"modes-local";q=4;w=3600`, r.policy, "request %d", i)
+		assert.Empty(t, r.rateLimit, "request %d", i)
+		if r.status == 429 {
+			assert.NotEmpty(t, r.retryAfter)
+		}
 	}
 	assert.Equal(t, []int{200, 200, 429}, codes, "the fallback enforces 4/2 = 2 per proxy")
 	codes = nil
