@@ -207,6 +207,29 @@ func TestDoneCtxComesFirst(t *testing.T) {
 	}
 }
 
+// TestDoneCtxDoesNotChangeWhatNoStateCould: a request that no Redis state could change is
+// decided as always, with no error, whatever the caller's ctx says: a negative cost, and a GCRA
+// cost above its burst.
+func TestDoneCtxDoesNotChangeWhatNoStateCould(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, err := New(deadClient(t), "gcra", policy.GCRA{Rate: 5, Burst: 3}, WithOnFailure(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if d, err := l.Take(cancelled, "k", -1); err != nil || d.Allowed || d.Reason != slidelimit.ReasonNegativeCost || d.Limit != 3 {
+		t.Fatalf("Take(-1) = %+v %v, want ReasonNegativeCost with Limit 3 and no error", d, err)
+	}
+	if d, err := l.Take(cancelled, "k", 4); err != nil || d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit || d.Limit != 3 {
+		t.Fatalf("Take(4) = %+v %v, want ReasonCostAboveLimit with Limit 3 and no error", d, err)
+	}
+	// A cost the burst can hold depends on the key's state: the caller's error.
+	if _, err := l.Take(cancelled, "k", 3); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take(3): err = %v, want context.Canceled", err)
+	}
+}
+
 // TestFailureRefusesCostAboveLimit: when Redis does not decide, every failure mode refuses a cost
 // above the limit as Redis (and GCRA, before any lookup) would, with the error; FailLocal's
 // fallback is not asked.

@@ -164,7 +164,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // counted in the fallback, not on Redis, so Refund, which gives back on Redis, gives none back for
 // it (the fallback's own Refund can). A ctx already
 // done on entry costs no round trip and is returned so even while the breaker is open or the
-// deny cache knows the key.
+// deny cache knows the key. A request that no Redis state could change is decided as always,
+// whatever ctx says: a negative cost (ReasonNegativeCost), a GCRA cost above its burst
+// (ReasonCostAboveLimit), a closed limiter (ErrClosed).
 //
 // Safe for concurrent use by any number of goroutines; concurrent calls for one key are made
 // atomic by Redis, which runs one script at a time.

@@ -81,13 +81,13 @@ func Client(pkg string, c redis.UniversalClient, timeout time.Duration) error {
 		return nil
 	}
 	if rt < 0 || wt < 0 {
-		return fmt.Errorf("%s: client Options.ReadTimeout = %v, WriteTimeout = %v: a negative timeout (-2, or any negative duration but -1) "+
+		return fmt.Errorf("%s: client Options.ReadTimeout = %v, WriteTimeout = %v (as go-redis holds them once set up: -1 given reads 0, -2 reads -1): a negative timeout (-2, or any negative duration but -1) "+
 			"makes go-redis set no socket deadline, so the per-call deadline (%v) would not bound a call; use -1 (no timeout of its own) with ContextTimeoutEnabled: true", pkg, rt, wt, timeout)
 	}
 	if ctxOK || (rt > 0 && rt <= timeout && wt > 0 && wt <= timeout) {
 		return nil
 	}
-	return fmt.Errorf("%s: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v: "+
+	return fmt.Errorf("%s: client Options.ContextTimeoutEnabled = false with ReadTimeout = %v and WriteTimeout = %v (as go-redis holds them once set up: -1 given reads 0): "+
 		"a call past its deadline (at most the limiter's timeout, %v) would hold its connection until those end it; "+
 		"set ContextTimeoutEnabled: true, or both timeouts to at most %v", pkg, rt, wt, timeout, timeout)
 }
