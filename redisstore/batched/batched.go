@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -667,7 +668,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 		}
 		if transportFailure(err) {
-			l.offline.Store(true)
+			l.goOffline(err)
 		}
 		err = fmt.Errorf("%w: %w", ErrOffline, l.hideSubject(e, err))
 		l.reportErr(err)
@@ -994,6 +995,16 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int
 	// nothing yet.
 	e.low.Store(uint32(min((left+keep)/2, cellMask)))
 	return idx, left
+}
+
+// goOffline takes the limiter offline after cause, a failed exchange with Redis. Without a
+// WithOnError hook, going offline is logged once with log/slog's default logger: ErrOffline, all
+// a caller sees, says that the limiter decides alone but not why (a wrong password, say).
+func (l *Limiter) goOffline(cause error) {
+	if !l.offline.Swap(true) && l.cfg.onError == nil {
+		slog.Warn("batched: Redis does not answer; deciding locally with the limit divided by the fleet size until a heartbeat succeeds",
+			"limiter", l.name, "err", cause.Error())
+	}
 }
 
 func (l *Limiter) reportErr(err error) {

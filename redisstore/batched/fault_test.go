@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -595,5 +596,66 @@ func TestKeyErrorReplyHidesTheSubject(t *testing.T) {
 				t.Fatalf("%d leases for the two requests after the error, want 2", s.Leases-leases)
 			}
 		})
+	}
+}
+
+// logLines is a log/slog handler's output, safe for the limiter's goroutines to write.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *logLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *logLines) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestGoingOfflineIsLoggedOnceWithItsCause: without a WithOnError hook, a limiter that goes
+// offline says so once on log/slog's default logger, naming why (here a wrong password, which
+// ErrOffline, all its callers get, does not say), however many requests it then decides alone and
+// heartbeats fail; with a hook it logs nothing.
+func TestGoingOfflineIsLoggedOnceWithItsCause(t *testing.T) {
+	logged := new(logLines)
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(logged, nil)))
+	defer slog.SetDefault(prev)
+	admin := newClient(t, testAddr)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "with-password", "reset", "on", ">the-password", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "ACL", "DELUSER", "with-password")
+	c := redis.NewClient(&redis.Options{Addr: testAddr, Username: "with-password", Password: "not-the-password", DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	for _, hooked := range []bool{false, true} {
+		var opts []Option
+		if hooked {
+			opts = append(opts, WithOnError(func(error) {}))
+		}
+		l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, opts...)
+		for range 20 {
+			if _, err := l.Take(ctx, "k", 1); !errors.Is(err, ErrOffline) {
+				t.Fatalf("hooked %v: err = %v, want ErrOffline", hooked, err)
+			}
+		}
+		l.step()
+		l.step()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := logged.String()
+	if n := strings.Count(out, "deciding locally"); n != 1 {
+		t.Fatalf("%d lines say the limiter went offline, want 1 (from the limiter without a hook):\n%s", n, out)
+	}
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "WRONGPASS") {
+		t.Fatalf("the line does not name the cause at Warn:\n%s", out)
 	}
 }

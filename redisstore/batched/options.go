@@ -124,7 +124,9 @@ func WithProcessID(id string) Option {
 
 // WithOnError sets a function called with every failed exchange with Redis, for logs and metrics.
 // It is called from the deciding goroutine or from the limiter's own goroutine, possibly from
-// several at once, and must be fast and safe for concurrent use.
+// several at once, and must be fast and safe for concurrent use. Without a hook, each time the
+// limiter goes offline is logged once with log/slog's default logger, at Warn, naming the failure
+// (a wrong password, a refused connection).
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f

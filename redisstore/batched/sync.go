@@ -98,7 +98,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	}
 	if err != nil {
 		l.failures.Inc()
-		l.offline.Store(true)
+		l.goOffline(fmt.Errorf("heartbeat: %w", err))
 		l.reportErr(fmt.Errorf("%w: heartbeat: %w", redisstore.ErrUnavailable, err))
 		return false, false
 	}
@@ -179,7 +179,7 @@ func (l *Limiter) send(ps []pending) bool {
 		p.e.mu.Unlock()
 	}
 	if !ok {
-		l.offline.Store(true)
+		l.goOffline(fmt.Errorf("exchange: %w", cause))
 		l.reportErr(fmt.Errorf("%w: exchange: %w", redisstore.ErrUnavailable, cause))
 	}
 	return ok
