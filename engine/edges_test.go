@@ -180,6 +180,28 @@ func TestEvictStalestNeverResetsAKeyUsingItsLimit(t *testing.T) {
 	}
 }
 
+// TestRefundAfterEvictionAtCap pins what Refund's doc says of a key evicted at the cap after the
+// decision and tracked again since: the refund comes out of the new entry's units in the
+// decision's window, at most d.Counted, as nothing tells the two entries apart.
+func TestRefundAfterEvictionAtCap(t *testing.T) {
+	for _, tc := range []struct{ again, want, left int64 }{
+		{2, 2, 10}, // the new entry holds 2 of d's 3: all 2 come back
+		{5, 3, 8},  // it holds 5: d.Counted, 3, come back
+	} {
+		clk := clock.NewManual(10_000)
+		l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Hour}, WithClock(clk), WithShards(1),
+			WithEviction(false), WithMaxKeys(1), WithAtCap(EvictStalest))
+		require.NoError(t, err)
+		d := l.Take("k", 3)
+		require.True(t, d.Allowed)
+		require.True(t, l.Take("x", 1).Allowed)        // evicts k, holding 3 of 10
+		require.True(t, l.Take("k", tc.again).Allowed) // evicts x: k is tracked anew
+		require.Equal(t, tc.want, l.Refund("k", 3, d), "again %d", tc.again)
+		require.Equal(t, tc.left, l.Peek("k").Remaining, "again %d", tc.again)
+		require.NoError(t, l.Close())
+	}
+}
+
 // TestEvictStalestJudgesPerKeyLimits: a key using all of a per-key limit below the policy's is not
 // evicted at the cap, for either policy with per-key limits; the fixed window used to judge it
 // against the policy's limit, evict it, and then admit it past its own.

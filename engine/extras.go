@@ -76,7 +76,10 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 // A Decision is a plain value, so Refund cannot tell a second refund of the same d from the
 // first: each call is bounded by d.Counted on its own, and k refunds of one d give back at most
 // k*d.Counted in all (and never more than the key still holds from d's window or bucket state).
-// Refund each decision once. By policy:
+// Refund each decision once. Nor can it tell the key d counted for from the same key tracked
+// anew: under WithAtCap(EvictStalest) a key evicted at the cap after d, whose units the limiter
+// has then forgotten, and tracked again since, is refunded from what its new requests counted in
+// d's window (at most d.Counted of them), as if they had been d's. By policy:
 //
 //   - sliding counter: all of them while the window that counted them is the current or the
 //     previous one, then 0;

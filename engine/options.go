@@ -35,8 +35,10 @@ const (
 	// only if its state is still the one the sample judged (a key renewed since is skipped).
 	// A key at half its limit or more is never evicted, so flooding new keys cannot reset a key
 	// that is using its limit; an evicted key comes back as a new one, so the units it held
-	// (fewer than half its limit) are forgotten. When no sampled key qualifies, the new key is
-	// refused as with RefuseNewKeys. The sliding log's keys are never evicted this way.
+	// (fewer than half its limit) are forgotten, and a Refund of a Decision made before the
+	// eviction gives back units the new one counted (see Refund). When no sampled key
+	// qualifies, the new key is refused as with RefuseNewKeys. The sliding log's keys are never
+	// evicted this way.
 	EvictStalest
 )
 
@@ -122,9 +124,10 @@ func WithEviction(on bool) Option {
 // sweeper still wakes only every d, and visits every key once per d: the option sets how often
 // the sweeper runs, and it never runs more often than asked. A limiter with no key (and its tables
 // at their smallest) is not swept: its sweeper sleeps until the first key arrives, or for
-// max(P, d) at most, and then resumes its steps. Either way it paces itself to at
-// most evict.MaxSlotsPerSecond slots a second (for d under 3ms, up to 4,096 slots a step), so
-// tables of more slots than that pace covers in the period take longer. d must be at least 1ms.
+// max(P, d) at most, and then resumes its steps. Either way it paces itself to at most
+// evict.MaxSlotsPerSecond slots a second (for d under about 2.7ms, where that pace gives a step
+// fewer than 4,096 slots, 4,096 a step), so tables of more slots than that pace covers in the
+// period take longer. d must be at least 1ms.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < evict.MinInterval {

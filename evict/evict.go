@@ -141,8 +141,8 @@ func (s *Sweeper) budget(slots uint64) uint64 {
 // MaxSlotsPerSecond bounds the sweeper's pace. A visit costs a few nanoseconds, most of it the
 // memory the table streams through, so this keeps the sweeper near 1% of a core however large the
 // tables grow; a table of more slots than this takes more than one sweep period to visit. A tick
-// still visits at least 4,096 slots, so with intervals under 3 ms it may go faster than this.
-// It is exported as the figure engine.WithSweepInterval documents; programs need not use it.
+// still visits at least 4,096 slots, so with intervals under about 2.7 ms (4,096 / 1.5M a second)
+// it goes faster than this. It is exported as the figure engine.WithSweepInterval documents; programs need not use it.
 const MaxSlotsPerSecond = 1_500_000
 
 // Step visits up to budget slots, continuing where the last step stopped. The sweeper's goroutine
