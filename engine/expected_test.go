@@ -171,18 +171,27 @@ func TestExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	require.NoError(t, l.Close())
 }
 
-// TestExpectedKeysBeyondTheAddressSpace: tables above the process's address-space limit (ulimit
-// -v) are refused at New, naming it.
+// TestExpectedKeysBeyondTheAddressSpace: tables that do not fit in what the process's
+// address-space limit (ulimit -v) leaves of it, beside what is mapped already and one heap arena
+// of 64 MiB, are refused at New, naming it.
 func TestExpectedKeysBeyondTheAddressSpace(t *testing.T) {
-	t.Cleanup(func() { addressSpace = addressSpaceLimit })
+	t.Cleanup(func() { addressSpace, mappedNow = addressSpaceLimit, addressSpaceInUse })
 	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
-	addressSpace = func() uint64 { return 100 << 20 }
+	addressSpace = func() uint64 { return 1400 << 20 }
+	mappedNow = func() uint64 { return 1200 << 20 }
 	l, err := New(sc, WithShards(256), WithExpectedKeys(10_000_000))
 	require.True(t, l == nil, "New returned a limiter")
-	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than this process's address space may hold, 100 MiB (ulimit -v)")
+	require.EqualError(t, err, "engine: WithExpectedKeys(10000000) needs 195 MiB of tables at New, more than this process's address space has left, 200 MiB of 1.4 GiB (ulimit -v)")
+	// Fits in what is left, but not with the arena beside it.
+	l, err = New(sc, WithShards(256), WithExpectedKeys(7_500_000))
+	require.True(t, l == nil, "New returned a limiter")
+	require.ErrorContains(t, err, "needs 147 MiB of tables at New, more than this process's address space has left, 200 MiB")
 	l, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
-	require.NoError(t, err, "20 MiB fits")
+	require.NoError(t, err, "20 MiB and the arena fit in 200 MiB")
 	require.NoError(t, l.Close())
+	mappedNow = func() uint64 { return 1500 << 20 } // mapped past the limit already
+	_, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.ErrorContains(t, err, "has left, 0 MiB of 1.4 GiB (ulimit -v)")
 }
 
 // TestExpectedKeysBeyondTheControlGroup: tables above the process's control-group limit (a

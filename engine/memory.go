@@ -19,6 +19,14 @@ var groupMemory = cgroupMemory
 // the platform has none. A variable for tests, as machineMemory.
 var addressSpace = addressSpaceLimit
 
+// mappedNow returns the address space the process has mapped, or 0 where the platform does not
+// tell it. A variable for tests, as machineMemory.
+var mappedNow = addressSpaceInUse
+
+// arenaSlack is address space kept free beside new tables under ulimit -v: the Go runtime maps
+// its heap 64 MiB at a time, so tables that fill the limit to the byte would still fail.
+const arenaSlack = 64 << 20
+
 // presized is the memory that the tables of open limiters made with WithExpectedKeys took at New,
 // in bytes: a process that builds several (one per rule, as the command's proxy and rls do) is
 // judged on all of them, since each fitting alone does not make them fit together.
@@ -40,8 +48,9 @@ func releaseTableMemory(need uint64) { presized.Add(^(need - 1)) }
 
 // checkTableMemory refuses tables (the memory WithExpectedKeys takes at New) that cannot fit,
 // beside held (what other open limiters' tables took so): more than the Go memory limit
-// (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address space may hold (ulimit -v,
-// where the allocation fails and the runtime ends the process), than its control group allows (a
+// (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address space has left (ulimit -v,
+// less what is mapped already, and 64 MiB for the runtime's next heap arena: past it the
+// allocation fails and the runtime ends the process), than its control group allows (a
 // container's memory limit, which the kernel enforces by killing the process), or than the
 // machine's memory. Without it such a New does not fail: the allocation ends the process, an error
 // no caller can handle. Tables that fit may still not leave room for the rest of the program;
@@ -55,8 +64,15 @@ func checkTableMemory(expected int, need, held uint64) error {
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && total > uint64(limit) {
 		return fmt.Errorf("%s, more than the Go memory limit, %s (GOMEMLIMIT)", needs, gib(uint64(limit)))
 	}
-	if mem := addressSpace(); mem > 0 && total > mem {
-		return fmt.Errorf("%s, more than this process's address space may hold, %s (ulimit -v)", needs, gib(mem))
+	if mem := addressSpace(); mem > 0 {
+		// The limit binds everything mapped (the runtime's own gigabyte or so of reservations,
+		// and the other limiters' tables, which held counts): the new tables must fit in what is
+		// left of it.
+		used := mappedNow()
+		if used+need+arenaSlack > mem {
+			left := mem - min(used, mem)
+			return fmt.Errorf("%s, more than this process's address space has left, %s of %s (ulimit -v)", needs, gib(left), gib(mem))
+		}
 	}
 	if mem := groupMemory(); mem > 0 && total > mem {
 		return fmt.Errorf("%s, more than this process's control group allows, %s (its memory limit)", needs, gib(mem))

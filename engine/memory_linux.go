@@ -27,6 +27,22 @@ func addressSpaceLimit() uint64 {
 	return r.Cur
 }
 
+// addressSpaceInUse returns the address space the process has mapped (VmSize), or 0 where it
+// cannot be read. A Go program maps about a gigabyte before main runs, so a limit is judged
+// against what it leaves.
+func addressSpaceInUse() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	pages, _, _ := strings.Cut(string(b), " ")
+	n, err := strconv.ParseUint(pages, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n * uint64(os.Getpagesize())
+}
+
 // cgroupLimit returns the smallest memory limit set on the control groups this process is in,
 // or 0 where none is: cgroup v2's memory.max and v1's memory.limit_in_bytes, on the process's
 // group and each group above it, since a parent's limit binds its children. root is "/" but for

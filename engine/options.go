@@ -173,9 +173,11 @@ const MaxExpectedKeys = 1 << 32
 // every slot, so its sweeps cost what they would with n keys (see WithSweepInterval), however few
 // there are. n must be in [0, MaxExpectedKeys] and at most the key cap (see WithMaxKeys); New
 // reports an error otherwise, and also when the tables would need more than the Go memory limit
-// (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the process's address space may
-// hold (ulimit -v), its control group allows (a container's memory limit, cgroup v1 or v2) or
-// the machine's memory, naming both sizes: such an allocation would end the process instead.
+// (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the process's address space has
+// left (ulimit -v, less what the process has mapped already, a Go program's gigabyte or so of
+// reservations included, and 64 MiB for the runtime's next heap arena), its control group allows
+// (a container's memory limit, cgroup v1 or v2) or the machine's memory, naming the sizes: such
+// an allocation would end the process instead.
 // Those limits are checked against n's tables together with the tables of every open limiter made
 // with this option (Close gives them back), so that several limiters which each fit alone are not
 // let past them together; the rest of the program's memory is the caller's to judge. Like every option, it is read once, by New.

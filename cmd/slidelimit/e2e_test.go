@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -774,6 +775,26 @@ func TestProxyExpectedKeysBeyondTheMemoryLimit(t *testing.T) {
 	assert.Equal(t, exitUsage, ee.ExitCode(), "%s", out)
 	assert.Regexp(t, `(?m)^slidelimit proxy: -expected-keys 10000000: rule default, 100/1m: engine: WithExpectedKeys\(10000000\) needs \d+ MiB of tables at New, more than the Go memory limit, 64 MiB \(GOMEMLIMIT\); lower -expected-keys .*, or raise that limit$`, string(out))
 	assert.NotContains(t, string(out), "-policy", "blamed on the policy")
+}
+
+// Under ulimit -v, tables that fit in the limit but not beside what the process has mapped
+// already (a Go program maps about a gigabyte before main) are refused as the memory limit's
+// are, not let through for the runtime to end the process with "fatal error: out of memory".
+// 60M keys take 1.1 GiB of tables; a limit of 2,000,000 KiB leaves well under that.
+func TestProxyExpectedKeysBeyondTheAddressSpace(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the address-space check reads Linux's /proc")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `ulimit -v 2000000 && exec "$0" "$@"`, binary,
+		"proxy", "-upstream", "http://127.0.0.1:1", "-listen", "127.0.0.1:0", "-expected-keys", "60000000")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, exitUsage, ee.ExitCode(), "%s", out)
+	assert.NotContains(t, string(out), "fatal error")
+	assert.Regexp(t, `(?m)^slidelimit proxy: -expected-keys 60000000: rule default, 100/1m: engine: WithExpectedKeys\(60000000\) needs 1\.1 GiB of tables at New, more than this process's address space has left, \d+ MiB of 1\.9 GiB \(ulimit -v\); lower -expected-keys .*, or raise that limit$`, string(out))
 }
 
 func TestBenchCommand(t *testing.T) {
