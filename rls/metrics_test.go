@@ -104,3 +104,26 @@ func requireSeries(t *testing.T, page, line string) {
 	}
 	t.Fatalf("no series %son the metrics page", series)
 }
+
+// With a backend that cannot give back, a refused request's descriptors are decided refusing
+// one first (see predict), but the header items stay in the request's order, as the statuses do.
+func TestHeaderItemsInRequestOrderOnEveryBackend(t *testing.T) {
+	clk := clock.NewManual(t0)
+	defer clk.Stop()
+	s := serve(t, parse(t, metricsConfig), rls.WithHeaders(true), rls.WithBackend(rls.BackendFunc(func(_ string, p policy.Policy) (slidelimit.Limiter, error) {
+		e, err := engine.New(p, engine.WithClock(clk))
+		if err != nil {
+			return nil, err
+		}
+		return takeOnly{e.AsLimiter(), e}, nil
+	})))
+	require.Equal(t, []string{ok, ok, ok}, outcome(s.call(t, "m", 0, desc("n", "1"), desc("a", "1"))))
+	r := s.call(t, "m", 0, desc("n", "1"), desc("a", "1"))
+	require.Equal(t, []string{over, ok, over}, outcome(r))
+	h := map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	require.Equal(t, `"n";q=5;w=1, "a";q=1;w=1`, h["RateLimit-Policy"])
+	require.Regexp(t, `^"n";r=4;t=\d+, "a";r=0;t=\d+$`, h["RateLimit"])
+}

@@ -1,12 +1,14 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -762,10 +764,17 @@ func escapeTo(b *strings.Builder, s string) {
 // headersFor formats the draft-10 RateLimit-Policy and RateLimit fields, one list item per
 // enforced descriptor, named by its rate limit's name or its config path. A descriptor in shadow
 // mode has no item: the client is told only of the limits that can refuse it, so that a limit
-// being tried out does not make clients back off.
+// being tried out does not make clients back off. The items are in the request's order of
+// descriptors, as the statuses are, whatever order the checks were decided in (see predict).
 func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 	var pol, cur []string
-	for _, c := range checks {
+	order := make([]int, len(checks))
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(checks[a].i, checks[b].i) })
+	for _, k := range order {
+		c := &checks[k]
 		if c.live.pol == nil || c.node.shadow {
 			continue
 		}
