@@ -341,6 +341,12 @@ var secretParam = regexp.MustCompile(`(?i)((?:^|[?&;])[a-z_]*password=)[^&;#]*`)
 // for logs and error messages. It works on malformed URLs too (it does not need rawURL to parse),
 // so a typo in a URL never prints the password. A pure function, safe for concurrent use.
 func RedactURL(rawURL string) string {
+	return secretParam.ReplaceAllString(redactUserinfo(rawURL), "${1}xxxxx")
+}
+
+// redactUserinfo is RedactURL without the password=... options: the password of the user
+// information alone replaced.
+func redactUserinfo(rawURL string) string {
 	s := rawURL
 	start := 0
 	if i := strings.Index(s, "://"); i >= 0 {
@@ -360,7 +366,7 @@ func RedactURL(rawURL string) string {
 			s = s[:start] + user + ":xxxxx" + s[start+at:]
 		}
 	}
-	return secretParam.ReplaceAllString(s, "${1}xxxxx")
+	return s
 }
 
 // redactErr returns err's message with every form of rawURL's password replaced, as a new error:
@@ -410,8 +416,9 @@ func passwords(rawURL string) []string {
 			out = append(out, u)
 		}
 	}
-	red := RedactURL(rawURL)
-	// Whatever RedactURL replaced is a secret: find it by aligning the two strings.
+	// Whatever redactUserinfo replaced is a secret: find it by aligning the two strings. (Aligned
+	// with RedactURL's, a password and a password= option would make one span of all between.)
+	red := redactUserinfo(rawURL)
 	i := 0
 	for i < len(red) && i < len(rawURL) && red[i] == rawURL[i] {
 		i++

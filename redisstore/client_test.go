@@ -83,6 +83,13 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 	if got := RedactURL("redis://host:6379"); got != "redis://host:6379" {
 		t.Errorf("RedactURL without a password = %q", got)
 	}
+	// Both passwords hidden, and nothing else: the host and the option names between them stay
+	// readable. They were taken for one secret spanning from the first password to the second.
+	_, err := NewClient("redis-sentinel://u:" + pw + "@127.0.0.1:26379/m?sentinel_password=" + pw + "&bogus=1")
+	want := `redisstore: sentinel URL "redis-sentinel://u:xxxxx@127.0.0.1:26379/m?sentinel_password=xxxxx&bogus=1": unknown option "bogus" (known: sentinel_username, sentinel_password,`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("NewClient with two passwords: error %v, want it to start %s", err, want)
+	}
 }
 
 // takeAll checks that a limiter on c decides n keys, 3 admitted and the 4th refused each.
