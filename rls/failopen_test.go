@@ -29,14 +29,8 @@ func TestFailOpenIsNotNearTheLimit(t *testing.T) {
 		r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
 		require.NoError(t, err)
 		require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
-		for _, h := range r.GetResponseHeadersToAdd() {
-			switch h.GetKey() {
-			case "RateLimit":
-				headers = h.GetValue()
-			case "RateLimit-Policy":
-				policies = h.GetValue()
-			}
-		}
+		h := fieldsOf(r)
+		headers, policies = h["RateLimit"], h["RateLimit-Policy"]
 	}
 	line := func(prefix string) string {
 		for _, l := range strings.Split(scrape(t, srv), "\n") {
@@ -63,10 +57,7 @@ func TestFailClosedRefusalListsNoRemaining(t *testing.T) {
 	r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a")}})
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
-	h := map[string]string{}
-	for _, v := range r.GetResponseHeadersToAdd() {
-		h[v.GetKey()] = v.GetValue()
-	}
+	h := fieldsOf(r)
 	assert.Equal(t, `"k";q=100;w=60`, h["RateLimit-Policy"])
 	_, listed := h["RateLimit"]
 	assert.False(t, listed, "a failure-mode refusal lists a remaining quota: %q", h["RateLimit"])
@@ -102,17 +93,9 @@ func TestBatchedLocalIsNotNearTheLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	require.Equal(t, uint32(4), r.GetStatuses()[0].GetLimitRemaining(), "decided on the share of 25")
-	var headers, policies string
-	for _, h := range r.GetResponseHeadersToAdd() {
-		switch h.GetKey() {
-		case "RateLimit":
-			headers = h.GetValue()
-		case "RateLimit-Policy":
-			policies = h.GetValue()
-		}
-	}
-	assert.Empty(t, headers, "the share's figures listed as the quota's")
-	assert.Equal(t, `"k";q=100;w=60`, policies)
+	h := fieldsOf(r)
+	assert.NotContains(t, h, "RateLimit", "the share's figures listed as the quota's")
+	assert.Equal(t, `"k";q=100;w=60`, h["RateLimit-Policy"])
 	near := ""
 	for _, l := range strings.Split(scrape(t, srv), "\n") {
 		if strings.HasPrefix(l, "slidelimit_rls_near_limit_total{") {

@@ -25,11 +25,7 @@ func TestKeyCapRefusalListsNoRemaining(t *testing.T) {
 		t.Helper()
 		r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", value)}})
 		require.NoError(t, err)
-		h := map[string]string{}
-		for _, v := range r.GetResponseHeadersToAdd() {
-			h[v.GetKey()] = v.GetValue()
-		}
-		return r.GetOverallCode(), h
+		return r.GetOverallCode(), fieldsOf(r)
 	}
 
 	code, h := call("a")

@@ -150,6 +150,15 @@ func deadRedisServer(t *testing.T, opts ...redisstore.Option) *rls.Server {
 	return srv
 }
 
+// fieldsOf returns the response headers r asks Envoy to add, by name.
+func fieldsOf(r *rlsv3.RateLimitResponse) map[string]string {
+	h := map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	return h
+}
+
 // desc builds a descriptor from key, value pairs.
 func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 	d := &ratelimitv3.RateLimitDescriptor{}

@@ -120,10 +120,7 @@ func TestHeaderItemsInRequestOrderOnEveryBackend(t *testing.T) {
 	require.Equal(t, []string{ok, ok, ok}, outcome(s.call(t, "m", 0, desc("n", "1"), desc("a", "1"))))
 	r := s.call(t, "m", 0, desc("n", "1"), desc("a", "1"))
 	require.Equal(t, []string{over, ok, over}, outcome(r))
-	h := map[string]string{}
-	for _, hv := range r.GetResponseHeadersToAdd() {
-		h[hv.GetKey()] = hv.GetValue()
-	}
+	h := fieldsOf(r)
 	require.Equal(t, `"n";q=5;w=1, "a";q=1;w=1`, h["RateLimit-Policy"])
 	require.Regexp(t, `^"n";r=4;t=\d+, "a";r=0;t=\d+$`, h["RateLimit"])
 }

@@ -251,20 +251,14 @@ func TestReplaces(t *testing.T) {
 func TestHeaders(t *testing.T) {
 	s := serve(t, loadGood(t), rls.WithHeaders(true))
 	r := s.call(t, "basic", 0, desc("remote_address", "10.0.0.9"), desc("ten_seconds", "h"), desc("nosuch", "x"))
-	h := map[string]string{}
-	for _, hv := range r.GetResponseHeadersToAdd() {
-		h[hv.GetKey()] = hv.GetValue()
-	}
+	h := fieldsOf(r)
 	require.Equal(t, `"per_ip";q=3;w=1, "ten_seconds";q=2;w=10`, h["RateLimit-Policy"])
 	require.Regexp(t, `^"per_ip";r=2;t=\d+, "ten_seconds";r=1;t=\d+$`, h["RateLimit"])
 	// A descriptor in shadow mode has no item, over its limit or not; alone, it has no headers.
 	for range 2 {
 		r = s.call(t, "basic", 0, desc("shadow", "h"), desc("ten_seconds", "s"))
 	}
-	h = map[string]string{}
-	for _, hv := range r.GetResponseHeadersToAdd() {
-		h[hv.GetKey()] = hv.GetValue()
-	}
+	h = fieldsOf(r)
 	require.Equal(t, `"ten_seconds";q=2;w=10`, h["RateLimit-Policy"])
 	require.Regexp(t, `^"ten_seconds";r=0;t=\d+$`, h["RateLimit"])
 	require.Empty(t, s.call(t, "basic", 0, desc("shadow", "h")).GetResponseHeadersToAdd())
@@ -275,10 +269,7 @@ func TestHeaders(t *testing.T) {
 	require.Equal(t, over, outcome(r)[0])
 	s.call(t, "basic", 0, desc("ten_seconds", "used"))
 	r = s.call(t, "basic", 0, desc("ten_seconds", "fresh"), desc("ten_seconds", "used"), desc("blocked", "b"))
-	h = map[string]string{}
-	for _, hv := range r.GetResponseHeadersToAdd() {
-		h[hv.GetKey()] = hv.GetValue()
-	}
+	h = fieldsOf(r)
 	// The sliding counter's reset time depends on where now falls in its 10s window.
 	require.Regexp(t, `^"ten_seconds";r=2;t=0, "ten_seconds";r=1;t=([1-9]|1[0-9]|20)$`, h["RateLimit"])
 	// Without the option, no headers.
@@ -396,14 +387,7 @@ func TestHeadersOnTheBackendsClock(t *testing.T) {
 	var s *served
 	now := func() time.Time { return time.UnixMilli(s.clk.Now()) }
 	s = serveFrom(t, start, loadGood(t), rls.WithHeaders(true), rls.WithNow(now))
-	header := func(r *rlsv3.RateLimitResponse) string {
-		for _, hv := range r.GetResponseHeadersToAdd() {
-			if hv.GetKey() == "RateLimit" {
-				return hv.GetValue()
-			}
-		}
-		return ""
-	}
+	header := func(r *rlsv3.RateLimitResponse) string { return fieldsOf(r)["RateLimit"] }
 	// Both report the end of the current window (docs/policies.md): a second's fixed window ends
 	// 1 s on, the sliding counter's 10 s window 7 s on.
 	require.Equal(t, `"fixed";r=1;t=1`, header(s.call(t, "basic", 0, desc("fixed", "a"))))

@@ -32,12 +32,7 @@ descriptors:
 	policyOf := func(v string) string {
 		r, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("city", v)}})
 		require.NoError(t, err)
-		for _, h := range r.GetResponseHeadersToAdd() {
-			if h.GetKey() == "RateLimit-Policy" {
-				return h.GetValue()
-			}
-		}
-		return ""
+		return fieldsOf(r)["RateLimit-Policy"]
 	}
 	assert.Equal(t, `"city_caf%C3%A9";q=10;w=60`, policyOf("café"))
 	assert.Equal(t, `"city_caf";q=20;w=60`, policyOf("caf"))
