@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -55,9 +56,12 @@ type Listener struct {
 	ErrorMode ErrorMode
 }
 
-// Validate reports a configuration Accept cannot serve: a nil Limiter (ErrNoLimiter, as from
-// Local(nil)) or an unknown ErrorMode.
+// Validate reports a configuration Accept cannot serve: a nil Listener to wrap, a nil Limiter
+// (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode.
 func (l *Listener) Validate() error {
+	if l.Listener == nil {
+		return errors.New("httplimit: Listener.Listener is nil: set the net.Listener to wrap")
+	}
 	if l.Limiter == nil {
 		return fmt.Errorf("%w: Listener.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/policy"
 )
 
 // The listener refuses connections over the limit by closing them, and http.Server goes on
@@ -193,4 +194,12 @@ func TestListenerValidate(t *testing.T) {
 	_, err = ln.Accept()
 	assert.ErrorIs(t, err, httplimit.ErrNoLimiter)
 	assert.ErrorContains(t, err, "Listener.Limiter is nil")
+	// No listener to wrap: an error naming the field, not a nil dereference in Accept.
+	lim, err := engine.New(policy.SlidingCounter{Limit: 1, Window: time.Second})
+	require.NoError(t, err)
+	defer lim.Close()
+	ln = &httplimit.Listener{Limiter: httplimit.Local(lim)}
+	require.EqualError(t, ln.Validate(), "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
+	_, err = ln.Accept()
+	assert.EqualError(t, err, "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,7 +67,8 @@ type Limit struct {
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
-// what its policy can give back exactly (every window policy, the buckets at once), and any other
+// what its policy can give back exactly (the sliding counter and the fixed window, and the token
+// bucket, GCRA and leaky bucket at once; not the sliding log nor the dual bucket), and any other
 // Limiter that has a method Refund(ctx context.Context, key string, n int64, d slidelimit.Decision)
 // (int64, error) is asked the same way. Limiters that cannot give back are asked last, so that
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
@@ -79,9 +81,13 @@ type Limit struct {
 //
 // Middlewares stack: an inner middleware (for one route, say) below an outer one (for the whole
 // server) finds the outer one's decisions in the request context. When the inner one refuses,
-// it gives back what the outer one counted (a Shadow one never refuses, so the outer one's count
-// stands), and both write their limits into one RateLimit-Policy and one RateLimit field, outer
-// first, so that neither overwrites the other.
+// it gives back what the outer one counted, as far as the outer limits can give back (a Shadow
+// one never refuses, so the outer one's count stands; an outer sliding log or dual bucket stays
+// charged, as the outer one was asked first), and both write their limits into one
+// RateLimit-Policy and one RateLimit field, outer first, so that neither overwrites the other.
+// The outer one's decisions are given back once, by the first refusal below it: a handler that
+// serves several requests under one request's context (fanning it out) through an inner
+// middleware has the outer unit given back when any of them is refused.
 //
 // In Shadow mode every request is decided, counted and reported to OnDecision, but every request
 // reaches the next handler and no field is added: the response is exactly what it would be
@@ -89,6 +95,8 @@ type Limit struct {
 // limit that is only being tried out.
 //
 // Wrap reads the fields once; changing them afterwards does not affect handlers already returned.
+// A lone middleware sets the same RateLimit-Policy value, one shared slice, on every response:
+// a handler may replace the field but must not modify its value in place.
 // The handler is safe for concurrent use, and calls the hooks from the goroutines that serve the
 // requests, possibly many at once: hooks must be safe for concurrent use themselves.
 type Middleware struct {
@@ -113,7 +121,8 @@ type Middleware struct {
 
 	// Cost returns how many units a request takes. nil means 1 for every request. A negative
 	// cost is a programming error: it is refused with 500 and ReasonNegativeCost, in every
-	// ErrorMode, also when the Limiter returns an error (a closed or unreachable one).
+	// ErrorMode, without asking any Limiter (one might admit it, or take it as units to give
+	// back).
 	Cost func(r *http.Request) int64
 
 	// Skip reports requests that bypass the limiter: not counted, no field added (health checks,
@@ -141,7 +150,8 @@ type Middleware struct {
 	// altogether, the request sleeps it and is decided again; otherwise, or when the request's
 	// context ends, it is refused. Each wait is the one Retry-After would give: the refusing
 	// limit's RetryAfter, or longer when a limit not asked has no unit left for longer. A
-	// waiting request holds its goroutine and connection; nothing is counted while it waits.
+	// waiting request holds its goroutine and connection; nothing of this middleware's limits is
+	// counted while it waits (an outer middleware's, which admitted it, stays counted).
 	MaxDelay time.Duration
 
 	// MaxWaiting bounds how many requests may wait under MaxDelay at once, across every client
@@ -153,14 +163,16 @@ type Middleware struct {
 
 	// StopWaiting, once closed, ends every wait under MaxDelay: a waiting request is decided
 	// again at once, and so refused with a fresh Retry-After (or admitted, had its turn come), as
-	// without MaxDelay; later requests over the limit no longer wait. A server that shuts down closes it first, so that its waiting clients get an answer
-	// rather than a connection cut when the shutdown's grace period ends. nil means never.
+	// without MaxDelay; later requests over the limit no longer wait. A server that shuts down
+	// closes it first, so that its waiting clients get an answer rather than a connection cut
+	// when the shutdown's grace period ends. nil means never.
 	StopWaiting <-chan struct{}
 
 	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
 	// too), for metrics and logs, before the response is written: once per request, with the
 	// refusing limit's Decision or, when every limit admitted, the one with the least Remaining.
-	// nil means none.
+	// A request answered 503 because a Limiter failed (FailClosed, or a closed limiter) is
+	// OnError's, not OnDecision's, even when an earlier limit had admitted it. nil means none.
 	OnDecision func(r *http.Request, key string, d engine.Decision)
 
 	// OnError observes every error from a Limiter, before ErrorMode is applied, and a
@@ -295,7 +307,7 @@ func newEntry(l Limit) limitEntry {
 	if q.Name == "" {
 		q.Name = "default"
 	}
-	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name)}
+	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name), limit: max(q.Limit, 0)}
 	if q.Limit > 0 {
 		e.policy = e.name + ";q=" + strconv.FormatInt(q.Limit, 10)
 		if q.Window > 0 {
@@ -357,6 +369,7 @@ type limitEntry struct {
 	rawName string
 	name    string // the name as a structured-field string, quotes included
 	policy  string // the RateLimit-Policy item; "": none
+	limit   int64  // the quota's limit, as RateLimit-Policy gives it; 0: unknown
 	refund  func(ctx context.Context, key string, n int64, d engine.Decision) int64
 	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 }
@@ -408,10 +421,14 @@ type frame struct {
 	context.Context
 	h      *handler
 	parent *frame
-	key    string
-	cost   int64
-	st     []entryState
-	ds     []engine.Decision
+	// mu guards st, ds and fallback once the next handler runs: from then on they are read and
+	// written only by the middlewares below, which may serve several requests under this one's
+	// context at once (a handler fanning a request out).
+	mu   sync.Mutex
+	key  string
+	cost int64
+	st   []entryState
+	ds   []engine.Decision
 	// fallback marks the limits whose Decision came with an error, under FailLocal: made by the
 	// Limiter's fallback, on a quota that is not the one RateLimit-Policy advertises. Made on the
 	// first such Decision, as a failing store is the rare path.
@@ -555,16 +572,20 @@ func anyDecided(st []entryState) bool {
 // refused, its index (else -1), having given back what the others counted; closed reports a
 // Limiter error under FailClosed (or a closed limiter's under FailLocal), everything given back.
 func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int, closed bool) {
+	if f.cost < 0 {
+		// The caller's own error, refused by the first limit without asking any Limiter,
+		// whatever the error mode: serving it (FailOpen, or a Limiter that admits it) or blaming
+		// the limiter (503) would hide the bug, and a Limiter may take a negative cost as units
+		// to give back.
+		i := h.order[0]
+		f.st[i], f.ds[i] = refused, engine.Decision{Limit: h.limits[i].limit, Reason: engine.ReasonNegativeCost}
+		return f.ds[i], i, false
+	}
 	idx = -1
 	tightest := -1
 	for _, i := range h.order {
 		e := &h.limits[i]
 		di, err := e.lim.Take(r.Context(), f.key, f.cost)
-		if err != nil && f.cost < 0 {
-			// The caller's own error, refused as an open limiter refuses it, whatever the error
-			// mode: serving it (FailOpen) or blaming the limiter (503) would hide the bug.
-			di, err = engine.Decision{Limit: di.Limit, Reason: engine.ReasonNegativeCost}, nil
-		}
 		if err != nil {
 			if h.onError != nil {
 				h.onError(r, f.key, err)
@@ -609,7 +630,9 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 // refused further down. Nil-safe; each limit is given back once.
 func (f *frame) giveBack(ctx context.Context) {
 	for ; f != nil; f = f.parent {
+		f.mu.Lock()
 		f.giveBackOwn(ctx)
+		f.mu.Unlock()
 	}
 }
 
@@ -650,6 +673,10 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 	}
 	for k := len(frames) - 1; k >= 0; k-- {
 		g := frames[k]
+		if g != f {
+			// A frame above, which other requests under its context may be changing.
+			g.mu.Lock()
+		}
 		for i := range g.h.limits {
 			e := &g.h.limits[i]
 			if e.policy != "" && !alone {
@@ -709,6 +736,9 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 				rl = append(rl, ";t="...)
 				rl = strconv.AppendInt(rl, ceilSeconds(d.ResetAt.Sub(now)), 10)
 			}
+		}
+		if g != f {
+			g.mu.Unlock()
 		}
 	}
 	switch {

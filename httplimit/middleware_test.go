@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -491,15 +492,26 @@ func TestRateLimitFieldNeverNegative(t *testing.T) {
 	assert.False(t, strings.Contains(get(t, ts.Client(), ts.URL, nil).rateLimit, "-"))
 }
 
+// admitsAll is a Limiter that admits every request, whatever its cost, and counts its calls.
+type admitsAll struct{ calls *atomic.Int64 }
+
+func (a admitsAll) Take(context.Context, string, int64) (engine.Decision, error) {
+	a.calls.Add(1)
+	return engine.Decision{Allowed: true, Limit: 5, Remaining: 5, Reason: engine.ReasonOK}, nil
+}
+
 // A negative cost is the caller's bug: 500 in every error mode, even when the limiter is closed
-// or failing, and the limiter's error is not reported as a store failure.
+// or failing or would admit it, and no Limiter is asked (one might take it as units to give
+// back); the limiter's error is not reported as a store failure.
 func TestNegativeCostRefusedInEveryErrorMode(t *testing.T) {
 	closedLim, err := engine.New(policy.SlidingCounter{Limit: 5, Window: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, closedLim.Close())
+	var calls atomic.Int64
 	for name, lim := range map[string]httplimit.Limiter{
-		"closed":  httplimit.Local(closedLim),
-		"failing": failing{engine.Decision{Limit: 5, Reason: engine.ReasonLimited}, errors.New("store down")},
+		"closed":     httplimit.Local(closedLim),
+		"failing":    failing{engine.Decision{Limit: 5, Reason: engine.ReasonLimited}, errors.New("store down")},
+		"admits all": admitsAll{&calls},
 	} {
 		for _, mode := range []httplimit.ErrorMode{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailLocal} {
 			t.Run(name+"/"+mode.String(), func(t *testing.T) {
@@ -517,6 +529,48 @@ func TestNegativeCostRefusedInEveryErrorMode(t *testing.T) {
 			})
 		}
 	}
+	assert.Zero(t, calls.Load(), "a Limiter was asked for a negative cost")
+}
+
+// A handler that fans a request out, serving several requests under its context through an
+// inner middleware at once, is safe (run under -race): the outer middleware's decisions are read
+// and given back under a lock. The first refusal below gives the outer unit back, once.
+func TestFanOutThroughAStack(t *testing.T) {
+	clk := clock.NewManual(w0)
+	outer, err := engine.New(policy.SlidingCounter{Limit: 100, Window: time.Minute}, engine.WithClock(clk))
+	require.NoError(t, err)
+	defer outer.Close()
+	inner, err := engine.New(policy.SlidingCounter{Limit: 1, Window: time.Minute}, engine.WithClock(clk))
+	require.NoError(t, err)
+	defer inner.Close()
+	in := (&httplimit.Middleware{Limiter: httplimit.Local(inner), Quota: httplimit.Quota{Name: "in"}, Now: nowOf(clk)}).Wrap(ok)
+	var codes sync.Map
+	fan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec := httptest.NewRecorder()
+				in.ServeHTTP(rec, r.Clone(r.Context()))
+				codes.Store(i, rec.Code)
+			}()
+		}
+		wg.Wait()
+		io.WriteString(w, "done")
+	})
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(outer), Quota: httplimit.Quota{Name: "out"}, Now: nowOf(clk)}
+	ts := serve(t, mw.Wrap(fan))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	admitted := 0
+	codes.Range(func(_, v any) bool {
+		if v.(int) == 200 {
+			admitted++
+		}
+		return true
+	})
+	assert.Equal(t, 1, admitted, "the inner limit of 1 admits one of the eight")
+	assert.Equal(t, int64(100), outer.Peek("127.0.0.1").Remaining, "the outer unit given back once, by the first refusal")
 }
 
 // Under FailLocal a closed limiter's Decision is trusted: the answer is 503 with Retry-After,
