@@ -15,6 +15,7 @@ import (
 )
 
 // The middleware in five lines: 100 requests per minute per client IP in front of any handler.
+// The server is started on a free port here, where a program would call srv.ListenAndServe().
 func Example() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello\n") })
@@ -23,7 +24,19 @@ func Example() {
 	defer lim.Close()
 	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim)}
 	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: mw.Wrap(mux)}
-	_ = srv // srv.ListenAndServe()
+
+	ln := newListener()
+	go srv.Serve(ln)
+	defer srv.Close()
+	res, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	fmt.Print(res.StatusCode, " ", res.Header.Get("RateLimit-Policy"), " ", string(body))
+	// Output: 200 "default";q=100;w=60 hello
 }
 
 // What clients see: two requests per minute admitted, the third refused with 429. The manual
@@ -80,26 +93,61 @@ func ExampleClientIP() {
 	// ip:198.51.100.4
 }
 
-// Limiting new connections per client address, below http.Server.
+// Limiting new connections per client address, below http.Server: at 2 a minute, the third
+// connection from the same address is closed before the server sees it.
 func ExampleListener() {
-	lim, _ := engine.New(policy.SlidingCounter{Limit: 20, Window: time.Second})
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Minute})
 	defer lim.Close()
 	inner := newListener()
 	ln := &httplimit.Listener{Listener: inner, Limiter: httplimit.Local(lim), IPv6Prefix: 64}
 	srv := &http.Server{Handler: http.NotFoundHandler()}
 	go srv.Serve(ln)
 	defer srv.Close()
-	fmt.Println("serving")
-	// Output: serving
+	for range 3 {
+		// A new connection each time, as a client without keep-alive makes.
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		res, err := c.Get("http://" + inner.Addr().String() + "/")
+		if err != nil {
+			fmt.Println("connection refused by the limiter")
+			continue
+		}
+		res.Body.Close()
+		fmt.Println(res.StatusCode)
+	}
+	// Output:
+	// 404
+	// 404
+	// connection refused by the limiter
 }
 
-// Per-connection request limits for a proxy: each connection is its own key.
+// Per-connection request limits for a proxy: each connection is its own key. At 2 requests a
+// minute per connection, the third request on one connection is refused, and a new connection
+// starts afresh.
 func ExampleKeyByConn() {
-	lim, _ := engine.New(policy.SlidingCounter{Limit: 1000, Window: time.Minute})
+	lim, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Minute})
 	defer lim.Close()
 	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), KeyFunc: httplimit.KeyByConn}
 	srv := &http.Server{Handler: mw.Wrap(http.NotFoundHandler()), ConnContext: httplimit.ConnContext}
-	_ = srv // srv.ListenAndServe()
+
+	ln := newListener()
+	go srv.Serve(ln)
+	defer srv.Close()
+	get := func(c *http.Client) int {
+		res, err := c.Get("http://" + ln.Addr().String() + "/")
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, res.Body) // so that the connection is used again
+		res.Body.Close()
+		return res.StatusCode
+	}
+	one := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	fmt.Println(get(one), get(one), get(one))
+	other := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	fmt.Println(get(other))
+	// Output:
+	// 404 404 429
+	// 404
 }
 
 func newListener() net.Listener {
