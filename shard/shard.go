@@ -15,22 +15,33 @@ import (
 // inserts, rebuilds and full sweeps. The read-mostly fields and the mutable ones sit on separate
 // cache lines, so inserts into a shard do not slow lookups in it. A Shard must not be copied.
 type Shard struct {
+	shardRead
+	_ [lineSize - unsafe.Sizeof(shardRead{})]byte
+	shardWrite
+	_ [lineSize - unsafe.Sizeof(shardWrite{})]byte
+}
+
+// shardRead is what every lookup reads: the first of a Shard's two lines.
+type shardRead struct {
 	table   satomic.Pointer[Table]
 	horizon satomic.Int64 // a decision at or after this time must sweep the shard first
 	swept   satomic.Int64 // when the last complete sweep began (see Codec.Dead)
-	_       [lineSize - 24]byte
+}
 
+// shardWrite is what inserts and sweeps change: the second line.
+type shardWrite struct {
 	mu     sync.Mutex
 	used   uint64 // slots holding a key in the current table; under mu
 	cursor uint64 // where the next bounded reclaim starts; under mu
 	live   satomic.Int64
 	fresh  atomic.FreshAdmitter // cfg.Codec's, if it is one: asserted once, not on every insert
-	_      [lineSize - 48]byte
 }
 
-// lineSize is the cache line's size. Shards are exactly two lines long, so that in an array of
-// them (whose start the allocator aligns) the fields every lookup reads share one line.
-const lineSize = unsafe.Sizeof(cpu.CacheLinePad{})
+// lineSize is the cache line's size, 64 bytes at least: where the platform reports less (32 on
+// 32-bit ARM and MIPS, 0 on wasm) the fields of a half would not fit in it. Shards are exactly two
+// lines long, so that in an array of them (whose start the allocator aligns) the fields every
+// lookup reads share one line.
+const lineSize = max(unsafe.Sizeof(cpu.CacheLinePad{}), 64)
 
 // Config is what every shard of one engine shares. It is read-only after Init.
 type Config struct {

@@ -8,6 +8,7 @@ import (
 	satomic "sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -429,4 +430,17 @@ func addCounted(t *testing.T, s *Shard, cfg *Config, r *rand.Rand, at int64) uin
 	require.True(t, ok)
 	require.Equal(t, atomic.OK, st)
 	return h
+}
+
+// TestShardIsTwoLines: a Shard is two cache lines, what lookups read on the first and what
+// inserts write on the second, on every platform (go vet with GOARCH=386 or arm checks the
+// 32-bit layouts, where the padding is computed from smaller fields).
+func TestShardIsTwoLines(t *testing.T) {
+	var s Shard
+	if got := unsafe.Sizeof(s); got != 2*lineSize {
+		t.Fatalf("a Shard is %d bytes, want two lines of %d", got, lineSize)
+	}
+	if got := unsafe.Offsetof(s.shardWrite); got != lineSize {
+		t.Fatalf("the written half starts at byte %d, want %d", got, lineSize)
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,7 +181,7 @@ func runOutageProcesses(t *testing.T, fault string) {
 	for i := range children {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "BATCHED_CHILD=1", "BATCHED_PROC="+strconv.Itoa(i), "BATCHED_REDIS="+srv.Addr)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = childAttr()
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {

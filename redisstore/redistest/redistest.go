@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -124,7 +123,7 @@ func (s *Server) start() error {
 			"--dir", s.dir, "--daemonize", "no", "--logfile", "", "--loglevel", "warning")
 	}
 	cmd.Args = append(cmd.Args, s.extra...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: start: %w", err)
 	}
@@ -174,9 +173,9 @@ func (s *Server) kill() {
 		return
 	}
 	if s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = cont(s.cmd.Process)
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Process.Kill()
 	<-s.waited
 	s.cmd, s.paused = nil, false
 }
@@ -185,14 +184,17 @@ func (s *Server) kill() {
 // refuses new ones until Restart.
 func (s *Server) Kill() { s.kill() }
 
-// Pause sends SIGSTOP: the kernel still accepts connections and buffers requests, but nothing
-// is answered until Resume.
+// Pause sends SIGSTOP (on Unix; elsewhere it returns an error): the kernel still accepts
+// connections and buffers requests, but nothing is answered until Resume.
 func (s *Server) Pause() error {
 	if s.cmd == nil || s.paused {
 		return errors.New("redistest: Pause: not running")
 	}
+	if err := stop(s.cmd.Process); err != nil {
+		return err
+	}
 	s.paused = true
-	return s.cmd.Process.Signal(syscall.SIGSTOP)
+	return nil
 }
 
 // Resume sends SIGCONT to a paused server.
@@ -201,7 +203,7 @@ func (s *Server) Resume() error {
 		return errors.New("redistest: Resume: not paused")
 	}
 	s.paused = false
-	return s.cmd.Process.Signal(syscall.SIGCONT)
+	return cont(s.cmd.Process)
 }
 
 // Restart starts a killed server again on the same port, empty.
