@@ -731,7 +731,8 @@ func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
 // eviction off. It is one atomic load, and may lag concurrent inserts and evictions.
 func (l *Limiter) Len() int { return int(l.keys.Load()) }
 
-// Stats is a snapshot of a limiter's bookkeeping, filled by (*Limiter).Stats.
+// Stats is a snapshot of a limiter's bookkeeping, filled by (*Limiter).Stats. It is a plain value
+// that the caller owns: read it from any goroutine once filled, but fill one from one at a time.
 type Stats struct {
 	Keys int64 // live keys (Len)
 	// Evicted counts the keys the background sweeper removed since New (not the dead keys a

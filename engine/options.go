@@ -15,7 +15,8 @@ type Option func(*config) error
 // AtCap says what a limiter at its key cap does with a request for a new key. Under either, a
 // new key's request whose cost is above the limit (the per-key one for TakeWithLimit) is refused
 // with ReasonCostAboveLimit at the cap, as it would be below it, and nothing is reclaimed or
-// evicted for it; below the cap such a key is tracked (see docs/policies.md).
+// evicted for it; below the cap such a key is tracked (see docs/policies.md). An AtCap is a plain
+// value, safe to share between goroutines.
 type AtCap uint8
 
 const (

@@ -3,7 +3,8 @@
 // decision, the Redis commands it cost, and how far its admissions strayed from an exact
 // fleet-wide count.
 //
-//	cd bench && go run ./fleet [-duration 3s] [-keys 8] [-limit 500] [-window 1s] [-chart FILE.png]
+//	cd bench && go run ./fleet [-duration 3s] [-keys 8] [-limit 500] [-window 1s] [-goroutines N]
+//	                           [-modes engine,exact,batched,gubernator] [-redis ADDR] [-chart FILE.png]
 //
 // With -chart it also draws the table as a PNG of four panels: decisions/s, p99 latency and Redis
 // commands per 1,000 decisions per mode (log scales), and over- and under-admission per mode.
@@ -86,15 +87,25 @@ func main() {
 	flag.StringVar(&cfg.chart, "chart", "", "also draw the results as a PNG to this file (name ending in .png)")
 	flag.Parse()
 	cfg.modes = strings.Split(modes, ",")
+	if err := checkFlags(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(2)
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg config) error {
+// checkFlags refuses a bad command line before anything runs or prints.
+func checkFlags(cfg config) error {
 	if cfg.keys < 1 || cfg.limit < procs || cfg.duration <= 0 || cfg.goroutines < 1 {
 		return fmt.Errorf("need -keys >= 1, -limit >= %d, -duration > 0, -goroutines >= 1", procs)
+	}
+	for _, m := range cfg.modes {
+		if !slices.Contains([]string{"engine", "exact", "batched", "gubernator"}, m) {
+			return fmt.Errorf("-modes: unknown mode %q (engine, exact, batched, gubernator)", m)
+		}
 	}
 	// A bad chart name is found now, not after every mode has run.
 	if cfg.chart != "" {
@@ -105,6 +116,10 @@ func run(cfg config) error {
 			return fmt.Errorf("-chart %q: no directory %s to write it in", cfg.chart, filepath.Dir(cfg.chart))
 		}
 	}
+	return nil
+}
+
+func run(cfg config) error {
 	needRedis := slices.Contains(cfg.modes, "exact") || slices.Contains(cfg.modes, "batched")
 	if cfg.redisAddr == "" && needRedis {
 		addr, stop, err := startRedis()

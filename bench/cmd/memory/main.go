@@ -5,11 +5,12 @@
 // (-limiter slidelimit-expected measures slidelimit sized up front for the keys it is given, with
 // engine.WithExpectedKeys; "all" leaves it out.)
 //
-// For each limiter and each key count (1M and -keys) it starts itself again in a fresh process,
-// builds the limiter, gives it one request for each of N distinct keys (IPv4-like strings of 8 to
-// 14 bytes, made afresh for each request so that the program itself keeps none of them), runs
-// runtime.GC twice, and divides the growth of the live heap (MemStats.HeapAlloc) by N. A limiter
-// that keeps the key string pays for it; one that keeps only a hash does not.
+// For each limiter and each key count (1M and -keys, or -keys alone when it is 1M or fewer) it
+// starts itself again in a fresh process, builds the limiter, gives it one request for each of N
+// distinct keys (IPv4-like strings of 8 to 14 bytes, made afresh for each request so that the
+// program itself keeps none of them), runs runtime.GC twice, and divides the growth of the live
+// heap (MemStats.HeapAlloc) by N. A limiter that keeps the key string pays for it; one that keeps
+// only a hash does not.
 //
 // Every limiter gets the sliding counter's limit of 2^20 per window (slidelimit's one-word cell;
 // see docs/design.md ("The hot path")) with a ten-minute window, so that no limiter forgets a key before it is
@@ -63,10 +64,10 @@ func main() {
 	flag.Parse()
 
 	if *keys < 1 || *keys > peers.MaxKeys {
-		fail(fmt.Errorf("-keys = %d out of range [1, %d]", *keys, peers.MaxKeys))
+		usage(fmt.Errorf("-keys = %d out of range [1, %d]", *keys, peers.MaxKeys))
 	}
 	if *parallel < 1 {
-		fail(fmt.Errorf("-parallel = %d: must be at least 1", *parallel))
+		usage(fmt.Errorf("-parallel = %d: must be at least 1", *parallel))
 	}
 	if *child {
 		r, err := measure(*which, *keys)
@@ -81,7 +82,7 @@ func main() {
 
 	names, err := limiters(*which)
 	if err != nil {
-		fail(err)
+		usage(err)
 	}
 	counts := []int{*keys}
 	if *keys > 1_000_000 {
@@ -132,6 +133,12 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "memory:", err)
 	os.Exit(1)
+}
+
+// usage reports a bad command line: exit 2, as flag's own errors.
+func usage(err error) {
+	fmt.Fprintln(os.Stderr, "memory:", err)
+	os.Exit(2)
 }
 
 func limiters(which string) ([]string, error) {

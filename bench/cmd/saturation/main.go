@@ -10,7 +10,8 @@
 // figure (a clock that lags makes windows roll late and the fraction fall), and the lag of the
 // shared clock's reading behind time.Now, sampled every 4096 calls (median and maximum).
 //
-// The fixed window's ceiling is 1. The sliding counter's is lower for short windows, whatever the
+// The fixed window's ceiling is about 1 (a little above: a run of d spans one more aligned window
+// than d/window, so a 1s run of 10ms windows can reach 1.01). The sliding counter's is lower for short windows, whatever the
 // clock: time is whole milliseconds, so in a window's last ms a tenth of a 10ms window's previous
 // count is still carried, and a flood settles at limit/(1 + 1/10) per window, 0.909 of the limit.
 // So the program also runs the same policy on a manual clock stepped exactly one ms at a time,

@@ -42,6 +42,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asMarkdown := fs.Bool("markdown", false, "print a markdown table of the deterministic metrics, for the README")
 	perfTime := fs.Duration("perftime", 200*time.Millisecond, "least time spent deciding per trace when measuring throughput")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for: the usage is the answer
+		}
 		return 2
 	}
 	if err := checkFlags(fs, *asJSON, *asMarkdown, *perfTime); err != nil {

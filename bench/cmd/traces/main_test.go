@@ -36,6 +36,14 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
+// -h asks for the usage: it is printed, exit 0.
+func TestHelpIsNotAnError(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := run([]string{"-h"}, &out, &errs); code != 0 || !strings.Contains(errs.String(), "-policy") {
+		t.Fatalf("-h: exit status %d, stderr %q", code, errs.String())
+	}
+}
+
 func TestSelectPolicies(t *testing.T) {
 	all, err := selectPolicies("all")
 	if err != nil {

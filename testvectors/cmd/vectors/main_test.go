@@ -55,3 +55,14 @@ func TestNoFilesIsUsageError(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// -h asks for the usage: it is printed, exit 0; an unknown flag is a usage error, exit 2.
+func TestHelpIsNotAnError(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage") {
+		t.Fatalf("-h: exit %d, stderr %q", code, errOut.String())
+	}
+	if code := run([]string{"-nosuchflag"}, &out, &errOut); code != 2 {
+		t.Fatalf("-nosuchflag: exit %d, want 2", code)
+	}
+}
