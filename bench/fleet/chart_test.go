@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,14 +117,22 @@ func TestLabels(t *testing.T) {
 func TestRunWritesChart(t *testing.T) {
 	cfg := config{duration: 200 * time.Millisecond, keys: 2, limit: 30, window: time.Second, goroutines: 2, modes: []string{"engine"}}
 	cfg.chart = filepath.Join(t.TempDir(), "fleet.txt")
-	if err := run(cfg); err == nil {
+	if err := checkFlags(cfg); err == nil {
 		t.Fatal("-chart without .png: want an error")
 	}
 	cfg.chart = filepath.Join(t.TempDir(), "missing", "fleet.png")
-	if err := run(cfg); err == nil {
+	if err := checkFlags(cfg); err == nil {
 		t.Fatal("-chart in a missing directory: want an error")
 	}
 	cfg.chart = filepath.Join(t.TempDir(), "fleet.png")
+	bogus := cfg
+	bogus.modes = []string{"engine", "bogus"}
+	if err := checkFlags(bogus); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Fatalf("-modes engine,bogus: error %v, want one naming the mode", err)
+	}
+	if err := checkFlags(cfg); err != nil {
+		t.Fatal(err)
+	}
 	if err := run(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -1002,7 +1002,9 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int
 // a caller sees, says that the limiter decides alone but not why (a wrong password, say).
 func (l *Limiter) goOffline(cause error) {
 	if !l.offline.Swap(true) && l.cfg.onError == nil {
-		slog.Warn("batched: Redis does not answer; deciding locally with the limit divided by the fleet size until a heartbeat succeeds",
+		// Not "deciding locally": a caller may act on ErrOffline otherwise (the command's
+		// -on-redis-error open and closed do).
+		slog.Warn("batched: Redis does not answer; offline, Take returns ErrOffline, until a heartbeat succeeds",
 			"limiter", l.name, "err", cause.Error())
 	}
 }

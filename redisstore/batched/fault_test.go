@@ -652,7 +652,7 @@ func TestGoingOfflineIsLoggedOnceWithItsCause(t *testing.T) {
 		}
 	}
 	out := logged.String()
-	if n := strings.Count(out, "deciding locally"); n != 1 {
+	if n := strings.Count(out, "offline, Take returns ErrOffline"); n != 1 {
 		t.Fatalf("%d lines say the limiter went offline, want 1 (from the limiter without a hook):\n%s", n, out)
 	}
 	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "WRONGPASS") {
