@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +68,19 @@ func BenchmarkMiddleware(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkClientIPKeyLongChain: a client behind a trusted proxy sends a Forwarded field of
+// 30,000 elements (about 900 KB); only the proxy's hop and the client's last one are read.
+func BenchmarkClientIPKeyLongChain(b *testing.B) {
+	ip := &httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Header: httplimit.Forwarded}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.0.0.1:1"
+	r.Header.Set("Forwarded", strings.Repeat("for=198.51.100.1;proto=http, ", 30000)+"for=203.0.113.9")
+	b.ReportAllocs()
+	for b.Loop() {
+		ip.Key(r)
 	}
 }
 

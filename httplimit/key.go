@@ -128,18 +128,18 @@ func (c *ClientIP) trusted(a netip.Addr) bool {
 }
 
 // hopsRightToLeft yields the forwarding chain from the newest hop (rightmost in the last header
-// line) to the oldest, over every instance of the header. X-Forwarded-For is walked in place,
-// without building a list.
+// line) to the oldest, over every instance of the header. Either header is walked in place,
+// without building a list, and only as far as the caller reads: what a client wrote before the
+// hops its trusted proxies appended, however long, costs nothing.
 func (c *ClientIP) hopsRightToLeft(r *http.Request) iter.Seq[string] {
 	return func(yield func(string) bool) {
 		if c.Header == Forwarded {
-			var hops []string
-			for _, v := range r.Header.Values("Forwarded") {
-				hops = appendForwardedFor(hops, v)
-			}
-			for i := len(hops) - 1; i >= 0; i-- {
-				if !yield(hops[i]) {
-					return
+			vs := r.Header.Values("Forwarded")
+			for vi := len(vs) - 1; vi >= 0; vi-- {
+				for elem := range forwarded.RightToLeft(vs[vi]) {
+					if !yield(forOf(elem)) {
+						return
+					}
 				}
 			}
 			return
@@ -161,21 +161,18 @@ func (c *ClientIP) hopsRightToLeft(r *http.Request) iter.Seq[string] {
 	}
 }
 
-// appendForwardedFor appends the for= value of each element of one Forwarded field value. An
-// element without for= contributes an empty hop, which is not an address and so stops the walk:
-// the proxy that wrote it did not say who its client was.
-func appendForwardedFor(out []string, v string) []string {
-	for _, elem := range forwarded.Elements(v) {
-		hop := ""
-		for _, pair := range splitQuoted(elem, ';') {
-			name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-			if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
-				hop = unquote(strings.TrimSpace(val))
-			}
+// forOf returns the for= value of one element of a Forwarded field value. An element without
+// for= gives an empty hop, which is not an address and so stops the walk: the proxy that wrote it
+// did not say who its client was.
+func forOf(elem string) string {
+	hop := ""
+	for _, pair := range splitQuoted(elem, ';') {
+		name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
+			hop = unquote(strings.TrimSpace(val))
 		}
-		out = append(out, hop)
 	}
-	return out
+	return hop
 }
 
 // splitQuoted splits s at sep outside double-quoted strings (RFC 7230 quoted-string, with

@@ -6,6 +6,7 @@
 package forwarded
 
 import (
+	"iter"
 	"slices"
 	"strings"
 )
@@ -17,24 +18,34 @@ import (
 // right, the proxies' well-formed elements come apart first, whatever the client left open before
 // them.
 func Elements(s string) []string {
-	var parts []string
-	end, quoted := len(s), false
-	for i := len(s) - 1; i >= 0; i-- {
-		switch s[i] {
-		case '"':
-			if !escaped(s, i) {
-				quoted = !quoted
-			}
-		case ',':
-			if !quoted {
-				parts = append(parts, s[i+1:end])
-				end = i
-			}
-		}
-	}
-	parts = append(parts, s[:end])
+	parts := slices.Collect(RightToLeft(s))
 	slices.Reverse(parts)
 	return parts
+}
+
+// RightToLeft yields the elements Elements returns, from the last to the first, finding each
+// only when asked for it: a reader that stops at the first hop it does not trust never scans,
+// nor allocates for, what a client wrote before it, however long.
+func RightToLeft(s string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		end, quoted := len(s), false
+		for i := len(s) - 1; i >= 0; i-- {
+			switch s[i] {
+			case '"':
+				if !escaped(s, i) {
+					quoted = !quoted
+				}
+			case ',':
+				if !quoted {
+					if !yield(s[i+1 : end]) {
+						return
+					}
+					end = i
+				}
+			}
+		}
+		yield(s[:end])
+	}
 }
 
 // escaped reports whether s[i] follows an odd run of backslashes, so that it is escaped inside a
