@@ -107,15 +107,21 @@ func closeQuotes(elem string) string {
 // the elements found from the right (see Elements): a value a trusted proxy appended to after a
 // client's open quote then reads the same from either side.
 func Repair(v string) string {
-	elems := Elements(v)
-	changed := false
-	for i, e := range elems {
-		if c := closeQuotes(e); c != e {
-			elems[i], changed = c, true
+	// Most values need nothing: found without building the list of elements, which a client can
+	// make as long as its header may be.
+	clean := true
+	for e := range RightToLeft(v) {
+		if closeQuotes(e) != e {
+			clean = false
+			break
 		}
 	}
-	if !changed {
+	if clean {
 		return v
+	}
+	elems := Elements(v)
+	for i, e := range elems {
+		elems[i] = closeQuotes(e)
 	}
 	return strings.Join(elems, ",")
 }
