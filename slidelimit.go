@@ -8,7 +8,8 @@
 //
 // Three backends implement Limiter, so a program can move from one process to a fleet by changing
 // a constructor and none of its call sites:
-//   - package engine: in-process, lock-free, tens of nanoseconds per decision
+//   - package engine: in-process, tens of nanoseconds per decision, lock-free on amd64 but for
+//     the sliding log (docs/design.md, "The hot path")
 //     ((*engine.Limiter).AsLimiter adapts its context-free hot path to Limiter);
 //   - module redisstore: one Redis or Valkey round trip per decision, shared by a fleet;
 //   - package redisstore/batched, the fleet mode: in-process decisions from quota leased from

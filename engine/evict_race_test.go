@@ -101,3 +101,56 @@ func TestEvictStalestRacingALoweredLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyCapRacingTwoWordCells floods a small key cap with new keys from several goroutines while
+// others renew their keys and the clock moves, for two-word cells (a limit above 2^21) under both
+// choices at the cap: the cap holds, and under -race with -tags purego (where a pair is written
+// under a striped lock) the reclaim's filter, which reads a cell's first word without that lock,
+// must not race with the pair's writes (scripts/test runs it so).
+func TestKeyCapRacingTwoWordCells(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingCounter{Limit: 1 << 22, Window: time.Hour},
+		policy.TokenBucket{Rate: 1, Burst: 1<<32 - 1},
+	} {
+		for _, atCap := range []AtCap{RefuseNewKeys, EvictStalest} {
+			for _, shards := range []int{1, 8} {
+				t.Run(fmt.Sprintf("%s/atCap=%d/shards=%d", p.ID(), atCap, shards), func(t *testing.T) {
+					const maxKeys, workers, per = 37, 8, 400
+					clk := clock.NewManual(1_700_000_000_000)
+					l, err := New(p, WithClock(clk), WithShards(shards), WithMaxKeys(maxKeys), WithAtCap(atCap), WithSweepInterval(time.Hour))
+					require.NoError(t, err)
+					defer l.Close()
+					var over satomic.Int64
+					var wg sync.WaitGroup
+					for w := range workers {
+						wg.Go(func() {
+							out := make([]bool, 4)
+							for i := range per {
+								k := uint64(w*100_000 + i)
+								switch i % 4 {
+								case 0:
+									l.TakeKey(k, 1)
+								case 1:
+									l.AllowKey(k, 0)
+								case 2:
+									l.AllowKeyBatch([]uint64{k, k + 50_000, k, 7}, 1, out)
+								case 3:
+									if w == 0 {
+										clk.Advance(time.Millisecond)
+									}
+									l.AllowKey(uint64(i%5), 1) // keys every worker renews
+								}
+								if l.Len() > maxKeys {
+									over.Add(1)
+								}
+							}
+						})
+					}
+					wg.Wait()
+					require.Zero(t, over.Load(), "Len went past the cap")
+					require.LessOrEqual(t, l.Len(), maxKeys)
+				})
+			}
+		}
+	}
+}
