@@ -49,5 +49,5 @@ func ExampleParseFailureMode() {
 	fmt.Println(err)
 	// Output:
 	// closed <nil>
-	// slidelimit: failure mode "shut": want open, closed or local
+	// slidelimit: failure mode "shut": want open, closed or local (or fail-open, fail-closed, fallback)
 }

@@ -163,7 +163,7 @@ var (
 )
 
 // Err returns nil for ReasonOK and ReasonLimited (which waiting resolves), and the matching
-// sentinel error for every other reason.
+// sentinel error for every other reason defined here (nil for a value outside them).
 func (r Reason) Err() error {
 	switch r {
 	case ReasonCostAboveLimit:
@@ -227,5 +227,5 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	case "local", "fallback":
 		return FailLocal, nil
 	}
-	return 0, errors.New("slidelimit: failure mode " + strconv.Quote(s) + ": want open, closed or local")
+	return 0, errors.New("slidelimit: failure mode " + strconv.Quote(s) + ": want open, closed or local (or fail-open, fail-closed, fallback)")
 }

@@ -146,7 +146,7 @@ func TestRefundBoundedByCounted(t *testing.T) {
 }
 
 // abuserRounds runs the flood of the EvictStalest tests: each round the abuser asks for 9 units
-// (through take), then four new keys arrive; rounds a minute apart, within one hour. It returns
+// (through take), then four new keys arrive; rounds half a minute apart, within one hour. It returns
 // the units the abuser was admitted.
 func abuserRounds(t *testing.T, seed uint64, take func(l *Limiter) bool) int {
 	clk := clock.NewManual(start)
