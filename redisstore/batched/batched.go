@@ -131,9 +131,10 @@ type entry struct {
 }
 
 // denial is a refusal remembered until until for requests needing at least need more units in
-// window win: Redis would refuse them as well, since other processes only add to the count until
-// the window ends. st is the counts Redis returned with it, at redisNow on the script's clock and
-// at on this one: the wait for a larger need is solved on them. Never changed once stored.
+// window win: until then Redis would refuse them as well, but for units other processes have
+// given back since, which until, at most one sync interval away, bounds how long this process
+// overlooks. st is the counts Redis returned with it, at redisNow on the script's clock and at on
+// this one: the wait for a larger need is solved on them. Never changed once stored.
 type denial struct {
 	win, until, need int64
 	st               rules.SlidingCounterState
@@ -695,9 +696,11 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	st := rules.SlidingCounterState{Window: r.win, Current: r.cur, Previous: r.prev}
 	wait, _ := l.ownWait(st, r.now, rem, n)
 	retry := max(wait, 1)
-	// Other processes give back unused leases when the window ends, so the refusal is remembered
-	// no further than that.
-	e.deny.Store(&denial{win: start, until: min(now+retry, start+l.w), need: need, st: st, at: now, redisNow: r.now})
+	// Remembered no further than the window's end, and than one sync interval: other processes
+	// give units back within the window too (their previous window's rest, early in this one, and
+	// all they hold when they close), which only Redis sees; asked again after S, it answers with
+	// them.
+	e.deny.Store(&denial{win: start, until: min(now+retry, start+l.w, now+l.cfg.sync.Milliseconds()), need: need, st: st, at: now, redisNow: r.now})
 	return slidelimit.Decision{Limit: l.limit, Remaining: rem + max(e.head.Load(), 0), RetryAfter: time.Duration(retry) * time.Millisecond,
 		ResetAt: time.UnixMilli(start + l.w), Reason: slidelimit.ReasonLimited}, nil
 }
@@ -1058,9 +1061,11 @@ func (l *Limiter) Stats(s *Stats) {
 
 // Close stops the exchange goroutine, gives back every unused lease and charges what was admitted
 // offline (one pipeline per 1,024 keys, skipped while Redis is unreachable), leaves the fleet's
-// membership, and makes every later Take return ErrClosed. Each call to Redis is bounded by the
-// timeout, and an exchange already running finishes first, so while Redis hangs Close can take a
-// few timeouts. It does not close the client.
+// membership, and makes every later Take return ErrClosed. A lease of a window that Redis's
+// clock has reached but this process's has not (clocks skewed, near a window's boundary) is not
+// given back: its units stay counted, less admission only, until that window ages out. Each call
+// to Redis is bounded by the timeout, and an exchange already running finishes first, so while
+// Redis hangs Close can take a few timeouts. It does not close the client.
 // Idempotent and safe for concurrent use; a Take running concurrently with Close may still
 // complete.
 func (l *Limiter) Close() error {

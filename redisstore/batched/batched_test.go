@@ -1043,3 +1043,34 @@ func TestOfflineQueryReportsTheShare(t *testing.T) {
 	check("the last unit", 1, 0, true, slidelimit.ReasonOK)
 	check("a query of the spent share", 0, 0, true, slidelimit.ReasonOK)
 }
+
+// TestRememberedRefusalSeesGiveBacksWithinS: a refusal is remembered at most one sync interval,
+// so that units other processes give back within the window (here all Q holds, at its Close),
+// which only Redis sees, are admitted by the next request after S at the latest. It was
+// remembered until its RetryAfter, most of the window, refusing from memory what Redis had free.
+func TestRememberedRefusalSeesGiveBacksWithinS(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	clk := clock.NewManual(t0)
+	pol := policy.SlidingCounter{Limit: 10, Window: time.Second}
+	p := newLimiter(t, c, clk, pol, WithProcessID("P"))
+	q := newLimiter(t, c, clk, pol, WithProcessID("Q"), WithMaxChunk(8))
+	ctx := context.Background()
+	for range 2 {
+		if d, err := q.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Q: %+v %v", d, err)
+		}
+	}
+	// Redis counts 9 (Q leased 1, then 8, of which it holds 7): P's 2 do not fit.
+	d, err := p.Take(ctx, "k", 2)
+	if err != nil || d.Allowed || d.RetryAfter <= DefaultSyncInterval {
+		t.Fatalf("P before Q's close: %+v %v, want a refusal longer than S", d, err)
+	}
+	if err := q.Close(); err != nil { // gives back Q's 7: Redis counts 2
+		t.Fatal(err)
+	}
+	clk.Advance(DefaultSyncInterval)
+	if d, err := p.Take(ctx, "k", 2); err != nil || !d.Allowed {
+		t.Fatalf("P one sync interval after Q gave back 7 units: %+v %v, want admitted", d, err)
+	}
+}
