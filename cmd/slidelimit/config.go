@@ -111,6 +111,12 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 			return nil, errors.New(yamlError(err))
 		}
 	}
+	if len(fc.Rules) == 0 && len(fc.Exempt.Paths) == 0 && len(fc.Exempt.CIDRs) == 0 {
+		// An empty file is more often one caught half written (a poll between an editor's
+		// truncate and its write) than a wish: applied, it would drop every rule and reset their
+		// counts until the next poll brought them back.
+		return nil, errors.New("no rules and no exemptions (an empty file, or one read while it was being written?); to limit by the command line alone, leave out -config")
+	}
 	spec := &configSpec{}
 	for _, p := range fc.Exempt.Paths {
 		if !strings.HasPrefix(p, "/") {

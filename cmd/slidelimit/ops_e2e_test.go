@@ -683,3 +683,25 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, out, "slidelimit proxy: -idle-timeout 0s: must be positive, like 120s")
 }
+
+// A -config file caught empty (an editor's truncate before its write) is a failed reload: the last
+// good configuration stays, with its counts, and the error is logged; the file written whole is
+// then reloaded. An empty file used to be applied, dropping the rule and its counts.
+func TestProxyEmptiedConfigKeepsTheLastGood(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, apiRule("3/1h", ""))
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0")
+	c := newClient(t, true)
+	get := func() int { return do(t, c, p.url("/api/x"), nil).status }
+	assert.Equal(t, []int{200, 200, 200, 429}, []int{get(), get(), get(), get()})
+	writeFile(t, cfg, "")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reload failed; keeping the last good configuration") })
+	assert.Contains(t, p.stderr(), "no rules and no exemptions")
+	assert.Equal(t, 429, get(), "the rule and its count are kept")
+	writeFile(t, cfg, apiRule("3/1h", ""))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Count(p.stderr(), "config reloaded") == 1 })
+	assert.Equal(t, 429, get(), "the unchanged rule keeps its count")
+}

@@ -349,6 +349,22 @@ func TestParseConfigRefusesItemsThatWouldWidenARule(t *testing.T) {
 	}
 }
 
+// A file that configures nothing (empty, comments only, no rules and no exemptions) is refused:
+// more often it is one read half written, between an editor's truncate and its write, and
+// applied it would drop every rule and reset its counts until the next poll. One with only an
+// exemption, or only a rule, is a configuration.
+func TestParseConfigRefusesAnEmptyFile(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	for _, in := range []string{"", "\n", "# nothing yet\n", "rules:\n", "rules: ~\n", "rules: []\n", "exempt: {}\n", "---\n", "{}\n", "exempt:\n  paths: []\n"} {
+		_, err := parseConfig([]byte(in), def)
+		assert.ErrorContains(t, err, "no rules and no exemptions (an empty file, or one read while it was being written?)", "%q", in)
+	}
+	for _, in := range []string{"exempt:\n  paths: [/healthz]\n", "exempt:\n  cidrs: [10.0.0.0/8]\n", "rules:\n  - {name: a, rates: [5/1m]}\n"} {
+		_, err := parseConfig([]byte(in), def)
+		assert.NoError(t, err, "%q", in)
+	}
+}
+
 // A -config file with aliases (*name) and merge keys (<<) is the file written out without them.
 func TestParseConfigAliasesAndMerges(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
