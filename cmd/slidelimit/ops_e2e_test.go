@@ -697,7 +697,9 @@ func TestProxyEmptiedConfigKeepsTheLastGood(t *testing.T) {
 	assert.Equal(t, []int{200, 200, 200, 429}, []int{get(), get(), get(), get()})
 	writeFile(t, cfg, "")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
-	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reload failed; keeping the last good configuration") })
+	waitFor(t, func() bool {
+		return strings.Contains(p.stderr(), "config reload failed; keeping the last good configuration")
+	})
 	assert.Contains(t, p.stderr(), "no rules and no exemptions")
 	assert.Equal(t, 429, get(), "the rule and its count are kept")
 	writeFile(t, cfg, apiRule("3/1h", ""))
