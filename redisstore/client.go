@@ -47,7 +47,10 @@ const DiscoveryTimeout = 2 * time.Second
 // A call dials once, not go-redis's five attempts 100ms apart (the URL's dialer_retries sets it
 // for a cluster), so that a Redis refusing connections fails a call at once with that refusal, to
 // be decided by the failure choice, rather than after the call's timeout; the next call dials
-// again.
+// again. That holds for the sentinel forms too. A cluster client reloads the cluster's map every
+// 2 seconds, so that after a failover the promoted replica's slots are found within about that:
+// the limiters' scripts are not retried, so a dead master's errors never trigger go-redis's own
+// reload, and its periodic one comes every 60 seconds.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
 // URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
@@ -169,8 +172,16 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		PipelineWriteBufferSize: o.PipelineWriteBufferSize,
 		ContextTimeoutEnabled:   true,
 		DisableIdentity:         o.DisableIdentity,
+		// The limiters' scripts are not retried (a retry would count twice), and so a dead
+		// master's connection errors never make go-redis reload the cluster's map: a promoted
+		// replica's slots kept going to the dead node until the periodic reload, 60s by default.
+		ClusterStateReloadInterval: clusterReload,
 	}), nil
 }
+
+// clusterReload is how often a cluster client from NewClient reloads the cluster's map (one
+// CLUSTER SLOTS): after a failover, calls for the failed master's slots fail for about this long.
+const clusterReload = 2 * time.Second
 
 // checkPool refuses the connection-pool sizes that go-redis would panic on rather than refuse
 // (a negative pool_size makes a channel of negative size), naming the option and its value.
@@ -255,7 +266,9 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	}
 	rest := strings.TrimPrefix(rawURL, "redis-sentinel://")
 	rest, rawQuery, _ := strings.Cut(rest, "?")
-	o := &redis.FailoverOptions{ContextTimeoutEnabled: true}
+	// One dial, as for a single node (see NewClient): go-redis's five, 100ms apart, made every call
+	// during a failover wait out its whole deadline before the failure choice decided it.
+	o := &redis.FailoverOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		ui := rest[:at]
 		rest = rest[at+1:]

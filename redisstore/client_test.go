@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -323,5 +324,101 @@ func TestNewClientFailsARefusedDialAtOnce(t *testing.T) {
 	_, err = l.Take(context.Background(), "k", 1)
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") || errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Take against a port that refuses connections: %v; want the refusal, not the deadline", err)
+	}
+}
+
+// After a cluster master fails and its replica is promoted, a client from NewClient finds the
+// new master within seconds. The limiters' scripts are never retried, so a dead node's connection
+// errors never made go-redis reload the cluster's map: the failed master's slots went on failing
+// (under the default FailOpen, unlimited) until the periodic reload, 60s by default.
+func TestClusterFailoverIsFoundWithinSeconds(t *testing.T) {
+	ctx := context.Background()
+	// Three masters: a failover needs a majority of them to vote for the replica.
+	nodes := startCluster(t, 3, "--cluster-node-timeout", "500")
+	replica, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes-replica.conf", "--cluster-node-timeout", "500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Stop)
+	admin := func(addr string) *redis.Client {
+		a := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		t.Cleanup(func() { _ = a.Close() })
+		return a
+	}
+	ra, ma := admin(replica.Addr), admin(nodes[1].Addr)
+	host, port, _ := strings.Cut(nodes[0].Addr, ":")
+	if err := ra.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := ma.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil := func(what string, limit time.Duration, ok func() bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for !ok() {
+			if time.Since(start) > limit {
+				t.Fatalf("%s: not after %v", what, limit)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitUntil("the replica knows its master", 10*time.Second, func() bool { return ra.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil })
+	waitUntil("the replica is in sync", 10*time.Second, func() bool {
+		info, _ := ra.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+
+	c, err := NewClient("redis://" + nodes[0].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := New(c, "failover", policy.SlidingCounter{Limit: 1000, Window: time.Minute}, WithTimeout(200*time.Millisecond),
+		WithOnFailure(FailClosed), WithOnError(func(error) {}), WithBreaker(1<<20, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	allDecided := func() bool {
+		for i := range 40 { // keys in both masters' slots
+			if _, err := l.Take(ctx, "subject-"+strconv.Itoa(i), 1); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if !allDecided() {
+		t.Fatal("not every key decided before the failover")
+	}
+	nodes[1].Kill()
+	waitUntil("the replica is promoted", 20*time.Second, func() bool {
+		info, _ := ra.Info(ctx, "replication").Result()
+		return strings.Contains(info, "role:master")
+	})
+	took := waitUntil("every key decided again after the promotion", 15*time.Second, allDecided)
+	t.Logf("every key decided again %v after the promotion", took.Round(time.Millisecond))
+}
+
+// A sentinel URL, in either form, gives a client that dials once, as a single node's does (see
+// TestNewClientFailsARefusedDialAtOnce): with go-redis's five dials, 100ms apart, every call while
+// the master was down waited out its deadline (404ms a call against 0 for the same dead master
+// named directly).
+func TestSentinelClientDialsOnce(t *testing.T) {
+	for _, u := range []string{"redis-sentinel://127.0.0.1:1/m", "redis://127.0.0.1:1?master=m"} {
+		c, err := NewClient(u)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		rc, ok := c.(*redis.Client)
+		if !ok {
+			t.Fatalf("%s: got %T", u, c)
+		}
+		if got := rc.Options().DialerRetries; got != 1 {
+			t.Errorf("%s: DialerRetries = %d, want 1", u, got)
+		}
+		_ = c.Close()
 	}
 }

@@ -238,15 +238,15 @@ func TestClusterNodeBehindPlainClient(t *testing.T) {
 	}
 }
 
-// startCluster starts n cluster-enabled servers, splits the 16384 slots between them, joins
-// them and waits until every node reports cluster_state:ok.
-func startCluster(t *testing.T, n int) []*redistest.Server {
+// startCluster starts n cluster-enabled servers (with extra arguments each), splits the 16384
+// slots between them, joins them and waits until every node reports cluster_state:ok.
+func startCluster(t *testing.T, n int, extra ...string) []*redistest.Server {
 	t.Helper()
 	ctx := context.Background()
 	var nodes []*redistest.Server
 	var admins []*redis.Client
 	for i := range n {
-		srv, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
+		srv, err := redistest.Start(append([]string{"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i)}, extra...)...)
 		if err != nil {
 			t.Fatalf("start cluster node: %v", err)
 		}
