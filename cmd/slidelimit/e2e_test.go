@@ -999,3 +999,18 @@ func TestProxyLogsAClientAbortAs499(t *testing.T) {
 	assert.Contains(t, p.stderr(), "status=499")
 	assert.NotContains(t, p.stderr(), "status=502")
 }
+
+// An upgraded connection's access-log line, written when it closes, says 101: the reverse proxy
+// writes the upstream's 101 on the hijacked connection, past the status the log reads, which then
+// said 200.
+func TestProxyLogsAnUpgradeAs101(t *testing.T) {
+	up := newUpgradeUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-log-admitted", "1")
+	ws := dialUpgraded(t, p)
+	got, err := ws.echo("hi")
+	require.NoError(t, err)
+	require.Equal(t, "hi", got)
+	require.NoError(t, ws.conn.Close())
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "path=/ws") })
+	assert.Regexp(t, `status=101 .*path=/ws `, p.stderr())
+}

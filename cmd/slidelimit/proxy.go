@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/hmac"
@@ -1340,6 +1341,17 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands the connection over for an upgrade (a WebSocket): the reverse proxy takes it only
+// once the upstream has answered 101, which it then writes on the connection itself, past
+// WriteHeader, so the status is recorded here.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.code == 0 {
+		w.code = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
 
 // interim reports whether code is an informational response that a final one follows (101
 // Switching Protocols ends the HTTP exchange, so it is final).
