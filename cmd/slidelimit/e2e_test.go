@@ -1014,3 +1014,27 @@ func TestProxyLogsAnUpgradeAs101(t *testing.T) {
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "path=/ws") })
 	assert.Regexp(t, `status=101 .*path=/ws `, p.stderr())
 }
+
+// An upstream that does not answer within -upstream-timeout gets the client a 504, logged with
+// the path; one that refuses the connection, a 502. Without the flag's limit a hung upstream
+// held the client until it gave up.
+func TestProxyUpstreamTimeoutIs504(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	p := startProxy(t, "-upstream", slow.URL, "-upstream-timeout", "200ms")
+	c := newClient(t, true)
+	r := do(t, c, p.url("/slow"), nil)
+	assert.Equal(t, http.StatusGatewayTimeout, r.status)
+	logged := regexp.MustCompile(`upstream did not answer in time: .* path=/slow`)
+	waitFor(t, func() bool { return logged.MatchString(p.stderr()) })
+
+	dead := startProxy(t, "-upstream", "http://127.0.0.1:1")
+	assert.Equal(t, http.StatusBadGateway, do(t, c, dead.url("/x"), nil).status)
+}

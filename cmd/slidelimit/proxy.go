@@ -74,6 +74,7 @@ type proxyConfig struct {
 	name            string
 	metricsListen   string
 	shutdownTimeout time.Duration
+	upstreamTimeout time.Duration // for the upstream's response headers; 0: none
 	idleTimeout     time.Duration
 	configPath      string
 	configPoll      time.Duration
@@ -132,6 +133,8 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
 	c.shutdownTimeout = 10 * time.Second
+	c.upstreamTimeout = time.Minute
+	fs.Var(durationFlag{d: &c.upstreamTimeout}, "upstream-timeout", "how long (a `duration`) to wait for the upstream's response headers once a request is sent; past it the client gets 504 (0: no limit)")
 	fs.Var(durationFlag{d: &c.shutdownTimeout}, "shutdown-timeout", "how long (a `duration`) in-flight requests, upgraded connections (WebSockets) included, may take to finish after SIGTERM")
 	c.idleTimeout = 120 * time.Second
 	fs.Var(durationFlag{d: &c.idleTimeout}, "idle-timeout", "how long (a `duration`) a client's keep-alive connection may stay idle between requests before it is closed")
@@ -266,6 +269,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	}
 	if c.shutdownTimeout <= 0 {
 		return def, nil, fmt.Errorf("-shutdown-timeout %v: must be positive, like 10s", c.shutdownTimeout)
+	}
+	if c.upstreamTimeout < 0 {
+		return def, nil, fmt.Errorf("-upstream-timeout %v: must be 0 (no limit) or positive, like 60s", c.upstreamTimeout)
 	}
 	if c.idleTimeout <= 0 && c.set != nil {
 		return def, nil, fmt.Errorf("-idle-timeout %v: must be positive, like 120s", c.idleTimeout)
@@ -660,7 +666,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
-		Transport: upstreamTransport(),
+		Transport: upstreamTransport(c.upstreamTimeout),
 		// What the ReverseProxy logs beside its ErrorHandler (a body cut short) goes through the
 		// command's log too, in its format.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError),
@@ -675,7 +681,13 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 				w.WriteHeader(statusClientClosed)
 				return
 			}
-			logger.Error("http: proxy error: " + err.Error())
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				// No answer in time (-upstream-timeout, or the dial's): the gateway timed out.
+				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", r.URL.Path)
+				w.WriteHeader(http.StatusGatewayTimeout)
+				return
+			}
+			logger.Error("http: proxy error: "+err.Error(), "path", r.URL.Path)
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
@@ -1666,9 +1678,11 @@ func trustedPeer(ip *httplimit.ClientIP, r *http.Request) bool {
 }
 
 // upstreamTransport keeps enough idle connections to the upstream for a busy proxy; the default
-// of two per host would open (and leave in TIME_WAIT) a connection for most requests.
-func upstreamTransport() *http.Transport {
+// of two per host would open (and leave in TIME_WAIT) a connection for most requests. headers
+// bounds the wait for a response's headers (-upstream-timeout; 0: none).
+func upstreamTransport(headers time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = headers
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
 	t.IdleConnTimeout = 90 * time.Second
