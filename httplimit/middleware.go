@@ -499,8 +499,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				case <-t.C:
 					h.waiting.Add(-1)
 					waited += wait
-					clear(f.st)
-					clear(f.fallback)
+					f.reset()
 					continue
 				case <-r.Context().Done():
 					h.waiting.Add(-1)
@@ -510,8 +509,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					// Retry-After and fields would be stale. stopped() keeps it from waiting again.
 					h.waiting.Add(-1)
 					t.Stop()
-					clear(f.st)
-					clear(f.fallback)
+					f.reset()
 					continue
 				}
 			}
@@ -624,6 +622,12 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 		d = engine.Decision{Allowed: true}
 	}
 	return d, -1, false
+}
+
+// reset forgets f's decisions, for a request decided again after its wait.
+func (f *frame) reset() {
+	clear(f.st)
+	clear(f.fallback)
 }
 
 // giveBack returns what f and the frames above it counted: the request they admitted has been

@@ -681,7 +681,8 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 				w.WriteHeader(statusClientClosed)
 				return
 			}
-			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
 				// No answer in time (-upstream-timeout, or the dial's): the gateway timed out.
 				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", r.URL.Path)
 				w.WriteHeader(http.StatusGatewayTimeout)
