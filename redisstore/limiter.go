@@ -86,7 +86,11 @@ type Limiter struct {
 // SlidingLog, FixedWindow, TokenBucket, GCRA, LeakyBucket, DualBucket), over the full ranges their
 // Validate accepts, deciding as the engine does. Any
 // redis.UniversalClient works: a single node, a cluster (each key carries a hash tag) or a
-// sentinel-backed client. A go-redis client needs ContextTimeoutEnabled: true, or read and write
+// sentinel-backed client. The limiter's scripts are never retried (a retry could count twice),
+// so a cluster client learns of a failover only from its periodic reload of the cluster's map:
+// NewClient sets it to 2s; a *redis.ClusterClient built by hand should set
+// ClusterStateReloadInterval so too, or a failed master's slots fail for go-redis's default 60s.
+// A go-redis client needs ContextTimeoutEnabled: true, or read and write
 // timeouts no longer than WithTimeout's, and no negative read or write timeout other than -1 (-2
 // turns socket deadlines off); New returns an error naming the option otherwise. With
 // ContextTimeoutEnabled false go-redis sets only its own timeouts on the socket, so each call to
