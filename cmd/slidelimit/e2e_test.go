@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1036,5 +1037,88 @@ func TestProxyUpstreamTimeoutIs504(t *testing.T) {
 	waitFor(t, func() bool { return logged.MatchString(p.stderr()) })
 
 	dead := startProxy(t, "-upstream", "http://127.0.0.1:1")
-	assert.Equal(t, http.StatusBadGateway, do(t, c, dead.url("/x"), nil).status)
+	r = do(t, c, dead.url("/x"), nil)
+	assert.Equal(t, http.StatusBadGateway, r.status)
+	assert.Empty(t, r.body, "without -problem-json, no body, as the standard reverse proxy answers")
+
+	// Under -problem-json the proxy's own errors are problems too, as its refusals are.
+	for _, tc := range []struct {
+		args   []string
+		status int
+	}{
+		{[]string{"-upstream", slow.URL, "-upstream-timeout", "200ms", "-problem-json"}, http.StatusGatewayTimeout},
+		{[]string{"-upstream", "http://127.0.0.1:1", "-problem-json"}, http.StatusBadGateway},
+	} {
+		p := startProxy(t, tc.args...)
+		res, err := c.Get(p.url("/p"))
+		require.NoError(t, err)
+		var prob struct {
+			Type   string `json:"type"`
+			Title  string `json:"title"`
+			Status int    `json:"status"`
+			Detail string `json:"detail"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&prob), "%v: a problem+json body", tc.args)
+		res.Body.Close()
+		assert.Equal(t, tc.status, res.StatusCode)
+		assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+		assert.Equal(t, "about:blank", prob.Type)
+		assert.Equal(t, tc.status, prob.Status)
+		assert.Equal(t, http.StatusText(tc.status), prob.Title)
+		assert.NotEmpty(t, prob.Detail)
+		assert.NotContains(t, prob.Detail, "127.0.0.1", "the upstream's address is for the log, not the client")
+	}
+}
+
+// A client that hangs up while its request waits under -max-delay is logged with status 499, not
+// 429: the refusal that ended the wait reached nobody. The requests answered 429 while it waited
+// are still logged 429.
+func TestProxyLogsAClientGoneDuringMaxDelayAs499(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-max-delay", "1m", "-max-waiting", "1", "-log-refused", "1")
+	c := newClient(t, true)
+	first, err := c.Get(p.url("/"))
+	require.NoError(t, err)
+	first.Body.Close()
+	require.Equal(t, 200, first.StatusCode)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
+		res, err := newClient(t, true).Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	// With -max-waiting 1, another request is refused at once only while the second one waits.
+	time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(failsafe)
+	probes := 0
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("the second request was answered before its client gave up (err %v)", err)
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(pctx, "GET", p.url("/"), nil)
+		res, err := newClient(t, true).Do(req)
+		pcancel()
+		if err == nil {
+			res.Body.Close()
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			probes++
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the second request never waited")
+	}
+	cancel()
+	require.Error(t, <-done, "the waiting request's client gave up")
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "status=499") })
+	assert.Equal(t, 1, strings.Count(p.stderr(), "status=499"), p.stderr())
+	assert.GreaterOrEqual(t, strings.Count(p.stderr(), "status=429"), probes, "the probes answered 429 are logged 429")
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -121,7 +122,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	c.maxDelay = 0
 	fs.Var(durationFlag{d: &c.maxDelay}, "max-delay", "let a request over the limit wait up to this `duration` for its turn instead of refusing it, like nginx's delay (0: refuse at once)")
 	fs.IntVar(&c.maxWaiting, "max-waiting", 0, "with -max-delay: requests of one rule that may wait at once; beyond, a request is refused at once (0: 1024)")
-	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals with an RFC 9457 application/problem+json body")
+	fs.BoolVar(&c.problem, "problem-json", false, "answer refusals, and the proxy's own errors (502, 503, 504), with an RFC 9457 application/problem+json body")
 	fs.StringVar(&c.redisURL, "redis", "", "decide on Redis at this URL (redis://[:password@]host:port/db), shared by every proxy using it")
 	fs.StringVar(&c.redisMode, "redis-mode", "exact", "with -redis: exact (one Redis round trip per decision) or batched (quota leased from Redis in batches, decided in process; sliding-counter only)")
 	fs.StringVar(&c.onRedisError, "on-redis-error", "local", "when Redis fails or is slow: open (admit), closed (refuse with 503) or local (decide in process, each proxy enforcing its -fleet-size share; with -redis-mode batched, its share of the fleet last heard from Redis)")
@@ -685,11 +686,11 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				// No answer in time (-upstream-timeout, or the dial's): the gateway timed out.
 				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", r.URL.Path)
-				w.WriteHeader(http.StatusGatewayTimeout)
+				upstreamFailed(w, c.problem, http.StatusGatewayTimeout, "the upstream did not answer in time")
 				return
 			}
 			logger.Error("http: proxy error: "+err.Error(), "path", r.URL.Path)
-			w.WriteHeader(http.StatusBadGateway)
+			upstreamFailed(w, c.problem, http.StatusBadGateway, "the upstream could not be reached or gave no valid answer")
 		},
 	}
 	px.rp = keepPipelined(rp)
@@ -1163,6 +1164,28 @@ type requestInfo struct {
 	reason  string // the reason label, when not d.Reason's
 }
 
+// upstreamFailed answers a request the upstream did not: with no body, as the standard library's
+// reverse proxy does, or under -problem-json with an RFC 9457 problem, so that a client that
+// parses the proxy's refusals as problems can parse every error of the proxy's own the same way.
+// The detail says what failed, never the upstream's address or the error's text, which are for
+// the log.
+func upstreamFailed(w http.ResponseWriter, problem bool, status int, detail string) {
+	if !problem {
+		w.WriteHeader(status)
+		return
+	}
+	body, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(status), status, detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
 // statusClientClosed is the status logged for a request whose client went away before the
 // upstream answered (nginx's 499); nobody receives it.
 const statusClientClosed = 499
@@ -1257,7 +1280,14 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			px.m.decisions.WithLabelValues(rule, decision, reasonRedisError).Inc()
 		}
 		if logs {
-			px.accessLog(r, rule, ri, sw.status(), time.Since(start))
+			status := sw.status()
+			if status == http.StatusTooManyRequests && r.Context().Err() != nil {
+				// The client hung up while its request waited under -max-delay: the refusal
+				// that ended the wait reached nobody. 499, as for a client that leaves before
+				// the upstream answers, so that the log does not count it as a refusal sent.
+				status = statusClientClosed
+			}
+			px.accessLog(r, rule, ri, status, time.Since(start))
 		}
 	})
 }
