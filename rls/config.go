@@ -373,7 +373,7 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		return p.errf(list, "descriptors is %s, want a list of maps", kindName(list))
 	}
 	parent.exact, parent.byKey = map[entryKey]*node{}, map[string]*node{}
-	seen := map[entryKey]int{}
+	seen, names := map[entryKey]int{}, map[string]int{}
 	for i, item := range list.Content {
 		what := fmt.Sprintf("descriptor %d under %s", i+1, orTop(parentPath))
 		if item.Kind != yaml.MappingNode {
@@ -398,6 +398,15 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 			return p.errf(item, "duplicate descriptor %s under %s (first at line %d)", segment(n.key, n.value), orTop(parentPath), prev)
 		}
 		seen[ek] = item.Line
+		// key k_v and key k with value v are one name in metrics and headers, and
+		// envoyproxy/ratelimit refuses them as one descriptor given twice.
+		if prev, dup := names[segment(n.key, n.value)]; dup {
+			return p.errf(item, "descriptor %s under %s has the name of the one at line %d (a key and value are named key_value)", segment(n.key, n.value), orTop(parentPath), prev)
+		}
+		names[segment(n.key, n.value)] = item.Line
+		if md := f["metadata"]; !isNull(md) && md.Kind != yaml.MappingNode {
+			return p.errf(md, "metadata in %s is %s, want a map", what, kindName(md))
+		}
 		n.path = segment(n.key, n.value)
 		if parentPath != "" {
 			n.path = parentPath + "." + n.path
@@ -422,9 +431,10 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		switch {
 		case n.value == "":
 			parent.byKey[n.key] = n
-		case strings.Contains(n.value, "*") && !strings.HasSuffix(n.value, "*"):
-			// envoyproxy/ratelimit reads such a value as a pattern; taken as an exact value here,
-			// its limit would never apply, so it is refused rather than loaded in silence.
+		case strings.Contains(strings.TrimSuffix(n.value, "*"), "*"):
+			// envoyproxy/ratelimit reads such a value as a pattern; taken as an exact value or as a
+			// prefix holding a literal *, its limit would never apply, so it is refused rather than
+			// loaded in silence.
 			return p.errf(item, "%s: value %q has a * before its end: only a value ending in * (a prefix) is supported", what, n.value)
 		case strings.HasSuffix(n.value, "*"):
 			n.prefix, n.value = true, strings.TrimSuffix(n.value, "*")
@@ -558,6 +568,9 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 		}
 		if !found {
 			return nil, p.errf(f["unit"], "unknown unit %q in %s (want second, minute, hour, day, week or month)", unitName, what)
+		}
+		if rl.window > policy.MaxWindow {
+			return nil, p.errf(f["unit"], "unit %q in %s is not supported: its window, %v, is past the longest the policies accept, %v (use day, week or month, or a window)", unitName, what, rl.window, policy.MaxWindow)
 		}
 	default:
 		w, err := time.ParseDuration(windowText)

@@ -33,7 +33,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"bad_window.yaml", "line 5", `window "10 seconds"`},
 		{"unknown_policy.yaml", "line 7", `unknown policy "leaky-counter"`},
 		{"sliding_log.yaml", "line 7", "cannot give units back"},
-		{"year.yaml", "line 5", "must be a whole number of milliseconds in [1ms, 1193h2m47.296s]"},
+		{"year.yaml", "line 5", `unit "year" in rate_limit of key1 is not supported: its window, 8760h0m0s, is past the longest the policies accept`},
 		{"unit_and_window.yaml", "line 6", "sets both unit and window"},
 		{"bucket_fraction.yaml", "line 7", "must come to a whole number per second: 10 per 1m0s is not"},
 		{"negative_requests.yaml", "line 6", "requests_per_unit -1 in rate_limit of key1 is out of range"},
@@ -44,6 +44,10 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"empty_file.yaml", "", "empty file"},
 		{"huge_requests.yaml", "line 6", "requests_per_unit 99999999999999999999999 in rate_limit of key1 is out of range [0, 4294967295]"},
 		{"middle_wildcard.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/users" has a * before its end: only a value ending in * (a prefix) is supported`},
+		{"two_wildcards.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/files/*" has a * before its end`},
+		{"name_collision.yaml", "line 8", "descriptor k_v under the domain has the name of the one at line 3 (a key and value are named key_value)"},
+		{"metadata_not_map.yaml", "line 4", `metadata in descriptor 1 under the domain is the int "5", want a map`},
+		{"long_window.yaml", "line 5", "the window of rate_limit of k (1200h0m0s) must be a whole number of milliseconds in [1ms, 1193h2m47.296s]"},
 	}
 	ents, err := os.ReadDir("testdata/bad")
 	require.NoError(t, err)

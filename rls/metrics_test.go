@@ -80,15 +80,16 @@ func TestMetricsCountEveryDescriptorOnEveryBackend(t *testing.T) {
 	}
 }
 
-// hits_total adds each descriptor's hits_addend as sent: a cost past the largest limit decides
-// as that limit plus one, but the metric counted that clamped figure.
-func TestHitsTotalCountsTheHitsSent(t *testing.T) {
+// hits_total adds each descriptor's cost: its hits_addend, clamped to the largest limit plus one
+// (2^32), as the decision clamps it. Counted as sent, one hits_addend near 2^64 left the float64
+// counters where adding the next hit changes nothing, for the rest of the process's life.
+func TestHitsTotalCountsTheClampedCost(t *testing.T) {
 	s := serve(t, parse(t, metricsConfig))
 	r := s.call(t, "m", 0, withHits(desc("n", "1"), 10_000_000_000))
 	require.Equal(t, []string{over, over}, outcome(r))
 	m := scrape(t, s.srv)
-	requireSeries(t, m, `slidelimit_rls_hits_total{descriptor="n",domain="m"} 1e+10`)
-	requireSeries(t, m, `slidelimit_rls_over_limit_total{descriptor="n",domain="m"} 1e+10`)
+	requireSeries(t, m, `slidelimit_rls_hits_total{descriptor="n",domain="m"} 4.294967296e+09`)
+	requireSeries(t, m, `slidelimit_rls_over_limit_total{descriptor="n",domain="m"} 4.294967296e+09`)
 }
 
 // requireSeries checks that the metrics page holds line ("series value"), and on failure shows

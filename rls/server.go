@@ -302,7 +302,7 @@ type check struct {
 	live     *live
 	key      string
 	cost     int64   // the descriptor's cost and its dups', summed (clamped as one cost is)
-	hits     float64 // the descriptor's own hits, unclamped, for the metrics
+	hits     float64 // the descriptor's own hits, clamped as its cost is, for the metrics
 	d        slidelimit.Decision
 	taken    bool // decided by a take (not a query)
 	failed   bool // the backend failed, and d is its failure mode's, not a measure of the quota
@@ -319,8 +319,10 @@ type dup struct {
 
 // ShouldRateLimit decides a request, all or nothing: when any descriptor that is not in shadow
 // mode refuses, the response is OVER_LIMIT and no descriptor keeps the hit (exactly with the
-// engine; see RedisBackend for the store). Each descriptor's cost is its hits_addend, else the request's,
-// and 0 means 1. Unknown domains and descriptors are OK. Safe for concurrent use.
+// engine; see RedisBackend for the store). Each descriptor's cost is its own hits_addend when set,
+// where 0 is a check that takes nothing and is never refused; else the request's, where 0 means
+// 1. An unlimited descriptor is OK with limit_remaining 4294967295; unknown domains and
+// descriptors are OK with 0. Safe for concurrent use.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	if req.GetDomain() == "" {
@@ -381,16 +383,22 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 			replaced[r] = true
 		}
 		if n.limit.unlimited {
+			// As envoyproxy/ratelimit answers, so that a client can tell an unlimited
+			// descriptor from one no limit matched (whose limit_remaining is 0).
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
 			continue
 		}
-		hits := uint64(req.GetHitsAddend())
+		// The request's hits_addend, 0 meaning 1; a descriptor's own, when set, as is: 0 is a
+		// check that takes nothing (envoyproxy/ratelimit's "check only").
+		hits := max(uint64(req.GetHitsAddend()), 1)
 		if h := d.GetHitsAddend(); h != nil {
 			hits = h.GetValue()
 		}
-		hits = max(hits, 1) // 0 means 1
-		// Every cost above the largest limit decides alike; the clamp keeps it an int64.
+		// Every cost above the largest limit decides alike; the clamp keeps it an int64, and
+		// keeps one huge hits_addend from taking the hit counters past where a float64 still
+		// counts the next hit.
 		cost := int64(min(hits, uint64(policy.MaxLimit)+1))
-		c := check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost, hits: float64(hits)}
+		c := check{i: i, node: n, live: st.byNode[n], key: subjectOf(entries), cost: cost, hits: float64(cost)}
 		if k, ok := twins.find(checks, c.live, c.key); ok {
 			o := &checks[k]
 			o.dups = append(o.dups, dup{i, c.hits})
@@ -500,7 +508,12 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 func (s *Server) take(ctx context.Context, c *check, n int64) error {
 	c.taken = n > 0
 	if c.live.lim == nil {
-		c.d = slidelimit.Decision{Limit: 0, Reason: slidelimit.ReasonLimited}
+		// requests_per_unit 0 refuses every hit; a check of 0 hits asks for nothing, and is
+		// told that nothing remains.
+		c.d = slidelimit.Decision{Allowed: n == 0, Limit: 0, Reason: slidelimit.ReasonLimited}
+		if n == 0 {
+			c.d.Reason = slidelimit.ReasonOK
+		}
 		return nil
 	}
 	d, err := c.live.lim.Take(ctx, c.key, n)

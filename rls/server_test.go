@@ -3,6 +3,7 @@ package rls_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,6 +93,13 @@ func TestUnknownIsOK(t *testing.T) {
 			r := s.call(t, c.domain, 0, c.d)
 			require.Equal(t, []string{ok, ok}, outcome(r), "%s %v", c.domain, c.d)
 			require.Nil(t, r.GetStatuses()[0].GetCurrentLimit())
+			// envoyproxy/ratelimit tells an unlimited descriptor from an unmatched one by its
+			// limit_remaining.
+			want := uint32(0)
+			if c.d.GetEntries()[0].GetKey() == "unlimited" {
+				want = math.MaxUint32
+			}
+			require.Equal(t, want, r.GetStatuses()[0].GetLimitRemaining(), "%s %v", c.domain, c.d)
 		}
 	}
 }
@@ -104,7 +112,7 @@ func TestRequestsPerUnitZeroRefusesAll(t *testing.T) {
 	require.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "waiting never helps")
 }
 
-// hits_addend is the cost: the request's, overridden by a descriptor's own; 0 means 1.
+// hits_addend is the cost: the request's (0 means 1), overridden by a descriptor's own.
 func TestHitsAddendIsTheCost(t *testing.T) {
 	s := serve(t, loadGood(t))
 	r := s.call(t, "basic", 2, desc("a", "1"))
@@ -120,6 +128,44 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 	r = s.call(t, "basic", 5, desc("a", "2"))
 	require.Equal(t, []string{ok, ok}, outcome(r))
 	require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
+}
+
+// A descriptor's own hits_addend of 0 is a check, as in envoyproxy/ratelimit: it takes nothing and
+// is never refused, even with nothing left, and its status says what remains. The request's 0
+// still means 1.
+func TestDescriptorHitsAddendZeroIsACheck(t *testing.T) {
+	s := serve(t, loadGood(t))
+	for range 3 {
+		r := s.call(t, "basic", 0, withHits(desc("a", "q"), 0))
+		require.Equal(t, []string{ok, ok}, outcome(r))
+		require.Equal(t, uint32(5), r.GetStatuses()[0].GetLimitRemaining(), "a check takes nothing")
+	}
+	r := s.call(t, "basic", 5, desc("a", "q"))
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	r = s.call(t, "basic", 0, withHits(desc("a", "q"), 0))
+	require.Equal(t, []string{ok, ok}, outcome(r), "a check is not refused with nothing left")
+	require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
+	require.Nil(t, r.GetStatuses()[0].GetDurationUntilReset())
+	require.Equal(t, []string{over, over}, outcome(s.call(t, "basic", 0, desc("a", "q"))), "the request's 0 means 1")
+	// requests_per_unit 0 refuses every hit; a check of none is OK, with nothing remaining.
+	r = s.call(t, "basic", 0, withHits(desc("blocked", "x"), 0))
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="a",domain="basic"} 6`, "checks count no hits")
+}
+
+// One huge hits_addend counts in the hit counters as the largest cost, 2^32, so that the counters
+// still count the hits after it (a float64 past 2^53 no longer adds 1).
+func TestHugeHitsAddendIsClampedInTheMetrics(t *testing.T) {
+	s := serve(t, loadGood(t))
+	s.call(t, "basic", 0, desc("a", "h"))
+	r := s.call(t, "basic", 0, withHits(desc("a", "h"), math.MaxUint64))
+	require.Equal(t, []string{over, over}, outcome(r))
+	s.call(t, "basic", 0, desc("a", "h"))
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="a",domain="basic"} 4.294967298e+09`)
+	require.Contains(t, m, `slidelimit_rls_over_limit_total{descriptor="a",domain="basic"} 4.294967296e+09`)
 }
 
 // A request refused on any descriptor consumes nothing on any of them.
