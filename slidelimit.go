@@ -78,7 +78,8 @@ type Decision struct {
 	// other traffic; 0 when admitted and when the cost can never be admitted.
 	RetryAfter time.Duration
 	// ResetAt is when the key's state next renews: the end of the current window for the window
-	// policies, the time the bucket is full (or empty) again for the buckets.
+	// policies (for the sliding log, when its newest entry leaves the window, or now when it is
+	// empty), the time the bucket is full (or empty) again for the buckets.
 	ResetAt time.Time
 	// Reason says why the request was admitted or refused.
 	Reason Reason

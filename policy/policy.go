@@ -60,7 +60,8 @@ type Result struct {
 	// admitted, and 0 for a cost that can never be admitted.
 	RetryAfterMs int64
 	// ResetAtMs is when the key's state is next renewed (the end of the current window for the
-	// window policies; when the bucket is full or empty again for the buckets).
+	// window policies, the sliding log's being when its newest entry leaves the window, or now
+	// when it is empty; when the bucket is full or empty again for the buckets).
 	ResetAtMs int64
 }
 

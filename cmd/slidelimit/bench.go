@@ -128,8 +128,8 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run. Every key was offered in\n"+
 			"  the warm-up; the other %s had had no request for long enough that their state was the\n"+
 			"  same as a new key's (for the sliding counter: no request in this window or the one before),\n"+
-			"  so the sweeper evicted them, which changes no decision. Integer keys never share a counter:\n"+
-			"  none is lost to a hash collision, and nothing is sampled.\n", group(int64(gone)))
+			"  so the sweeper evicted them, which changes no decision. Integer keys practically never share a counter\n"+
+			"  (only the two whose remixes are 0 and 1 do): none is lost to a hash collision, and nothing is sampled.\n", group(int64(gone)))
 	default:
 		fmt.Fprintf(stdout, "\n  Keys tracked are the keys with live state at the end of the run: all %s offered. A key with\n"+
 			"  no request for long enough that its state is a new key's (for the sliding counter: none in\n"+
