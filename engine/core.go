@@ -192,7 +192,7 @@ func codecFor(p policy.Policy) (atomic.Codec, int64, time.Duration, error) {
 	case policy.DualBucket:
 		return atomic.NewDualBucket(p), p.TokensPerMin, sweepPeriod(rules.DualPeriodMs * time.Millisecond), nil
 	}
-	return nil, 0, 0, fmt.Errorf("engine: New: policy %q is not supported", p.ID())
+	return nil, 0, 0, fmt.Errorf("engine: New: policy type %T (ID %q) is not supported: pass one of package policy's types, as a value or a pointer", p, p.ID())
 }
 
 // sweepPeriod visits every key about once per window (a key is dead two windows after its last
@@ -284,12 +284,22 @@ func (l *Limiter) now() int64 {
 
 func (l *Limiter) refuse(r Reason) Decision { return Decision{Limit: l.limit, Reason: r} }
 
+// msDuration is ms milliseconds as a Duration, saturated at the longest: a state written at a time
+// far ahead of the clock (a manual clock set back, which package clock says not to do) can ask for
+// a wait past 292 years, which would otherwise wrap negative.
+func msDuration(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 func (l *Limiter) decision(r policy.Result, cost int64) Decision {
 	d := Decision{
 		Allowed:    r.Allowed,
 		Limit:      r.Limit,
 		Remaining:  r.Remaining,
-		RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond,
+		RetryAfter: msDuration(r.RetryAfterMs),
 		ResetAt:    time.UnixMilli(r.ResetAtMs),
 	}
 	if r.Allowed {

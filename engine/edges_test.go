@@ -438,3 +438,38 @@ func pooledAtCap(t *testing.T) *Limiter {
 	require.True(t, l.AllowKey(100, 10), "evicts one key and pools the others")
 	return l
 }
+
+// A state written far ahead of the clock (a manual clock set back from near its end, which package
+// clock says not to do) asks for a wait past the longest Duration: RetryAfter saturates rather than
+// wrapping negative, which made Wait poll every millisecond.
+func TestRetryAfterSaturatesWhenTheClockGoesFarBack(t *testing.T) {
+	for _, p := range []policy.Policy{
+		policy.SlidingLog{Limit: 1, Window: time.Second},
+		policy.SlidingCounter{Limit: 1, Window: time.Second},
+		policy.FixedWindow{Limit: 1, Window: time.Second},
+		policy.TokenBucket{Rate: 1, Burst: 1},
+		policy.GCRA{Rate: 1, Burst: 1},
+		policy.LeakyBucket{Rate: 1, Capacity: 1},
+		policy.DualBucket{RequestsPerMin: 1, TokensPerMin: 1},
+	} {
+		clk := clock.NewManual(clock.MaxMs - 5000)
+		l, err := New(p, WithClock(clk))
+		require.NoError(t, err)
+		require.True(t, l.Take("k", 1).Allowed, "%T", p)
+		clk.Set(0)
+		for _, d := range []Decision{l.Take("k", 1), l.Peek("k")} {
+			require.GreaterOrEqual(t, d.RetryAfter, time.Duration(0), "%T: %+v", p, d)
+		}
+		require.NoError(t, l.Close())
+	}
+	require.Equal(t, time.Duration(math.MaxInt64), msDuration(math.MaxInt64/int64(time.Millisecond)+1))
+	require.Equal(t, 1500*time.Millisecond, msDuration(1500))
+}
+
+// A type that embeds a policy is not one: New's error names the type, not only the ID it
+// inherited, which read as if the sliding counter itself were unsupported.
+func TestNewNamesAnEmbeddingPolicyType(t *testing.T) {
+	type wrapped struct{ policy.SlidingCounter }
+	_, err := New(wrapped{policy.SlidingCounter{Limit: 1, Window: time.Second}})
+	require.ErrorContains(t, err, `policy type engine.wrapped (ID "sliding-counter") is not supported`)
+}

@@ -195,9 +195,11 @@ type Middleware struct {
 
 // Validate reports a configuration that Wrap cannot serve: a nil Limiter (ErrNoLimiter, as from
 // Local(nil)), a nil Limits entry, a Quota.Name with characters an HTTP structured-field string
-// cannot hold, names that are missing or repeated among several limits, a negative Quota,
-// MaxDelay or MaxWaiting, or an unknown ErrorMode. The error names the field and the value. It
-// only reads m: calls may run at once with each other and with Wrap, not with a change to m.
+// cannot hold, names that are missing or repeated among several limits, a negative Quota, a
+// Quota.Limit above 999,999,999,999,999 (the largest integer such a field can carry; a larger
+// Remaining is sent as that), a negative MaxDelay or MaxWaiting, or an unknown ErrorMode. The
+// error names the field and the value. It only reads m: calls may run at once with each other and
+// with Wrap, not with a change to m.
 func (m *Middleware) Validate() error {
 	if m.Limiter == nil {
 		return fmt.Errorf("%w: Middleware.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
@@ -211,6 +213,9 @@ func (m *Middleware) Validate() error {
 		}
 		if q.Limit < 0 || q.Window < 0 {
 			return fmt.Errorf("httplimit: %s = {Limit: %d, Window: %v}: must not be negative", field, q.Limit, q.Window)
+		}
+		if q.Limit > maxSFInteger {
+			return fmt.Errorf("httplimit: %s.Limit = %d: above %d, the largest integer a structured field can carry", field, q.Limit, int64(maxSFInteger))
 		}
 		name := q.Name
 		if name == "" {
@@ -250,12 +255,15 @@ func (m *Middleware) Validate() error {
 }
 
 // Wrap returns a handler that limits the requests reaching next. On a configuration Validate
-// refuses, it returns a handler that answers every request with 500 Internal Server Error and
-// reports Validate's error to OnError: a misconfigured limiter neither panics nor lets traffic
-// through unlimited.
+// refuses, or a nil next, it returns a handler that answers every request with 500 Internal
+// Server Error and reports the error to OnError: a misconfigured limiter neither panics nor lets
+// traffic through unlimited, and charges nothing.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
 		return &broken{err: err, onError: m.OnError}
+	}
+	if next == nil {
+		return &broken{err: errors.New("httplimit: Middleware.Wrap(nil): no handler to pass admitted requests to"), onError: m.OnError}
 	}
 	handlers.Add(1)
 	h := &handler{
@@ -728,7 +736,7 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			}
 			rl = append(rl, e.name...)
 			rl = append(rl, ";r="...)
-			rl = strconv.AppendInt(rl, max(d.Remaining, 0), 10)
+			rl = strconv.AppendInt(rl, min(max(d.Remaining, 0), maxSFInteger), 10)
 			switch {
 			case g == f && i == refusedIdx:
 				// Seconds until the quota is available again: what Retry-After says.
@@ -811,6 +819,10 @@ func (h *handler) writeError(w http.ResponseWriter, status int, detail, violated
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }
+
+// maxSFInteger is the largest integer an HTTP structured field can carry (RFC 8941 §3.3.1: 15
+// digits); a field with a longer one is invalid as a whole.
+const maxSFInteger = 999_999_999_999_999
 
 // problem is an RFC 9457 problem details object.
 type problem struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -380,6 +381,7 @@ func TestValidate(t *testing.T) {
 		{httplimit.Middleware{Limiter: lim, Limits: []httplimit.Limit{{Limiter: lim, Quota: httplimit.Quota{Name: "default"}}}}, `Middleware.Limits[0].Quota.Name = "default": Middleware.Quota has the same name`},
 		{httplimit.Middleware{Limiter: lim, MaxDelay: -time.Second}, "Middleware.MaxDelay = -1s"},
 		{httplimit.Middleware{Limiter: lim, MaxDelay: time.Second, MaxWaiting: -1}, "Middleware.MaxWaiting = -1"},
+		{httplimit.Middleware{Limiter: lim, Quota: httplimit.Quota{Limit: 1e15}}, "Middleware.Quota.Limit = 1000000000000000: above 999999999999999, the largest integer a structured field can carry"},
 	} {
 		err := tc.m.Validate()
 		if assert.Error(t, err) {
@@ -393,6 +395,37 @@ func TestValidate(t *testing.T) {
 		assert.Equal(t, err, seen)
 	}
 	assert.NoError(t, (&httplimit.Middleware{Limiter: lim}).Validate())
+}
+
+// The largest quota a structured field can carry is accepted.
+func TestValidateLargestQuota(t *testing.T) {
+	assert.NoError(t, (&httplimit.Middleware{Limiter: failing{}, Quota: httplimit.Quota{Limit: 999_999_999_999_999}}).Validate())
+}
+
+// Wrap(nil) answers 500 and charges nothing: it panicked on every admitted request, after its
+// unit was counted.
+func TestWrapNilHandler(t *testing.T) {
+	l, err := engine.New(policy.SlidingCounter{Limit: 1, Window: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	var seen error
+	m := &httplimit.Middleware{Limiter: httplimit.Local(l), OnError: func(_ *http.Request, _ string, err error) { seen = err }}
+	require.NoError(t, m.Validate())
+	ts := serve(t, m.Wrap(nil))
+	assert.Equal(t, reply{status: 500, body: "rate limiter misconfigured\n"}, get(t, ts.Client(), ts.URL, nil))
+	require.Error(t, seen)
+	assert.Contains(t, seen.Error(), "Middleware.Wrap(nil)")
+	assert.Zero(t, l.Len(), "no key was charged")
+}
+
+// A Remaining past what a structured field can carry is sent as the largest it can: a longer
+// integer makes the whole RateLimit field invalid.
+func TestRemainingCappedInTheField(t *testing.T) {
+	huge := failing{d: engine.Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64}}
+	ts := serve(t, (&httplimit.Middleware{Limiter: huge, Quota: httplimit.Quota{Name: "q", Limit: 5}}).Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 200, r.status)
+	assert.Equal(t, `"q";r=999999999999999`, r.rateLimit)
 }
 
 func TestQuotaOf(t *testing.T) {
