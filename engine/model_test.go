@@ -4,9 +4,9 @@ import (
 	"math/big"
 )
 
-// scModel is the sliding window counter written straight from the contract (docs/policies.md ("Sliding window counter")), with
-// math/big for every product so that it shares no overflow argument with the engine. It never
-// forgets a key.
+// scModel is the sliding window counter written straight from the contract (docs/policies.md
+// ("Sliding window counter")), with math/big for every product so that it shares no overflow
+// argument with the engine. It never forgets a key.
 type scModel struct {
 	limit, w int64
 	keys     map[uint64]*scKey

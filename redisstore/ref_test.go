@@ -400,11 +400,11 @@ func TestScriptsMatchReference(t *testing.T) {
 	}
 }
 
-// TestRetryAfterIsExact checks, on Redis itself, the property docs/policies.md ("Sliding window counter") asks of every policy:
-// with no other traffic, a request refused with RetryAfter r is still refused at r-1 ms (r is the
-// least wait) and admitted at r. A refused request writes nothing, so probing changes nothing;
-// the admitted probe is counted, and the rest of the sequence is shifted past it so that time
-// never runs backwards.
+// TestRetryAfterIsExact checks, on Redis itself, the property docs/policies.md ("Rules every policy
+// shares") asks of every policy: with no other traffic, a request refused with RetryAfter r is
+// still refused at r-1 ms (r is the least wait) and admitted at r. A refused request writes
+// nothing, so probing changes nothing; the admitted probe is counted, and the rest of the sequence
+// is shifted past it so that time never runs backwards.
 func TestRetryAfterIsExact(t *testing.T) {
 	ctx := context.Background()
 	for ci, c := range policyCases() {

@@ -74,8 +74,8 @@ end
 
 const luaPrelude = luaHeader + luaGetState
 
-// slidingCounterLua mirrors rules.SlidingCounter.Take (docs/policies.md ("Sliding window counter")) line for line.
-// ARGV: now, limit, windowMs, cost, ttlMs.
+// slidingCounterLua mirrors rules.SlidingCounter.Take (docs/policies.md ("Sliding window counter"))
+// line for line. ARGV: now, limit, windowMs, cost, ttlMs.
 const slidingCounterBody = `
 local limit, w = tonumber(A[2]), tonumber(A[3])
 local start = now - now % w

@@ -1,5 +1,5 @@
 // Package reference is a plain, deliberately unoptimised model of every policy that slidelimit
-// implements, written straight from the text of docs/policies.md ("Sliding window counter") and docs/policies.md. It is the oracle that
+// implements, written straight from the text of docs/policies.md. It is the oracle that
 // the vector generator, the vector tests and the differential fuzz targets compare the engine
 // against, so it imports nothing from the engine or policy packages and favours the obvious over
 // the fast: one Go map per model, arbitrary-precision products (math/big) wherever a product could
@@ -23,8 +23,9 @@
 // into an earlier window is "a different window": the sliding counter then clears its previous
 // count and the fixed window its count); vectors never rely on that.
 //
-// A negative cost is refused before the key is looked up: it creates nothing and consumes
-// nothing (docs/policies.md ("Sliding window counter") says only that it is refused and consumes nothing).
+// A negative cost is refused before the key is looked up: it creates nothing and consumes nothing
+// (docs/policies.md ("Rules every policy shares") says only that it is refused and consumes
+// nothing).
 //
 // Keys are never forgotten, as in the registry: StateSize counts every key ever created.
 //

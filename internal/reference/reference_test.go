@@ -319,8 +319,8 @@ func TestNegativeCostCreatesNothing(t *testing.T) {
 	}
 }
 
-// TestTokenBucketEqualsGCRA checks docs/policies.md's claim on seeded random walks: the two make the
-// same decision on every request.
+// TestTokenBucketEqualsGCRA checks docs/policies.md's claim on seeded random walks: the two make
+// the same decision on every request.
 func TestTokenBucketEqualsGCRA(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for walk := range 200 {
@@ -340,9 +340,9 @@ func TestTokenBucketEqualsGCRA(t *testing.T) {
 	}
 }
 
-// TestSlidingCounterRetryAfterIsHonoured checks docs/policies.md ("Sliding window counter")'s property on seeded random walks:
-// with one key and no other traffic, a unit request made exactly RetryAfter later is admitted,
-// and (where the wait is positive) one made 1 ms earlier is refused.
+// TestSlidingCounterRetryAfterIsHonoured checks docs/policies.md ("Sliding window counter")'s
+// property on seeded random walks: with one key and no other traffic, a unit request made exactly
+// RetryAfter later is admitted, and (where the wait is positive) one made 1 ms earlier is refused.
 func TestSlidingCounterRetryAfterIsHonoured(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for walk := range 300 {

@@ -1,7 +1,7 @@
 package reference
 
-// This file holds the three window policies: sliding counter (docs/policies.md ("Sliding window counter")), sliding log and
-// fixed window (docs/policies.md). Each follows its text line by line.
+// This file holds the three window policies: sliding counter (docs/policies.md ("Sliding window
+// counter")), sliding log and fixed window (docs/policies.md). Each follows its text line by line.
 
 // slidingCounter is docs/policies.md ("Sliding window counter").
 type slidingCounter struct {

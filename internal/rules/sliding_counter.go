@@ -10,8 +10,9 @@ import (
 // SlidingCounter is the sliding window counter: per key, the current window's count and the
 // previous window's, the latter weighted by how much of it still overlaps the trailing window.
 // Windows are aligned to the Unix epoch, so every process (and Redis) agrees on where they start.
-// The rules are exact and integer (see docs/policies.md ("Sliding window counter")): the carried weight is floored, a gap of two
-// windows clears both counts, ties admit, and RetryAfter is solved rather than searched.
+// The rules are exact and integer (see docs/policies.md ("Sliding window counter")): the carried
+// weight is floored, a gap of two windows clears both counts, ties admit, and RetryAfter is solved
+// rather than searched.
 type SlidingCounter policy.SlidingCounter
 
 // SlidingCounterState is one key's state: the aligned start of its current window (ms) and two

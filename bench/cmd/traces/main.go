@@ -39,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	policyID := fs.String("policy", "sliding-counter", "registry policy id, or all")
 	asJSON := fs.Bool("json", false, "print the registry's bench.json shape")
-	asMarkdown := fs.Bool("markdown", false, "print a markdown table of the deterministic metrics, for the README")
+	asMarkdown := fs.Bool("markdown", false, "print a markdown table of the deterministic metrics, as docs/testing.md shows them")
 	perfTime := fs.Duration("perftime", 200*time.Millisecond, "least time spent deciding per trace when measuring throughput")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

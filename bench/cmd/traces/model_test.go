@@ -11,8 +11,9 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// counterModel is a sliding window counter written from the contract alone (docs/policies.md ("Sliding window counter")), with
-// a plain map and no packing, as the reference the engine's replay must match event for event.
+// counterModel is a sliding window counter written from the contract alone (docs/policies.md
+// ("Sliding window counter")), with a plain map and no packing, as the reference the engine's
+// replay must match event for event.
 type counterModel struct {
 	limit, windowMs int64
 	keys            map[uint64]*modelKey

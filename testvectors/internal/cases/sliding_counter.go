@@ -6,8 +6,9 @@ func win(limit, windowMs int64) map[string]int64 {
 	return map[string]int64{"limit": limit, "windowMs": windowMs}
 }
 
-// slidingCounter pins docs/policies.md ("Sliding window counter"). Unless a case says otherwise: limit 5, window 1000 ms, key
-// 1, and T is a window start. In the comments, "carried" is floor(previous*(W-elapsed)/W).
+// slidingCounter pins docs/policies.md ("Sliding window counter"). Unless a case says otherwise:
+// limit 5, window 1000 ms, key 1, and T is a window start. In the comments, "carried" is
+// floor(previous*(W-elapsed)/W).
 func slidingCounter(s *set) {
 	const est = reference.CallEstimateOf
 	p := win(5, 1000)
