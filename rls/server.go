@@ -530,8 +530,10 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 
 // predict serves limiters that cannot give units back: it queries every descriptor at once
 // (cost 0, in parallel, one round trip of latency) and moves those that would refuse to the
-// front, so that the takes stop at a refusal before anything was charged. Only a request that
-// races another between the query and the take can still leave an earlier descriptor charged.
+// front, so that the takes stop at a refusal before anything was charged. A request that races
+// another between the query and the take, or whose query answered from stale knowledge (a
+// batched limiter answers from what it last heard from Redis), can still leave an earlier
+// descriptor charged.
 // It reports whether every descriptor is expected to admit, so that they may be taken in
 // parallel.
 func (s *Server) predict(ctx context.Context, checks []check) (allAdmit bool, err error) {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,5 +43,28 @@ func TestRLSStoreLinesArePrefixed(t *testing.T) {
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "circuit breaker opened") })
 	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
 		assert.True(t, strings.HasPrefix(line, "slidelimit rls: "), "unprefixed line: %s", line)
+	}
+}
+
+// A cost above the limit is refused while Redis is away, with no wait, under every
+// -on-redis-error, as in exact mode: waiting never admits it, and no failure mode may. With
+// -redis-mode batched, open admitted it and closed gave it a second's wait.
+func TestRLSBatchedOfflineRefusesACostAboveTheLimit(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 10}\n"), 0o644))
+	for _, mode := range []string{"exact", "batched"} {
+		for _, failure := range []string{"closed", "open"} {
+			p := startRLS(t, "-config", dir, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", mode, "-redis-timeout", "20ms",
+				"-on-redis-error", failure, "-reload-interval", "0")
+			c, _ := rlsClient(t, p.addr)
+			ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+			r, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 11, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}},
+			}}})
+			cancel()
+			require.NoError(t, err)
+			assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode(), "%s %s", mode, failure)
+			assert.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "%s %s: waiting never admits 11 of 10", mode, failure)
+		}
 	}
 }

@@ -402,9 +402,13 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 			}
 		}
 		if l.offline.Load() || now < l.quietUntil.Load() {
-			// Offline, a request takes from the lease's rest and then from this process's share
-			// alone (see decideEntry): the fleet's headroom heard last is not there to take.
+			// Offline, a request takes from the lease's rest, or from this process's share alone
+			// (see decideEntry): the fleet's headroom heard last is not there to take.
 			d.Remaining = held + l.local.TakeWithLimit(key, 0, l.share()).Remaining
+			if n > 0 {
+				// Refused whatever Redis holds: no failure mode may admit it, nor give it a wait.
+				return d, nil
+			}
 			return d, ErrOffline
 		}
 		d.Remaining = held + head
@@ -768,6 +772,10 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	if d.Reason == slidelimit.ReasonCostAboveLimit && n <= l.limit {
 		d.Reason, d.RetryAfter = slidelimit.ReasonLimited, l.cfg.sync
 	}
+	// The lease's rest in the decision's window stays for later requests it can cover whole.
+	if c := e.cell.Load(); !d.ResetAt.IsZero() && int64(uint32(c>>32)) == (d.ResetAt.UnixMilli()-l.w)/l.w&(1<<32-1) {
+		d.Remaining += int64(uint32(c))
+	}
 	if d.Allowed {
 		// The engine read the clock again: charge the window it decided in, which may be the next.
 		win := d.ResetAt.UnixMilli() - l.w
@@ -905,6 +913,8 @@ func (l *Limiter) acked(e *entry, a adj) {
 		if r.offSent != a.off[i] {
 			r.offSent = a.off[i]
 			l.charges.Inc()
+		} else if a.lost && a.delta[i] > 0 {
+			l.charges.Inc() // a window's count re-declared to a server that lost it
 		}
 	}
 }
@@ -1041,12 +1051,12 @@ type Stats struct {
 	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
 	Returns          int64 // unused leases given back
 	Charges          int64 // windows charged with units admitted while Redis was away (or re-declared)
-	OfflineDecisions int64 // decisions made alone (ErrOffline): while Redis was unreachable, or after a key's error reply
+	OfflineDecisions int64 // requests of a cost decided alone on the share (ErrOffline): while Redis was unreachable, or after a key's error reply; offline queries (n = 0) are not counted
 	RefusedLocally   int64 // refusals decided from a remembered refusal, without a round trip
-	Failures         int64 // calls to Redis that failed
+	Failures         int64 // calls to Redis that failed, a lease cut short by its caller's deadline included
 	Fleet            int64 // the fleet size shares are divided by: the live count at the last answered heartbeat, or as WithInitialFleetSize keeps it
 	Offline          bool  // whether the limiter is deciding alone now
-	Keys             int   // keys with a local lease entry
+	Keys             int   // keys with a local entry: every key leased in this window or the last, and older ones until a pass forgets them (one runs every window, or every second if longer)
 }
 
 // Stats fills s with the limiter's counters, allocating nothing. Safe at any time, including
@@ -1060,8 +1070,10 @@ func (l *Limiter) Stats(s *Stats) {
 }
 
 // Close stops the exchange goroutine, gives back every unused lease and charges what was admitted
-// offline (one pipeline per 1,024 keys, skipped while Redis is unreachable), leaves the fleet's
-// membership, and makes every later Take return ErrClosed. A lease of a window that Redis's
+// offline (one pipeline per 1,024 keys), leaves the fleet's membership, and makes every later Take
+// return ErrClosed. A limiter deciding alone first tries Redis once more, as its next heartbeat
+// would; only if Redis does not answer are the give-back, the charge and the leave skipped (the
+// units admitted alone are then never charged, as for a process that dies). A lease of a window that Redis's
 // clock has reached but this process's has not (clocks skewed, near a window's boundary) is not
 // given back: its units stay counted, less admission only, until that window ages out. Each call
 // to Redis is bounded by the timeout, and an exchange already running finishes first, so while
@@ -1074,6 +1086,12 @@ func (l *Limiter) Close() error {
 		close(l.stop)
 		<-l.done
 		l.syncMu.Lock()
+		if l.offline.Load() {
+			// Redis may answer again before a heartbeat has found out: one more exchange, bounded
+			// by the timeout, so that what was admitted alone is charged and the fleet left, not
+			// skipped because this process had not yet looked.
+			l.exchange(l.clk.Now())
+		}
 		if !l.offline.Load() {
 			l.flush(l.clk.Now(), true)
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)

@@ -453,6 +453,11 @@ func redeclareAfterFailure(t *testing.T, keys int, skip int32) {
 	if len(wrong) > 0 {
 		t.Fatalf("after the re-declaration, 10 more requests per key: keys by the number admitted, where not 5: %v (of %d keys)", wrong, keys)
 	}
+	// Stats.Charges counts each window re-declared: one per key (the window before held nothing).
+	var s Stats
+	if l.Stats(&s); s.Charges != int64(keys) {
+		t.Fatalf("Stats.Charges = %d after re-declaring %d keys' windows, want %d", s.Charges, keys, keys)
+	}
 }
 
 // TestEpochCheckOnAClusterNode: a plain client on a one-node Redis Cluster (which owns every
@@ -657,5 +662,140 @@ func TestGoingOfflineIsLoggedOnceWithItsCause(t *testing.T) {
 	}
 	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "WRONGPASS") {
 		t.Fatalf("the line does not name the cause at Warn:\n%s", out)
+	}
+}
+
+// TestCloseChargesWhenRedisIsBackBeforeAHeartbeat: a limiter that decided alone and closes after
+// Redis answers again, but before a heartbeat has found out, still charges what it admitted
+// alone, gives back its lease and leaves the fleet. It skipped all three while its flag said
+// offline, so that another process was then granted the whole limit again.
+func TestCloseChargesWhenRedisIsBackBeforeAHeartbeat(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := newClient(t, srv.Addr)
+	clk := clock.NewManual(t0)
+	p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
+	a := newLimiter(t, c, clk, p, WithTimeout(200*time.Millisecond), WithProcessID("a"))
+	ctx := context.Background()
+	if d, err := a.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("a first request, Redis up: %+v %v", d, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	alone := 0
+	for range 4 {
+		if d, err := a.Take(ctx, "k", 2); errors.Is(err, ErrOffline) && d.Allowed {
+			alone += 2
+		}
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	var s Stats
+	if a.Stats(&s); !s.Offline || alone == 0 {
+		t.Fatalf("after the pause: %+v, %d admitted alone; want offline, some admitted alone", s, alone)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The lease that timed out when the pause began reached Redis once it resumed, and counts
+	// too: counted twice, a request only under-admits.
+	v, err := c.Get(ctx, a.Key("k")).Result()
+	f := strings.Fields(v)
+	if err != nil || len(f) != 3 {
+		t.Fatalf("the key's counts after Close = %q %v", v, err)
+	}
+	if n, _ := strconv.Atoi(f[1]); n < 1+alone || n > 1+alone+2 {
+		t.Fatalf("the key's count after Close = %d (%q), want the %d admitted, or 2 more", n, v, 1+alone)
+	}
+	if n, err := c.ZCard(ctx, DefaultPrefix+"{t:w60000}:members").Result(); err != nil || n != 0 {
+		t.Fatalf("members after Close: %d %v, want 0", n, err)
+	}
+}
+
+// TestOfflineRemainingIncludesTheLeaseRest: a request the lease's rest cannot cover is decided
+// alone on the share, and its Remaining counts the rest too, which later requests it covers can
+// still take. It reported the share's alone.
+func TestOfflineRemainingIncludesTheLeaseRest(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := newClient(t, srv.Addr)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Minute}, WithMaxChunk(20), WithTimeout(200*time.Millisecond))
+	ctx := context.Background()
+	for i := range 2 {
+		if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v %v", i+1, d, err)
+		}
+		clk.Advance(time.Millisecond) // the second finds the key hot, and leases 20
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	d, err := l.Take(ctx, "k", 30)
+	e, _ := l.entries.Load("k")
+	rest := int64(uint32(e.cell.Load()))
+	if !errors.Is(err, ErrOffline) || !d.Allowed || rest == 0 {
+		t.Fatalf("30 units with the server paused: %+v %v, rest %d; want admitted alone, a rest left", d, err, rest)
+	}
+	// The share is the whole limit (one process): 100 - 30 on it, and the rest beside.
+	if d.Remaining != 70+rest {
+		t.Fatalf("Remaining = %d, want the share's 70 and the lease's rest %d", d.Remaining, rest)
+	}
+	if d, err := l.Take(ctx, "k", rest); err != nil || !d.Allowed {
+		t.Fatalf("the rest, %d units, from the lease: %+v %v", rest, d, err)
+	}
+}
+
+// TestKeyErrorReplyInAnExchangeIsReported: an error reply about one key to the background
+// exchange (its give-back, here) reaches WithOnError, as every failed exchange does, with the
+// subject hidden; the limiter stays online. Only the pipeline's transport failures were reported.
+func TestKeyErrorReplyInAnExchangeIsReported(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	var mu sync.Mutex
+	var reported []error
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Second}, WithMaxChunk(20), WithOnError(func(err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}))
+	ctx := context.Background()
+	const subject = "api-key-SECRET123"
+	for i := range 2 {
+		if d, err := l.Take(ctx, subject, 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v %v", i+1, d, err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	key := l.Key(subject)
+	if err := c.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, key, "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second) // the window has ended: the exchange gives the lease's rest back
+	l.step()
+	var s Stats
+	l.Stats(&s)
+	mu.Lock()
+	defer mu.Unlock()
+	if s.Failures == 0 || len(reported) == 0 || s.Offline {
+		t.Fatalf("after an exchange whose give-back met a hash: %+v, reported %v; want a failure reported, online", s, reported)
+	}
+	for _, err := range reported {
+		if strings.Contains(err.Error(), "SECRET123") || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("reported %q: want WRONGTYPE, with the subject hidden", err)
+		}
 	}
 }

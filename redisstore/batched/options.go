@@ -49,7 +49,7 @@ func defaultConfig() config {
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
-			return fmt.Errorf("batched: WithClock(nil)")
+			return fmt.Errorf("batched: WithClock(nil): the clock is nil")
 		}
 		cfg.clock = c
 		return nil

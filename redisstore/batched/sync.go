@@ -167,6 +167,10 @@ func (l *Limiter) send(ps []pending) bool {
 				if cause == nil {
 					cause = e // an error reply of one call: the pipeline itself went through
 				}
+			} else {
+				// An error reply about this key alone: the limiter stays online, but the
+				// exchange failed, and WithOnError hears of every failed exchange.
+				l.reportErr(l.hideSubject(p.e, fmt.Errorf("exchange: %w", e)))
 			}
 		} else {
 			l.acked(p.e, p.a)
