@@ -325,10 +325,11 @@ func (l *Limiter) Allow(key string) bool {
 //
 // While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
-// Redis has answered once), and
-// returns that Decision with an error wrapping ErrOffline (and redisstore.ErrUnavailable), queries
-// and costs above the limit included, whose Remaining is then the lease's rest plus what the share
-// has left. Its Limit is the policy's; a cost above the share but within the limit is refused with
+// Redis has answered once), and returns that Decision with an error wrapping ErrOffline (and
+// redisstore.ErrUnavailable), queries included. Its Remaining is the lease's rest plus what the
+// share has left; a request the rest cannot cover whole is decided on the share alone. A cost
+// above the limit is refused with ReasonCostAboveLimit and no error, as online: it needs no Redis,
+// and no failure mode applied to ErrOffline may admit it. Its Limit is the policy's; a cost above the share but within the limit is refused with
 // ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again. A
 // lease that Redis answers with an error reply about the key alone (a key of another type, say)
 // is decided so too, for that request only, with the reply wrapped in the error beside
