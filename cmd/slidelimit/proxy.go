@@ -791,15 +791,17 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 }
 
 func (px *proxy) registerRedisMetrics() {
-	// Each metric sums over every Redis limiter built so far, of either mode: exact's stats, and
+	// Each counter sums over every Redis limiter built so far, of either mode: exact's stats, and
 	// batched's for the same event (a failed call; a decision made without Redis, which batched
-	// makes alone while offline; a limiter not deciding through Redis now).
-	sum := func(exact func(redisstore.Stats) float64, fleet func(batched.Stats) float64) func() float64 {
+	// makes alone while offline). The gauge (a limiter not deciding through Redis now) sums the
+	// limiters in use only: one a reload retired keeps the state it closed in, and would hold the
+	// gauge up for good.
+	sum := func(exact func(redisstore.Stats) float64, fleet func(batched.Stats) float64, inUse bool) func() float64 {
 		return func() float64 {
 			px.mu.Lock()
 			defer px.mu.Unlock()
 			var total float64
-			rs, bs := px.allRedis()
+			rs, bs := px.allRedis(!inUse)
 			for _, b := range rs {
 				var s redisstore.Stats
 				b.Stats(&s)
@@ -824,22 +826,23 @@ func (px *proxy) registerRedisMetrics() {
 			Name: "slidelimit_redis_errors_total",
 			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures) },
-			func(s batched.Stats) float64 { return float64(s.Failures) })),
+			func(s batched.Stats) float64 { return float64(s.Failures) }, false)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
-			Help: "Requests decided without Redis: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable or after an error reply about the key.",
+			Help: "Decisions made without Redis, one per limit of a request: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable or after an error reply about the key.",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) },
-			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) })),
+			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) }, false)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_redis_breaker_open",
 			Help: "How many Redis limiters are not deciding through Redis now: their circuit breaker is open (exact mode), or they are offline (batched mode); 0 when Redis is healthy.",
 		}, sum(func(s redisstore.Stats) float64 { return one(s.BreakerOpen) },
-			func(s batched.Stats) float64 { return one(s.Offline) })),
+			func(s batched.Stats) float64 { return one(s.Offline) }, true)),
 	)
 }
 
-// allRedis lists the Redis limiters built so far, exact and batched; px.mu must be held.
-func (px *proxy) allRedis() ([]*redisstore.Limiter, []*batched.Limiter) {
+// allRedis lists the Redis limiters in use, exact and batched, and with retired those a reload
+// has replaced too; px.mu must be held.
+func (px *proxy) allRedis(retired bool) ([]*redisstore.Limiter, []*batched.Limiter) {
 	var rs []*redisstore.Limiter
 	var bs []*batched.Limiter
 	for _, b := range px.built {
@@ -849,6 +852,9 @@ func (px *proxy) allRedis() ([]*redisstore.Limiter, []*batched.Limiter) {
 		if b.bl != nil {
 			bs = append(bs, b.bl)
 		}
+	}
+	if !retired {
+		return rs, bs
 	}
 	return append(rs, px.retired...), append(bs, px.retiredBatched...)
 }
@@ -1026,6 +1032,14 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	b := &builtLimit{sig: sig, quota: httplimit.Quota{Name: name, Limit: r.limit, Window: r.window}}
 	b.rule.Store(&rs.name)
 	sc := &scaled{k: k}
+	switch p := p.(type) {
+	case policy.TokenBucket:
+		sc.rate = p.Rate
+	case policy.GCRA:
+		sc.rate = p.Rate
+	case policy.LeakyBucket:
+		sc.rate = p.Rate
+	}
 	sc.onTake = func(d time.Duration) { px.m.latency.WithLabelValues(*b.rule.Load()).Observe(d.Seconds()) }
 	if px.redis == nil {
 		// Only here (-expected-keys is refused with -redis): the -on-redis-error local fallback
@@ -1174,6 +1188,21 @@ func upstreamFailed(w http.ResponseWriter, problem bool, status int, detail stri
 		w.WriteHeader(status)
 		return
 	}
+	writeProblem(w, status, detail)
+}
+
+// badRequest answers a request the proxy refuses to forward: in plain text, or under
+// -problem-json as a problem, as the proxy's other errors are.
+func (px *proxy) badRequest(w http.ResponseWriter, detail string) {
+	if !px.c.problem {
+		http.Error(w, detail, http.StatusBadRequest)
+		return
+	}
+	writeProblem(w, http.StatusBadRequest, detail)
+}
+
+// writeProblem writes an RFC 9457 problem of type about:blank.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
 	body, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
@@ -1482,12 +1511,12 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		// Some upstreams (IIS, and servers on Windows) read a backslash, sent as is or as %5C, as
 		// a /: /healthz\..\api would pass here as exempt and be served there as /api, and
 		// /admin\x would miss a rule for /admin/ and be served as /admin/x.
-		http.Error(w, "the path holds a backslash, which some upstreams read as /", http.StatusBadRequest)
+		px.badRequest(w, "the path holds a backslash, which some upstreams read as /")
 		return
 	}
 	r, ok := cleanRequestPath(r)
 	if !ok {
-		http.Error(w, "the path's dot segments or repeated slashes involve an encoded / or .", http.StatusBadRequest)
+		px.badRequest(w, "the path's dot segments or repeated slashes involve an encoded / or .")
 		return
 	}
 	st := px.state.Load()

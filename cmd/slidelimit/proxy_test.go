@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -134,6 +135,31 @@ func TestBucketBelowOnePerSecond(t *testing.T) {
 		r := d.get(t, "/", nil)
 		assert.Equal(t, 200, r.status, id)
 		assert.Equal(t, `"default";q=100;w=60`, r.policy, id)
+	}
+}
+
+// A bucket limit that was not asked and holds part of a request, but not a whole one, lengthens
+// Retry-After to its own wait for a whole request. Scaled by k = 20 here (3/1m needs a twentieth of
+// a request a second), its Peek answered for one twentieth, and Retry-After said 1 s where the
+// minute's bucket had no whole request for 18 s.
+func TestRetryAfterWaitsForAWholeRequestOfAScaledBucket(t *testing.T) {
+	for _, id := range []string{"token-bucket", "gcra", "leaky-bucket"} {
+		p := startInProcess(t, w0, "-policy", id, "-rate", "1/1s", "-rate", "3/1m")
+		for i := range 3 {
+			if i > 0 {
+				p.clk.Advance(1020 * time.Millisecond)
+			}
+			require.Equal(t, 200, p.get(t, "/", nil).status, "%s: request %d", id, i)
+		}
+		// The minute's bucket: 60 units (k = 20), 20 a request, one back a second: 2 units left
+		// after three requests 2.04 s apart, 18 more in 18 s. The second's is empty for 1 s.
+		r := p.get(t, "/", nil)
+		assert.Equal(t, 429, r.status, id)
+		assert.Equal(t, "18", r.retryAfter, id)
+		p.clk.Advance(17 * time.Second)
+		assert.Equal(t, 429, p.get(t, "/", nil).status, "%s: 17 s later the minute's bucket still has no whole request", id)
+		p.clk.Advance(time.Second)
+		assert.Equal(t, 200, p.get(t, "/", nil).status, "%s: 18 s later it has", id)
 	}
 }
 
@@ -436,6 +462,24 @@ func TestPathsAreMatchedCleanAndForwardedClean(t *testing.T) {
 		r := p.get(t, path, nil)
 		assert.Equal(t, 400, r.status, path)
 		assert.Contains(t, r.body, "backslash", path)
+	}
+	// Under -problem-json these 400s are problems, as the proxy's other errors are.
+	prob := startInProcess(t, w0, "-problem-json")
+	for _, path := range []string{"/a%2F..%2Fb", `/a\b`} {
+		res, err := prob.srv.Client().Get(prob.srv.URL + path)
+		require.NoError(t, err)
+		var pr struct {
+			Type   string `json:"type"`
+			Status int    `json:"status"`
+			Detail string `json:"detail"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&pr), path)
+		res.Body.Close()
+		assert.Equal(t, 400, res.StatusCode, path)
+		assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), path)
+		assert.Equal(t, "about:blank", pr.Type, path)
+		assert.Equal(t, 400, pr.Status, path)
+		assert.NotEmpty(t, pr.Detail, path)
 	}
 	// A CONNECT with a path is cleaned too: it does not pass as exempt.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(p.srv.URL, "http://"))

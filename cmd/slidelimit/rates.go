@@ -268,6 +268,7 @@ func fleetShare(limit int64, fleet int) int64 {
 type scaled struct {
 	lim    slidelimit.Limiter
 	k      int64
+	rate   int64           // a bucket's refill (or drain) in units a second, for Peek; 0 for the others
 	eng    *engine.Limiter // the engine, when lim is one: for refunds
 	onTake func(time.Duration)
 }
@@ -305,11 +306,27 @@ func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.
 	return s.eng.Refund(key, n*s.k, d) / s.k, nil
 }
 
-// Peek shows the limit as it stands for key, counting nothing, in whole requests.
+// Peek shows the limit as it stands for key, counting nothing, in whole requests. The engine's
+// Peek answers for one of its units, 1/k of a request: where the bucket holds less than a whole
+// request, Peek refuses, with the time the bucket takes to refill (or drain) the units missing.
+// That wait is an upper bound by less than a millisecond a unit: the bucket may have part of its
+// next unit already.
 func (s peekable) Peek(key string) slidelimit.Decision {
 	d := s.eng.Peek(key)
+	units := max(d.Remaining, 0)
 	d.Limit /= s.k
 	d.Remaining /= s.k
+	if s.k > 1 && s.rate > 0 && d.Remaining == 0 && d.Reason.QuotaKnown() {
+		missing := s.k - units
+		if !d.Allowed {
+			missing = s.k - 1 // after the unit d.RetryAfter waits for
+		}
+		wait := time.Duration((missing*1000+s.rate-1)/s.rate) * time.Millisecond
+		if d.Allowed {
+			d.RetryAfter = 0
+		}
+		d.Allowed, d.Reason, d.RetryAfter = false, slidelimit.ReasonLimited, d.RetryAfter+wait
+	}
 	return d
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -334,4 +335,38 @@ func TestProxyRedisDenyMaxAge(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, 200, do(t, c, bounded.url("/"), nil).status, "past -redis-deny-max-age Redis decides, and it has lost the key")
 	assert.Equal(t, 429, do(t, c, plain.url("/"), nil).status, "without the flag the deny cache refuses until the retry time")
+}
+
+// slidelimit_redis_breaker_open counts the limiters in use: one whose breaker opened while Redis
+// was down, and which a reload then replaced, no longer holds it at 1 once the limiters in use
+// decide through Redis again. It did for good, as the retired limiter kept the state it closed in.
+func TestProxyBreakerGaugeForgetsRetiredLimiters(t *testing.T) {
+	srv, err := redistest.Start()
+	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skip("redis-server is not installed")
+	}
+	require.NoError(t, err, "CI must run the Redis end-to-end tests")
+	t.Cleanup(srv.Stop)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: r\n    paths: [/r]\n    rates: [3/1m]\n")
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "50ms", "-redis", "redis://"+srv.Addr+"/0",
+		"-redis-timeout", "20ms", "-on-redis-error", "open", "-metrics-listen", "127.0.0.1:0")
+	c := newClient(t, true)
+	gauge := func() float64 {
+		return metric(t, do(t, c, "http://"+p.metrics+"/metrics", nil).body, "slidelimit_redis_breaker_open")
+	}
+	require.Equal(t, 200, do(t, c, p.url("/r"), nil).status)
+	srv.Kill()
+	waitFor(t, func() bool {
+		do(t, c, p.url("/r"), nil) // failures open the breaker
+		return gauge() == 1
+	})
+	writeFile(t, cfg, "rules:\n  - name: r\n    paths: [/r]\n    rates: [4/1m]\n")
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+	require.NoError(t, srv.Restart())
+	r := do(t, c, p.url("/r"), nil)
+	require.Equal(t, 200, r.status)
+	require.NotEmpty(t, r.rateLimit, "decided on Redis again, by the new limit")
+	assert.Equal(t, 0.0, gauge(), "the retired limiter's open breaker still counted")
 }
