@@ -26,13 +26,21 @@ import (
 // except under CI=true, where that fails.
 func startRedis(t *testing.T) (addr string, stop func()) {
 	t.Helper()
+	srv := redisServer(t)
+	return srv.Addr, srv.Kill
+}
+
+// redisServer is startRedis's server itself, for a test that pauses or restarts it; it is stopped
+// when the test ends.
+func redisServer(t *testing.T) *redistest.Server {
+	t.Helper()
 	srv, err := redistest.Start()
 	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
 		t.Skip("redis-server is not installed")
 	}
 	require.NoError(t, err, "CI must run the Redis end-to-end tests")
 	t.Cleanup(srv.Stop)
-	return srv.Addr, srv.Kill
+	return srv
 }
 
 // Two proxy processes on one Redis hold one limit between them; when Redis goes away each
@@ -341,12 +349,7 @@ func TestProxyRedisDenyMaxAge(t *testing.T) {
 // was down, and which a reload then replaced, no longer holds it at 1 once the limiters in use
 // decide through Redis again. It did for good, as the retired limiter kept the state it closed in.
 func TestProxyBreakerGaugeForgetsRetiredLimiters(t *testing.T) {
-	srv, err := redistest.Start()
-	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip("redis-server is not installed")
-	}
-	require.NoError(t, err, "CI must run the Redis end-to-end tests")
-	t.Cleanup(srv.Stop)
+	srv := redisServer(t)
 	up := newUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, cfg, "rules:\n  - name: r\n    paths: [/r]\n    rates: [3/1m]\n")

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -19,7 +18,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -403,12 +401,7 @@ func TestRLSRedisClientLogForwarded(t *testing.T) {
 // is handled as one after it listens: SIGTERM stops it with exit status 0, and SIGHUP does not
 // stop it, rather than the signal's default action killing it.
 func TestRLSSignalWhileStarting(t *testing.T) {
-	srv, err := redistest.Start()
-	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip("redis-server is not installed")
-	}
-	require.NoError(t, err, "CI must run the Redis end-to-end tests")
-	t.Cleanup(srv.Stop)
+	srv := redisServer(t)
 	require.NoError(t, srv.Pause()) // connections are accepted, nothing is answered
 	t.Cleanup(func() { _ = srv.Resume() })
 	file := filepath.Join(t.TempDir(), "edge.yaml")
