@@ -657,8 +657,18 @@ func (f *frame) giveBackOwn(ctx context.Context) {
 		f.st[i] = returned
 		if e := &f.h.limits[i]; e.refund != nil {
 			g := e.refund(ctx, f.key, f.cost, f.ds[i])
-			// The field then shows what the limit holds again.
-			f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
+			// The field then shows what the limit holds again: read back where the Limiter can
+			// say so without counting, as a limit not asked is shown, since for a bucket the
+			// time it is full again moves back too; else worked out from what came back.
+			var p engine.Decision
+			if e.peek != nil {
+				p = e.peek(f.key)
+			}
+			if e.peek != nil && p.QuotaKnown() && p.Reason != engine.ReasonClosed {
+				f.ds[i].Remaining, f.ds[i].ResetAt = p.Remaining, p.ResetAt
+			} else {
+				f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
+			}
 		}
 	}
 }

@@ -163,6 +163,23 @@ func TestRetryAfterWaitsForAWholeRequestOfAScaledBucket(t *testing.T) {
 	}
 }
 
+// A bucket limit whose unit is given back, because a later limit refused, shows the bucket as it
+// stands again: its t (the bucket full again) moves back with the unit. It said twice the wait,
+// as if the unit were still taken, until the next admission.
+func TestGivenBackBucketShowsItsState(t *testing.T) {
+	p := startInProcess(t, w0, "-policy", "token-bucket", "-rate", "5/1h", "-rate", "1/1m")
+	r := p.get(t, "/", nil)
+	require.Equal(t, 200, r.status)
+	assert.Contains(t, r.rateLimit, `"default-1h";r=4;t=720`)
+	p.clk.Advance(time.Second)
+	for range 3 {
+		r = p.get(t, "/", nil)
+		require.Equal(t, 429, r.status)
+		// One unit out, refilling at one per 720 s: full again 719 s from now.
+		assert.Contains(t, r.rateLimit, `"default-1h";r=4;t=719`, "the hour's unit was given back")
+	}
+}
+
 func TestBucketScale(t *testing.T) {
 	for _, tc := range []struct {
 		window time.Duration
