@@ -622,6 +622,13 @@ func (s *Server) giveBack(ctx context.Context, checks []check, atOnceToo bool) {
 			// Given back even if the caller has gone: the units must not stay charged.
 			g, err := c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
 			c.refunded = g
+			if e := engineOf(c.live.lim); e != nil && g > 0 {
+				// The header's t then says when the limit resets as it stands again: for a
+				// bucket, the time it is full moves back with the units.
+				if p := e.Peek(c.key); p.QuotaKnown() {
+					c.d.ResetAt = p.ResetAt
+				}
+			}
 			if err != nil {
 				// The units stay charged (see refunderOf); the metric and the log say so.
 				s.metrics.backendErrors.Inc()

@@ -444,3 +444,25 @@ func TestHeadersOnTheBackendsClock(t *testing.T) {
 	_, err := rls.NewServer(loadGood(t), rls.WithNow(nil))
 	require.ErrorContains(t, err, "WithNow(nil)")
 }
+
+// A bucket descriptor given back its hit, because another descriptor refused, has its header's t
+// read back: the bucket is full again as soon as before the request. It said one more hit's
+// refill later, as if the hit were still taken.
+func TestGivenBackBucketHeaderIsReadBack(t *testing.T) {
+	const start = 1_000_000_003_000
+	var s *served
+	now := func() time.Time { return time.UnixMilli(s.clk.Now()) }
+	s = serveFrom(t, start, parse(t, `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 60, policy: token-bucket, name: bucket}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1, name: one}
+`), rls.WithHeaders(true), rls.WithNow(now))
+	r := s.call(t, "d", 0, desc("a", "x"), desc("b", "x"))
+	require.Equal(t, []string{ok, ok, ok}, outcome(r))
+	require.Equal(t, `"bucket";r=59;t=1, "one";r=0;t=17`, fieldsOf(r)["RateLimit"])
+	r = s.call(t, "d", 0, desc("a", "x"), desc("b", "x"))
+	require.Equal(t, []string{over, ok, over}, outcome(r))
+	require.Contains(t, fieldsOf(r)["RateLimit"], `"bucket";r=59;t=1`, "the bucket's hit was given back")
+}
