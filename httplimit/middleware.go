@@ -68,7 +68,10 @@ type Limit struct {
 // Several limits are all or nothing: a request refused by one consumes nothing of the others.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
-// bucket, GCRA and leaky bucket at once; not the sliding log nor the dual bucket), and any other
+// bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
+// most what they refill in a millisecond, rounded up to a whole unit (one unit at up to 1,000 a
+// second), which then refills as any unit does (see engine.Limiter.Refund); not the sliding log
+// nor the dual bucket), and any other
 // Limiter that has a method Refund(ctx context.Context, key string, n int64, d slidelimit.Decision)
 // (int64, error) is asked the same way. Limiters that cannot give back are asked last, so that
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
@@ -87,7 +90,9 @@ type Limit struct {
 // RateLimit-Policy and one RateLimit field, outer first, so that neither overwrites the other.
 // The outer one's decisions are given back once, by the first refusal below it: a handler that
 // serves several requests under one request's context (fanning it out) through an inner
-// middleware has the outer unit given back when any of them is refused.
+// middleware has the outer unit given back when any of them is refused. Stacked middlewares need
+// names of their own (Quota.Name), as several limits of one do: Validate sees one middleware, and
+// two items of one name in a field cannot be told apart.
 //
 // In Shadow mode every request is decided, counted and reported to OnDecision, but every request
 // reaches the next handler and no field is added: the response is exactly what it would be
@@ -140,9 +145,10 @@ type Middleware struct {
 	OnLimited func(w http.ResponseWriter, r *http.Request, d engine.Decision)
 
 	// Problem makes the default refusal bodies RFC 9457 problem details
-	// (application/problem+json). A refusal over the limit uses the rate limit fields' problem
-	// type "https://iana.org/assignments/http-problem-types#quota-exceeded", with
-	// "violated-policies" naming the refusing limit; the others use "about:blank".
+	// (application/problem+json). A refusal over the limit (ReasonLimited, or a cost above it:
+	// ReasonCostAboveLimit) uses the rate limit fields' problem type
+	// "https://iana.org/assignments/http-problem-types#quota-exceeded", with "violated-policies"
+	// naming the refusing limit; the others use "about:blank".
 	Problem bool
 
 	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, as

@@ -603,7 +603,7 @@ func TestFanOutThroughAStack(t *testing.T) {
 		return true
 	})
 	assert.Equal(t, 1, admitted, "the inner limit of 1 admits one of the eight")
-	assert.Equal(t, int64(100), outer.Peek("127.0.0.1").Remaining, "the outer unit given back once, by the first refusal")
+	assert.Equal(t, int64(100), outer.Peek("ip:127.0.0.1").Remaining, "the outer unit given back once, by the first refusal")
 }
 
 // Under FailLocal a closed limiter's Decision is trusted: the answer is 503 with Retry-After,
