@@ -212,7 +212,8 @@ func runStall(t *testing.T, stall, span time.Duration, opts ...Option) stallResu
 
 // TestBreakerDefaults measures the default breaker (and timeout) against the consecutive one of
 // earlier releases (threshold 1, 500ms cooldown) on a real server under fail-open, where every
-// call the failure choice decides is an admission Redis never counted:
+// call the failure choice decides is an admission not decided by Redis (counted there only if the
+// stalled server runs the call once it resumes; a call the open breaker decides never reaches it):
 //   - a single 80ms stall: the default must not open, and must leave fewer uncounted admissions;
 //   - a 1.5s outage: the default must open, within its window plus slack.
 func TestBreakerDefaults(t *testing.T) {

@@ -62,18 +62,22 @@
 //
 // # Failures
 //
-// Each call has a deadline (50ms by default) and is never retried (a timed out script may have
-// run). The caller's own cancellation or deadline is the caller's: Take returns its context's
-// error and the breaker does not count it. The failure choice is fail-open, fail-closed, or an
+// Each call has a deadline (50ms by default) and is never retried: a timed out script may have
+// run, or may still run. A server that stalls (paused, or busy) rather than goes away reads the
+// call once it resumes and runs it, writing its units, although the failure choice has decided
+// the request meanwhile: FailOpen's admission is then counted after all, FailClosed's refusal
+// takes quota the request never used, and FailLocal's decision is counted twice. Each errs
+// towards admitting less, never more. The caller's own cancellation or deadline is the caller's:
+// Take returns its context's error and the breaker does not count it. The failure choice is fail-open, fail-closed, or an
 // in-process engine.Limiter as fallback (WithOnFailure, WithFallback).
 //
-// The circuit breaker opens when, over the last second, at least 10 calls reached Redis and at
-// least half of them failed (WithBreakerRatio), and then decides by the failure choice without
+// The circuit breaker opens when, over the last second, at least 10 calls were made to Redis and
+// at least half of them failed (WithBreakerRatio), and then decides by the failure choice without
 // touching Redis; after its cooldown (500ms) one call probes Redis, and a success closes it.
 // TestBreakerDefaults measures the defaults against the former consecutive-failure breaker
-// (threshold 1, 500ms) on a real server with 8 callers and fail-open: a single 80ms stall left 8
-// admissions uncounted by Redis (the calls that timed out) and did not open the default breaker,
-// where the consecutive one opened after 52ms and left 3,458 of 4,600 calls uncounted; a real
+// (threshold 1, 500ms) on a real server with 8 callers and fail-open: a single 80ms stall failed 8
+// calls, which the server ran once it resumed, and did not open the default breaker, where the
+// consecutive one opened after 52ms and decided 3,458 of 4,600 calls without Redis, uncounted; a real
 // outage (a 1.5s SIGSTOP) opened the default breaker after 0.92s, with 145 calls having waited out
 // the 50ms timeout before it did. With open-loop traffic at a steady rate, the ratio is reached
 // about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out.

@@ -660,9 +660,9 @@ func (l *Limiter) Name() string { return l.name }
 // one by one while calls go on, so they are mutually consistent only when the limiter is idle.
 type Stats struct {
 	Calls         int64 // Take calls
-	RoundTrips    int64 // calls sent to Redis (scripts, and Reset's DEL), answered or not
+	RoundTrips    int64 // calls attempted to Redis (scripts, and Reset's DEL), answered or not, reached or not (a refused dial counts)
 	DenyCacheHits int64 // refusals decided by the local deny cache, with no round trip
-	Failures      int64 // round trips that Redis did not answer in time or answered with an error
+	Failures      int64 // round trips that Redis did not answer in time or answered with an error; not those whose caller gave up first
 	ShortCircuits int64 // calls not sent because the breaker was open (Takes decided by the failure choice; Refunds and Resets failed)
 	BreakerOpens  int64 // times the breaker opened
 	BreakerOpen   bool  // whether the breaker is open now

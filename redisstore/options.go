@@ -11,7 +11,10 @@ import (
 )
 
 // Option configures a Limiter at construction. Options are applied in order, once, by New; a
-// later one overrides an earlier one of the same kind. An Option value may be reused.
+// later one overrides an earlier one of the same kind, but for the time options, whose order does
+// not matter: WithServerTime, given at all, decides on the server's time, and WithClock's clock,
+// given at all, is the client time (WithClientTime adds nothing to it). An Option value may be
+// reused.
 type Option func(*config) error
 
 // OnFailure says what Take decides when Redis cannot: on a timeout, a connection error, an error
@@ -30,6 +33,10 @@ type Option func(*config) error
 //     each process then enforces its own limit (size it as the fleet's limit divided by the number
 //     of processes), and the counts it makes are not carried back to Redis (its admissions report
 //     Counted 0, so Refund gives nothing back for them on Redis).
+//
+// A call that timed out on a server that stalls rather than goes away still runs once the server
+// resumes (see the package doc): its units are then counted on Redis too, whatever the mode
+// decided, which only ever admits less.
 type OnFailure = slidelimit.FailureMode
 
 // The failure modes, as in the root package.
@@ -101,7 +108,7 @@ func defaultConfig() config {
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
-			return fmt.Errorf("redisstore: WithClock(nil)")
+			return fmt.Errorf("redisstore: WithClock(nil): the clock is nil")
 		}
 		cfg.clock, cfg.clientTime = c, true
 		return nil
@@ -119,8 +126,9 @@ func WithServerTime() Option {
 	}
 }
 
-// WithClientTime makes the limiter send this process's coarse clock with every call instead of
-// using the server's time, saving the TIME call inside each script. Hosts whose clocks differ
+// WithClientTime makes the limiter send this process's coarse clock (or WithClock's clock) with
+// every call instead of using the server's time, saving the TIME call inside each script; with
+// WithServerTime as well, in either order, the server's time is used. Hosts whose clocks differ
 // then see each other's windows shifted by the difference; the deny cache stays bounded by the
 // key's TTL on Redis (see the package documentation).
 func WithClientTime() Option {

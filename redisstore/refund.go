@@ -137,8 +137,9 @@ func gcd(a, b int64) int64 {
 // key is left as if the request had cost that much less. It gives back 0 for a refused d, n <= 0,
 // a key Redis no longer holds, and the sliding log and dual bucket, which cannot give units back
 // exactly. One round trip under the breaker and the limiter's timeout, like Take; when Redis does
-// not answer it gives back nothing and returns an error wrapping ErrUnavailable (or the caller's
-// context error). It forgets key in the local deny cache. Safe for concurrent use.
+// not answer it reports nothing given back and returns an error wrapping ErrUnavailable (or the
+// caller's context error): a server that stalls may still run it once it resumes, and give the
+// units back then. It forgets key in the local deny cache. Safe for concurrent use.
 //
 // A Decision the failure mode made (FailOpen's admission, FailLocal's in-process fallback)
 // counted nothing on Redis and reports Counted 0, so it gives nothing back: a unit the fallback
