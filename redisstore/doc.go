@@ -68,8 +68,9 @@
 // the request meanwhile: FailOpen's admission is then counted after all, FailClosed's refusal
 // takes quota the request never used, and FailLocal's decision is counted twice. Each errs
 // towards admitting less, never more. The caller's own cancellation or deadline is the caller's:
-// Take returns its context's error and the breaker does not count it. The failure choice is fail-open, fail-closed, or an
-// in-process engine.Limiter as fallback (WithOnFailure, WithFallback).
+// Take returns its context's error and the breaker does not count it. The failure choice is
+// fail-open, fail-closed, or an in-process engine.Limiter as fallback (WithOnFailure,
+// WithFallback).
 //
 // The circuit breaker opens when, over the last second, at least 10 calls were made to Redis and
 // at least half of them failed (WithBreakerRatio), and then decides by the failure choice without
