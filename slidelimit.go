@@ -218,7 +218,8 @@ func (f FailureMode) String() string {
 }
 
 // ParseFailureMode parses "open", "closed" or "local" (and the longer "fail-open", "fail-closed",
-// "fallback"); anything else is an error that names the accepted words.
+// "fallback"); anything else is an error that names the accepted words. A pure function, safe
+// from any goroutine.
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "open", "fail-open":

@@ -33,10 +33,13 @@ import (
 // Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
 // time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
 // wraps, so the horizon is unbounded.
+//
+// Like every Codec it is immutable and safe for concurrent use; its methods may race on one cell.
 func NewSlidingCounter(p policy.SlidingCounter) Codec { return NewSlidingCounterUpTo(p, p.Limit) }
 
 // NewSlidingCounterUpTo is NewSlidingCounter with cells sized for per-key limits up to maxLimit
-// (at least p.Limit, at most policy.MaxLimit), for TakeLimit.
+// (at least p.Limit, at most policy.MaxLimit), for TakeLimit. The Codec is immutable and safe for
+// concurrent use, as NewSlidingCounter's is.
 func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
 	w := rules.SlidingCounter(p).WindowMs()
 	rule := rules.SlidingCounter(p).Compile()

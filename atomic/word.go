@@ -12,7 +12,7 @@ const (
 	Flags        = Dead | Moved
 )
 
-// Status says whether an operation found its cell live.
+// Status says whether an operation found its cell live: a plain value.
 type Status uint8
 
 const (
@@ -34,7 +34,8 @@ func statusOf(w0 uint64) Status {
 	return OK
 }
 
-// Load returns a cell's words; the second is 0 for one-word cells.
+// Load returns a cell's words; the second is 0 for one-word cells. Safe for concurrent use with
+// every other function here on the same cell: both words are read as one.
 func Load(c *uint64, words int) (w0, w1 uint64) {
 	if words == 1 {
 		return satomic.LoadUint64(c), 0
@@ -57,7 +58,8 @@ func Store(c *uint64, words int, w0, w1 uint64) {
 	}
 }
 
-// CompareAndSwap replaces a cell's words (old0, old1) with (new0, new1) if they are unchanged.
+// CompareAndSwap replaces a cell's words (old0, old1) with (new0, new1) if they are unchanged, as
+// one atomic step: safe for concurrent use on the same cell.
 func CompareAndSwap(c *uint64, words int, old0, old1, new0, new1 uint64) bool {
 	if words == 1 {
 		return satomic.CompareAndSwapUint64(c, old0, new0)
@@ -67,7 +69,8 @@ func CompareAndSwap(c *uint64, words int, old0, old1, new0, new1 uint64) bool {
 
 // Mark sets flag (Dead or Moved) on a live cell and returns the words it held before, or
 // ok = false if the cell was already not live. A cell's state is preserved under the flag, so a
-// cell marked Moved can be copied as it was at the instant of marking.
+// cell marked Moved can be copied as it was at the instant of marking. Safe for concurrent use on
+// the same cell: the mark is one compare-and-swap.
 func Mark(c *uint64, words int, flag uint64) (w0, w1 uint64, ok bool) {
 	for {
 		w0, w1 = Load(c, words)
@@ -81,7 +84,7 @@ func Mark(c *uint64, words int, flag uint64) (w0, w1 uint64, ok bool) {
 }
 
 // MarkIf sets flag on the cell only if it still holds (w0, w1): the evictor's step, which must not
-// remove a state that changed since it was judged dead.
+// remove a state that changed since it was judged dead. Safe for concurrent use on the same cell.
 func MarkIf(c *uint64, words int, w0, w1, flag uint64) bool {
 	return CompareAndSwap(c, words, w0, w1, w0|flag, w1)
 }

@@ -37,7 +37,8 @@ import (
 // Clock reports the current time in Unix milliseconds. Make one with NewManual, NewCoarse or
 // Acquire. The zero Clock is a coarse clock with no goroutine: it reads 0 (1970) until Refresh
 // moves it to the wall clock's time, so a limiter given one would decide its first requests at
-// 1970 and then jump; Stop on it does nothing.
+// 1970 and then jump; Stop on it does nothing. Every method is safe for concurrent use: Now is
+// one atomic load, and a Clock is shared by every limiter that reads it.
 type Clock struct {
 	now    atomic.Int64
 	manual bool
@@ -186,7 +187,7 @@ var shared struct {
 
 // Acquire returns the process-wide coarse clock (1ms resolution), starting it if no one holds it,
 // so that any number of limiters share one ticking goroutine. Each Acquire must be paired with one
-// Release.
+// Release. Acquire and Release may be called from any goroutine: they take a process-wide lock.
 func Acquire() *Clock {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -197,7 +198,8 @@ func Acquire() *Clock {
 	return shared.clock
 }
 
-// Release gives back a clock obtained from Acquire; the last Release stops its goroutine.
+// Release gives back a clock obtained from Acquire; the last Release stops its goroutine. Safe
+// from any goroutine, as Acquire is.
 func Release(c *Clock) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()

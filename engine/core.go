@@ -83,7 +83,8 @@ type Limiter struct {
 
 // New returns a limiter for policy p, or an error naming the field and value of an invalid
 // policy or option. Unless WithEviction(false) is given it starts a background sweeper, and
-// unless WithClock is given it shares the process's coarse clock; Close stops both.
+// unless WithClock is given it shares the process's coarse clock; Close stops both. It may be
+// called from any goroutine, and the Limiter it returns is safe for concurrent use.
 func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	p, ok := rules.Value(p)
 	if !ok {

@@ -3,10 +3,12 @@ package engine
 import "github.com/slidelimit/slidelimit"
 
 // Decision is the outcome of one call, returned by value (no allocation). It is the root
-// package's type, so a Decision from the engine and one from redisstore are interchangeable.
+// package's type, so a Decision from the engine and one from redisstore are interchangeable. It is
+// a plain value, safe to copy and to share between goroutines.
 type Decision = slidelimit.Decision
 
-// Reason says why a Decision came out as it did (the root package's type).
+// Reason says why a Decision came out as it did (the root package's type): a plain value, safe to
+// share.
 type Reason = slidelimit.Reason
 
 // The reasons, as in the root package.

@@ -221,7 +221,9 @@ type Multi struct {
 // sliding log and dual bucket do not. The window policies give back everything a refused
 // request counted. The buckets give back what is exact (see Refund): everything when the refusal
 // comes within the millisecond of the take and Rate divides 1000, and possibly less otherwise,
-// since a bucket near full may, in the meantime, have refilled past what it could hold.
+// since a bucket near full may, in the meantime, have refilled past what it could hold. All only
+// reads the limiters, and may run concurrently with their use; the Multi's methods are safe for
+// concurrent use.
 func All(ls ...*Limiter) (*Multi, error) {
 	if len(ls) == 0 {
 		return nil, errors.New("engine: All: no limiters")

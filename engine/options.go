@@ -9,7 +9,10 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// Option configures a Limiter at construction.
+// Option configures a Limiter at construction. New applies each once, in order (a later one of a
+// kind overrides an earlier one), before the limiter is shared; an Option holds no state of its
+// own, so one value may be reused for several limiters and passed between goroutines. The With
+// functions only build such values, and may be called from any goroutine.
 type Option func(*config) error
 
 // AtCap says what a limiter at its key cap does with a request for a new key. Under either, a

@@ -61,7 +61,8 @@ const minBudget = 4096
 // arrives if cfg.FirstKey is set (see shard.Config). An interval below MinInterval (0 or negative
 // included) is taken as MinInterval, the least engine.WithSweepInterval accepts: a ticker refuses
 // one of 0 or less by panicking, which in the sweeper's own goroutine no caller could recover.
-// Stop ends it.
+// Stop ends it. The sweeper's goroutine works alongside the limiter's decisions, as every sweep
+// does (see shard.Shard.SweepRange); Start itself must be called once the shards are initialised.
 func Start(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock, interval, period time.Duration) *Sweeper {
 	interval = max(interval, MinInterval)
 	s := &Sweeper{
@@ -171,7 +172,7 @@ func (s *Sweeper) Step(budget uint64) {
 }
 
 // New returns a sweeper that does nothing until Step is called: for tests that drive sweeping by
-// hand, deterministically.
+// hand, deterministically. It starts no goroutine.
 func New(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock) *Sweeper {
 	return &Sweeper{shards: shards, cfg: cfg, clk: clk}
 }

@@ -57,7 +57,8 @@ type Listener struct {
 }
 
 // Validate reports a configuration Accept cannot serve: a nil Listener to wrap, a nil Limiter
-// (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode.
+// (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode. It only reads l, and may run
+// concurrently with Accept, not with a change to l.
 func (l *Listener) Validate() error {
 	if l.Listener == nil {
 		return errors.New("httplimit: Listener.Listener is nil: set the net.Listener to wrap")

@@ -28,7 +28,8 @@ import (
 // 429 and that Decision's Retry-After, and the limit keeps its RateLimit-Policy item but has no
 // RateLimit item, as under FailOpen: the fallback's figures (a share of the limit, the count of one
 // process) are not those of the quota RateLimit-Policy advertises. A closed limiter's Decision
-// (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed does.
+// (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed does. A plain value, safe
+// to share.
 type ErrorMode = slidelimit.FailureMode
 
 // The error modes, as in the root package.
@@ -263,7 +264,8 @@ func (m *Middleware) Validate() error {
 // Wrap returns a handler that limits the requests reaching next. On a configuration Validate
 // refuses, or a nil next, it returns a handler that answers every request with 500 Internal
 // Server Error and reports the error to OnError: a misconfigured limiter neither panics nor lets
-// traffic through unlimited, and charges nothing.
+// traffic through unlimited, and charges nothing. Wrap only reads m, as Validate does, and the
+// handler it returns is safe for concurrent use.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
 		return &broken{err: err, onError: m.OnError}

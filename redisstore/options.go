@@ -13,8 +13,9 @@ import (
 // Option configures a Limiter at construction. Options are applied in order, once, by New; a
 // later one overrides an earlier one of the same kind, but for the time options, whose order does
 // not matter: WithServerTime, given at all, decides on the server's time, and WithClock's clock,
-// given at all, is the client time (WithClientTime adds nothing to it). An Option value may be
-// reused.
+// given at all, is the client time (WithClientTime adds nothing to it). An Option holds no state of
+// its own: one value may be reused for several limiters and passed between goroutines, and the
+// With functions, which only build such values, may be called from any goroutine.
 type Option func(*config) error
 
 // OnFailure says what Take decides when Redis cannot: on a timeout, a connection error, an error
@@ -50,20 +51,25 @@ const (
 
 // Defaults, constants safe to read from anywhere.
 const (
+	// DefaultTimeout is each call's deadline without WithTimeout.
 	DefaultTimeout = 50 * time.Millisecond
-	DefaultSkew    = 2 * time.Second
+	// DefaultSkew is the clock skew between hosts allowed without WithClockSkew.
+	DefaultSkew = 2 * time.Second
 	// DefaultBreakerThreshold is the consecutive-failure threshold tests and simulations usually
 	// give WithBreaker; the default breaker judges a failure ratio instead (WithBreakerRatio).
 	DefaultBreakerThreshold = 1
-	DefaultBreakerCooldown  = 500 * time.Millisecond
+	// DefaultBreakerCooldown is how long an open breaker waits before a call probes Redis.
+	DefaultBreakerCooldown = 500 * time.Millisecond
 	// The default breaker opens when, over the last DefaultBreakerWindow, at least
 	// DefaultBreakerMinCalls calls reached Redis and at least DefaultBreakerRatio of them failed.
 	// TestBreakerDefaults measures what they cost: see the package documentation.
 	DefaultBreakerRatio    = 0.5
 	DefaultBreakerMinCalls = 10
 	DefaultBreakerWindow   = time.Second
-	DefaultDenyCacheKeys   = 1 << 16
-	DefaultPrefix          = "sl:"
+	// DefaultDenyCacheKeys is how many refused keys the local deny cache remembers by default.
+	DefaultDenyCacheKeys = 1 << 16
+	// DefaultPrefix starts every key the limiter writes without WithPrefix.
+	DefaultPrefix = "sl:"
 )
 
 type config struct {

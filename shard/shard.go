@@ -104,14 +104,16 @@ func addClamped(a, b int64) int64 {
 // Table returns the current table. It takes no lock.
 func (s *Shard) Table() *Table { return s.table.Load() }
 
-// Due reports whether a decision at now must sweep the shard first (see Codec.Horizon).
+// Due reports whether a decision at now must sweep the shard first (see Codec.Horizon). It takes
+// no lock: one atomic load.
 func (s *Shard) Due(now int64) bool { return now >= s.horizon.Load() }
 
-// Live returns the number of live keys in the shard.
+// Live returns the number of live keys in the shard: one atomic load, which may lag concurrent
+// inserts and evictions.
 func (s *Shard) Live() int64 { return s.live.Load() }
 
 // Wait blocks until any rebuild in progress has published its table: a caller that found a Moved
-// cell waits here instead of spinning.
+// cell waits here instead of spinning. Safe for concurrent use.
 func (s *Shard) Wait() {
 	s.mu.Lock()
 	//lint:ignore SA2001 an empty critical section is the point: it waits out the rebuild holding mu
@@ -128,13 +130,17 @@ func (s *Shard) Wait() {
 // lock. A request decided at that earlier time might still fall in the old state's window and be
 // counted a second time there. Reading the clock under the lock, after every eviction and rebuild
 // that led here, gives a time at which the old state was dead for certain.
+//
+// Safe for concurrent use: it inserts under the shard's mutex, and racing calls for one key
+// return one cell.
 func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool, at int64) {
 	return s.AcquireFrom(cfg, h, now, nil, 0)
 }
 
 // AcquireFrom is Acquire for a caller whose lock-free Table.Lookup of h, in table from, found h
 // absent and stopped at slot free: if from is still the shard's table, the probe under the lock
-// resumes there instead of walking h's probe sequence a second time. A nil from is Acquire.
+// resumes there instead of walking h's probe sequence a second time. A nil from is Acquire. Safe
+// for concurrent use, as Acquire is.
 func (s *Shard) AcquireFrom(cfg *Config, h uint64, now int64, from *Table, free uint64) (cell *uint64, created bool, at int64) {
 	cell, created, at, _, _ = s.acquire(cfg, h, now, from, free, false, -1)
 	return cell, created, at

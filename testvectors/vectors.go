@@ -108,10 +108,10 @@ type Value struct {
 	Int int64
 }
 
-// Bool returns the Value of a bool.
+// Bool returns the Value of a bool. A pure function, as every function here is.
 func Bool(b bool) Value { return Value{IsBool: true, Bool: b} }
 
-// Int returns the Value of an integer.
+// Int returns the Value of an integer. A pure function.
 func Int(i int64) Value { return Value{Int: i} }
 
 // String returns the value as JSON writes it: true, false or a decimal integer.
@@ -125,7 +125,8 @@ func (v Value) String() string {
 // ID returns the policy id without PolicyPrefix ("sliding-counter").
 func (f *File) ID() string { return strings.TrimPrefix(f.Policy, PolicyPrefix) }
 
-// String returns the call with its arguments as the failure lines print it: allow(1, 2, 3).
+// String returns the call with its arguments as the failure lines print it: allow(1, 2, 3). It
+// only reads s.
 func (s Step) String() string {
 	parts := make([]string, len(s.Args))
 	for i, a := range s.Args {

@@ -9,7 +9,9 @@ import (
 )
 
 // Option configures a Limiter at construction. Options are applied in order, once, by New; a
-// later one overrides an earlier one of the same kind. An Option value may be reused.
+// later one overrides an earlier one of the same kind. An Option holds no state of its own: one
+// value may be reused for several limiters and passed between goroutines, and the With functions,
+// which only build such values, may be called from any goroutine.
 type Option func(*config) error
 
 // Defaults, constants safe to read from anywhere.

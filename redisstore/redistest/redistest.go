@@ -29,7 +29,7 @@ var ErrNotInstalled = errors.New("redistest: server program not found on PATH")
 const EnvServer = "SLIDELIMIT_REDIS_SERVER"
 
 // Program returns the server program the harness runs: $SLIDELIMIT_REDIS_SERVER, or
-// redis-server.
+// redis-server. It only reads the environment, and may be called from any goroutine.
 func Program() string {
 	if p := os.Getenv(EnvServer); p != "" {
 		return p
@@ -56,13 +56,15 @@ type Server struct {
 // Start runs redis-server on a free loopback port with persistence off and waits until it
 // answers PING; extra arguments are appended to its command line (for example
 // "--cluster-enabled", "yes"). The process dies with the test binary (Pdeathsig), so a crashed
-// test leaves no server behind.
+// test leaves no server behind. Parallel tests may each call Start: every server gets its own
+// port and directory.
 func Start(extra ...string) (*Server, error) {
 	return startWith("", extra)
 }
 
 // StartSentinel runs a sentinel (the server program with --sentinel) on a free loopback port,
-// monitoring the master at masterAddr under name, with a quorum of 1.
+// monitoring the master at masterAddr under name, with a quorum of 1. Safe to call from parallel
+// tests, as Start is.
 func StartSentinel(name, masterAddr string) (*Server, error) {
 	host, port, err := net.SplitHostPort(masterAddr)
 	if err != nil {
