@@ -339,9 +339,9 @@ func TestSeedsCoverRules(t *testing.T) {
 					t.Errorf("no seed calls %s", call)
 				}
 			}
-			if !ft.admitted || !ft.refused || !ft.eviction || !ft.forgot || !ft.minParam || !ft.maxParam {
-				t.Errorf("seeds reach: admitted %v, refused %v, eviction on %v, a key evicted %v, a parameter at 1 %v, at its maximum %v; want all",
-					ft.admitted, ft.refused, ft.eviction, ft.forgot, ft.minParam, ft.maxParam)
+			if !ft.admitted || !ft.refused || !ft.eviction || !ft.noEvict || !ft.forgot || ft.minParam != [2]bool{true, true} || ft.maxParam != [2]bool{true, true} {
+				t.Errorf("seeds reach: admitted %v, refused %v, eviction on %v, off %v, a key evicted %v, each parameter at 1 %v, at its maximum %v; want all",
+					ft.admitted, ft.refused, ft.eviction, ft.noEvict, ft.forgot, ft.minParam, ft.maxParam)
 			}
 			var cf concurrentFeatures
 			for _, b := range concurrentSeeds(tg) {

@@ -48,9 +48,10 @@ type features struct {
 	admitted bool
 	refused  bool
 	eviction bool
-	forgot   bool // with eviction on, Len was seen below the model's key count
-	minParam bool // a parameter at 1
-	maxParam bool // a parameter at its maximum
+	noEvict  bool    // a run with eviction off
+	forgot   bool    // with eviction on, Len was seen below the model's key count
+	minParam [2]bool // each parameter at 1
+	maxParam [2]bool // each parameter at its maximum
 	calls    map[string]bool
 }
 
@@ -295,8 +296,11 @@ func runSerial(t testing.TB, tg *target, data []byte, ft *features) {
 	defer r.watchdog().Stop()
 	if ft != nil {
 		ft.eviction = ft.eviction || r.evict
-		ft.minParam = ft.minParam || r.params[0] == 1 || r.params[1] == 1
-		ft.maxParam = ft.maxParam || r.params[0] == tg.hi[0] || r.params[1] == tg.hi[1]
+		ft.noEvict = ft.noEvict || !r.evict
+		for i := range ft.minParam {
+			ft.minParam[i] = ft.minParam[i] || r.params[i] == 1
+			ft.maxParam[i] = ft.maxParam[i] || r.params[i] == tg.hi[i]
+		}
 	}
 	period := tg.period(r.params)
 	probes := reference.Probes(tg.id)
