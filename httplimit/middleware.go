@@ -390,6 +390,17 @@ type limitEntry struct {
 	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 }
 
+// standing reads e's limit for key as it stands, counting nothing. It reports false when the
+// Limiter cannot say (it has no Peek) or says nothing of the key: a closed limiter, whose r=0
+// would tell the client a quota is spent that no limiter is counting.
+func (e *limitEntry) standing(key string) (engine.Decision, bool) {
+	if e.peek == nil {
+		return engine.Decision{}, false
+	}
+	d := e.peek(key)
+	return d, d.Reason != engine.ReasonClosed
+}
+
 type handler struct {
 	next       http.Handler
 	limits     []limitEntry // in the order the fields list them
@@ -564,10 +575,11 @@ func (h *handler) stopped() bool {
 // have no unit left, as setFields works out Retry-After.
 func (h *handler) longestWait(f *frame, wait time.Duration) time.Duration {
 	for i, s := range f.st {
-		if e := &h.limits[i]; s == unasked && e.peek != nil {
-			if d := e.peek(f.key); !d.Allowed && d.RetryAfter > wait {
-				wait = d.RetryAfter
-			}
+		if s != unasked {
+			continue
+		}
+		if d, ok := h.limits[i].standing(f.key); ok && !d.Allowed && d.RetryAfter > wait {
+			wait = d.RetryAfter
 		}
 	}
 	return wait
@@ -668,11 +680,7 @@ func (f *frame) giveBackOwn(ctx context.Context) {
 			// The field then shows what the limit holds again: read back where the Limiter can
 			// say so without counting, as a limit not asked is shown, since for a bucket the
 			// time it is full again moves back too; else worked out from what came back.
-			var p engine.Decision
-			if e.peek != nil {
-				p = e.peek(f.key)
-			}
-			if e.peek != nil && p.QuotaKnown() && p.Reason != engine.ReasonClosed {
+			if p, ok := e.standing(f.key); ok && p.QuotaKnown() {
 				f.ds[i].Remaining, f.ds[i].ResetAt = p.Remaining, p.ResetAt
 			} else {
 				f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
@@ -735,14 +743,8 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			case unasked:
 				// Not asked, as an earlier limit refused: shown as it stands when the Limiter
 				// can say so without counting.
-				if e.peek == nil {
-					continue
-				}
-				d = e.peek(g.key)
-				if d.Reason == engine.ReasonClosed {
-					// A closed limiter reports nothing of the key: r=0 would tell the client a
-					// quota is spent that no limiter is counting, as an asked one's failure does
-					// not.
+				var ok bool
+				if d, ok = e.standing(g.key); !ok {
 					continue
 				}
 				if g == f && wait > 0 && !d.Allowed && d.RetryAfter > wait {
@@ -831,10 +833,22 @@ func (h *handler) writeError(w http.ResponseWriter, status int, detail, violated
 		p.Type = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 		p.Violated = []string{violated}
 	}
+	p.write(w)
+}
+
+// WriteProblem answers with an RFC 9457 problem of type "about:blank", as the middleware's
+// Problem bodies for its own errors are: for a server that answers its other errors, a proxy's
+// 502 say, the same way. It writes the header and the body; call it from any goroutine that
+// owns w.
+func WriteProblem(w http.ResponseWriter, status int, detail string) {
+	problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}.write(w)
+}
+
+func (p problem) write(w http.ResponseWriter) {
 	body, _ := json.Marshal(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	w.WriteHeader(p.Status)
 	w.Write(append(body, '\n'))
 }
 

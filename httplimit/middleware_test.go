@@ -673,3 +673,13 @@ func TestRefusalWithoutQuotaListsNoRemaining(t *testing.T) {
 	assert.NotContains(t, got.rateLimit, `"default"`, "GCRA refused the cost without reading the key")
 	assert.Contains(t, got.policy, `"default";q=5`, "the limit itself is still named")
 }
+
+// WriteProblem writes the about:blank problem the middleware writes for its own errors.
+func TestWriteProblem(t *testing.T) {
+	rec := httptest.NewRecorder()
+	httplimit.WriteProblem(rec, http.StatusBadGateway, "the upstream failed")
+	assert.Equal(t, http.StatusBadGateway, rec.Code)
+	assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+	assert.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
+	assert.JSONEq(t, `{"type":"about:blank","title":"Bad Gateway","status":502,"detail":"the upstream failed"}`, rec.Body.String())
+}

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -796,12 +795,12 @@ func (px *proxy) registerRedisMetrics() {
 	// makes alone while offline). The gauge (a limiter not deciding through Redis now) sums the
 	// limiters in use only: one a reload retired keeps the state it closed in, and would hold the
 	// gauge up for good.
-	sum := func(exact func(redisstore.Stats) float64, fleet func(batched.Stats) float64, inUse bool) func() float64 {
+	sum := func(exact func(redisstore.Stats) float64, fleet func(batched.Stats) float64, withRetired bool) func() float64 {
 		return func() float64 {
 			px.mu.Lock()
 			defer px.mu.Unlock()
 			var total float64
-			rs, bs := px.allRedis(!inUse)
+			rs, bs := px.allRedis(withRetired)
 			for _, b := range rs {
 				var s redisstore.Stats
 				b.Stats(&s)
@@ -826,23 +825,23 @@ func (px *proxy) registerRedisMetrics() {
 			Name: "slidelimit_redis_errors_total",
 			Help: "Calls to Redis that failed (timeout, connection error, error reply).",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures) },
-			func(s batched.Stats) float64 { return float64(s.Failures) }, false)),
+			func(s batched.Stats) float64 { return float64(s.Failures) }, true)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
 			Help: "Decisions made without Redis, one per limit of a request: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable or after an error reply about the key.",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) },
-			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) }, false)),
+			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) }, true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_redis_breaker_open",
 			Help: "How many Redis limiters are not deciding through Redis now: their circuit breaker is open (exact mode), or they are offline (batched mode); 0 when Redis is healthy.",
 		}, sum(func(s redisstore.Stats) float64 { return one(s.BreakerOpen) },
-			func(s batched.Stats) float64 { return one(s.Offline) }, true)),
+			func(s batched.Stats) float64 { return one(s.Offline) }, false)),
 	)
 }
 
-// allRedis lists the Redis limiters in use, exact and batched, and with retired those a reload
+// allRedis lists the Redis limiters in use, exact and batched, and withRetired those a reload
 // has replaced too; px.mu must be held.
-func (px *proxy) allRedis(retired bool) ([]*redisstore.Limiter, []*batched.Limiter) {
+func (px *proxy) allRedis(withRetired bool) ([]*redisstore.Limiter, []*batched.Limiter) {
 	var rs []*redisstore.Limiter
 	var bs []*batched.Limiter
 	for _, b := range px.built {
@@ -853,7 +852,7 @@ func (px *proxy) allRedis(retired bool) ([]*redisstore.Limiter, []*batched.Limit
 			bs = append(bs, b.bl)
 		}
 	}
-	if !retired {
+	if !withRetired {
 		return rs, bs
 	}
 	return append(rs, px.retired...), append(bs, px.retiredBatched...)
@@ -1188,7 +1187,7 @@ func upstreamFailed(w http.ResponseWriter, problem bool, status int, detail stri
 		w.WriteHeader(status)
 		return
 	}
-	writeProblem(w, status, detail)
+	httplimit.WriteProblem(w, status, detail)
 }
 
 // badRequest answers a request the proxy refuses to forward: in plain text, or under
@@ -1198,21 +1197,7 @@ func (px *proxy) badRequest(w http.ResponseWriter, detail string) {
 		http.Error(w, detail, http.StatusBadRequest)
 		return
 	}
-	writeProblem(w, http.StatusBadRequest, detail)
-}
-
-// writeProblem writes an RFC 9457 problem of type about:blank.
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	body, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{"about:blank", http.StatusText(status), status, detail})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	httplimit.WriteProblem(w, http.StatusBadRequest, detail)
 }
 
 // statusClientClosed is the status logged for a request whose client went away before the

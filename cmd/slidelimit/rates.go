@@ -317,15 +317,11 @@ func (s peekable) Peek(key string) slidelimit.Decision {
 	d.Limit /= s.k
 	d.Remaining /= s.k
 	if s.k > 1 && s.rate > 0 && d.Remaining == 0 && d.Reason.QuotaKnown() {
-		missing := s.k - units
-		if !d.Allowed {
-			missing = s.k - 1 // after the unit d.RetryAfter waits for
-		}
-		wait := time.Duration((missing*1000+s.rate-1)/s.rate) * time.Millisecond
-		if d.Allowed {
-			d.RetryAfter = 0
-		}
-		d.Allowed, d.Reason, d.RetryAfter = false, slidelimit.ReasonLimited, d.RetryAfter+wait
+		// The units still missing: beside those held, or after the one d.RetryAfter waits for
+		// (0 when a unit is held).
+		missing := s.k - max(units, 1)
+		d.RetryAfter += time.Duration((missing*1000+s.rate-1)/s.rate) * time.Millisecond
+		d.Allowed, d.Reason = false, slidelimit.ReasonLimited
 	}
 	return d
 }

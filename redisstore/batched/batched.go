@@ -397,10 +397,7 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 		}
 		head, held := l.limit, int64(0) // a key never asked for: the whole limit, as far as this process knows
 		if e, ok := l.entries.Load(key); ok {
-			head = max(e.head.Load(), 0)
-			if c := e.cell.Load(); uint32(c>>32) == uint32(idx) {
-				held = int64(uint32(c))
-			}
+			head, held = max(e.head.Load(), 0), rest(e, idx)
 		}
 		if l.offline.Load() || now < l.quietUntil.Load() {
 			// Offline, a request takes from the lease's rest, or from this process's share alone
@@ -773,13 +770,12 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	if d.Reason == slidelimit.ReasonCostAboveLimit && n <= l.limit {
 		d.Reason, d.RetryAfter = slidelimit.ReasonLimited, l.cfg.sync
 	}
+	// The engine read the clock again: its window may be the next one.
+	win := d.ResetAt.UnixMilli() - l.w
 	// The lease's rest in the decision's window stays for later requests it can cover whole.
-	if c := e.cell.Load(); !d.ResetAt.IsZero() && int64(uint32(c>>32)) == (d.ResetAt.UnixMilli()-l.w)/l.w&(1<<32-1) {
-		d.Remaining += int64(uint32(c))
-	}
+	d.Remaining += rest(e, win/l.w)
 	if d.Allowed {
-		// The engine read the clock again: charge the window it decided in, which may be the next.
-		win := d.ResetAt.UnixMilli() - l.w
+		// Charge the window the engine decided in.
 		if win > e.rec[0].win {
 			l.roll(e, win/l.w)
 		}
@@ -807,13 +803,14 @@ func (l *Limiter) maxChunk() int64 {
 }
 
 // used returns the units e has used in window rec[0] so far.
-func used(e *entry, idx int64) int64 {
-	c := e.cell.Load()
-	rem := int64(0)
-	if uint32(c>>32) == uint32(idx) {
-		rem = int64(uint32(c))
+func used(e *entry, idx int64) int64 { return e.rec[0].granted - rest(e, idx) }
+
+// rest returns the units e's cell holds for window idx: 0 when the cell is on another window.
+func rest(e *entry, idx int64) int64 {
+	if c := e.cell.Load(); uint32(c>>32) == uint32(idx) {
+		return int64(uint32(c))
 	}
-	return e.rec[0].granted - rem
+	return 0
 }
 
 // wantFor sizes a lease for e: about two sync intervals of the key's rate since the last exchange,

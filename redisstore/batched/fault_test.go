@@ -670,12 +670,7 @@ func TestGoingOfflineIsLoggedOnceWithItsCause(t *testing.T) {
 // alone, gives back its lease and leaves the fleet. It skipped all three while its flag said
 // offline, so that another process was then granted the whole limit again.
 func TestCloseChargesWhenRedisIsBackBeforeAHeartbeat(t *testing.T) {
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c := newClient(t, srv.Addr)
+	srv, c := ownServer(t)
 	clk := clock.NewManual(t0)
 	p := policy.SlidingCounter{Limit: 10, Window: time.Minute}
 	a := newLimiter(t, c, clk, p, WithTimeout(200*time.Millisecond), WithProcessID("a"))
@@ -721,12 +716,7 @@ func TestCloseChargesWhenRedisIsBackBeforeAHeartbeat(t *testing.T) {
 // alone on the share, and its Remaining counts the rest too, which later requests it covers can
 // still take. It reported the share's alone.
 func TestOfflineRemainingIncludesTheLeaseRest(t *testing.T) {
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c := newClient(t, srv.Addr)
+	srv, c := ownServer(t)
 	clk := clock.NewManual(t0)
 	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Minute}, WithMaxChunk(20), WithTimeout(200*time.Millisecond))
 	ctx := context.Background()
@@ -798,4 +788,16 @@ func TestKeyErrorReplyInAnExchangeIsReported(t *testing.T) {
 			t.Fatalf("reported %q: want WRONGTYPE, with the subject hidden", err)
 		}
 	}
+}
+
+// ownServer starts a redis-server of the test's own, which it may pause, and a client of it; both
+// end with the test.
+func ownServer(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, newClient(t, srv.Addr)
 }
