@@ -69,9 +69,9 @@ type slidingCounterWord struct {
 
 func (c *slidingCounterWord) Words() int { return 1 }
 
-// LivePattern matches a state written in now's window or the one before (with no flag set):
-// such a state is dead only if both its counts are zero, a fresh key's, which a later sweep
-// evicts once its window is older.
+// LivePattern matches a state written in now's window or the one before (with no flag set).
+// Such a state is never one whose counts are both zero: those, dead as they are, are written two
+// windows back (see idle), where a sweep or a new key's reclaim at the key cap finds them.
 func (c *slidingCounterWord) LivePattern(now int64) (mask, a, b uint64) {
 	n := uint64(c.p.Index(now))
 	shift := 2 * c.b
@@ -98,19 +98,26 @@ func (c *slidingCounterWord) encode(s rules.SlidingCounterState, idx int64) uint
 	return (uint64(idx)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
 }
 
-func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) {
-	n := c.p.Index(now)
-	return c.encode(rules.SlidingCounterState{Window: n * c.w}, n), 0
+func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.idle(c.p.Index(now)), 0 }
+
+// idle is the state with both counts zero for a decision in window n. It is written at window
+// n-2, which decides exactly as window n would (counts two windows old carry nothing into n), but
+// which LivePattern does not vouch for: a key holding nothing (a query's, a refused first
+// request's, one refunded to nothing) is dead, and a sweep or a new key's reclaim at the key cap
+// must see that without waiting two windows for the pattern to pass it by.
+func (c *slidingCounterWord) idle(n int64) uint64 {
+	return (uint64(n-2) & c.kmask) << (2 * c.b & 63)
 }
 
 // FreshAdmit: a fresh state carries nothing into now's window, so the estimate before the request
 // is 0, and the rule admits cost (>= 0) when it is within the limit.
 func (c *slidingCounterWord) FreshAdmit(now, cost int64) (uint64, uint64, bool) {
-	w := (uint64(c.p.Index(now)) & c.kmask) << (2 * c.b & 63)
-	if cost > c.p.Limit() {
-		return w, 0, false
+	n := c.p.Index(now)
+	if uint64(cost-1) >= uint64(c.p.Limit()) { // 0, or above the limit: nothing is counted
+		return c.idle(n), 0, cost == 0
 	}
-	return w | uint64(cost), 0, true // cost <= limit < 2^b: within Current's bits
+	// cost <= limit < 2^b: within Current's bits.
+	return (uint64(n)&c.kmask)<<(2*c.b&63) | uint64(cost), 0, true
 }
 
 func (c *slidingCounterWord) Take(cell *uint64, now, cost int64) (policy.Result, Status) {
@@ -132,7 +139,14 @@ func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int
 		}
 		s, n, at := c.decode(word, now)
 		g := c.p.Refund(&s, n*c.w, cost, resetAt)
-		if g == 0 || c.store(cell, word, s, n, at) {
+		if g == 0 {
+			return 0, OK
+		}
+		if s.Previous == 0 && s.Current == 0 {
+			if satomic.CompareAndSwapUint64(cell, word, c.idle(n)) {
+				return g, OK // refunded to nothing: dead, and written where sweeps see it (see idle)
+			}
+		} else if c.store(cell, word, s, n, at) {
 			return g, OK
 		}
 	}

@@ -473,3 +473,16 @@ func TestNewNamesAnEmbeddingPolicyType(t *testing.T) {
 	_, err := New(wrapped{policy.SlidingCounter{Limit: 1, Window: time.Second}})
 	require.ErrorContains(t, err, `policy type engine.wrapped (ID "sliding-counter") is not supported`)
 }
+
+// pointerTuned is a Policy only through its pointer, as a user's type with a pointer method is.
+type pointerTuned struct{ policy.SlidingCounter }
+
+func (p *pointerTuned) Validate() error { return p.SlidingCounter.Validate() }
+
+// TestNewNamesAPointerOnlyPolicyType: such a type is named as unsupported, not called nil.
+func TestNewNamesAPointerOnlyPolicyType(t *testing.T) {
+	_, err := New(&pointerTuned{policy.SlidingCounter{Limit: 1, Window: time.Second}})
+	require.ErrorContains(t, err, `policy type *engine.pointerTuned (ID "sliding-counter") is not supported`)
+	_, err = New((*pointerTuned)(nil))
+	require.ErrorContains(t, err, "nil policy")
+}

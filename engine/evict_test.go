@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -164,6 +165,53 @@ func TestKeyCapRefusesNewKeys(t *testing.T) {
 	require.LessOrEqual(t, st.ReclaimedAtCap, int64(10))
 	require.Zero(t, st.EvictedAtCap, "nothing live was evicted: the policy refuses new keys at the cap")
 	require.Zero(t, st.Evicted, "the sweeper did not run")
+}
+
+// TestKeyCapReclaimsKeysHoldingNothing: a key that holds no units (made by a query, by a first
+// request refused for its cost, or refunded to nothing) is dead, and a new key at the cap takes
+// its place at once, in its own window, for every policy: the sliding counter's one-word cell,
+// whose sweeps skip most live states by a pattern of their window, once kept such keys for two
+// windows. Limits on both sides of 2^21 cover both of its cells.
+func TestKeyCapReclaimsKeysHoldingNothing(t *testing.T) {
+	limiters := map[string]func(clk *clock.Clock) (*Limiter, error){
+		"sliding-counter": func(clk *clock.Clock) (*Limiter, error) {
+			return New(policy.SlidingCounter{Limit: 10, Window: time.Minute}, WithClock(clk), WithMaxKeys(1), WithShards(1))
+		},
+		"sliding-counter-pair": func(clk *clock.Clock) (*Limiter, error) {
+			return New(policy.SlidingCounter{Limit: 1 << 21, Window: time.Minute}, WithClock(clk), WithMaxKeys(1), WithShards(1))
+		},
+		"fixed-window": func(clk *clock.Clock) (*Limiter, error) {
+			return New(policy.FixedWindow{Limit: 10, Window: time.Minute}, WithClock(clk), WithMaxKeys(1), WithShards(1))
+		},
+	}
+	holdNothing := map[string]func(l *Limiter){
+		"query":        func(l *Limiter) { require.True(t, l.Take("first", 0).Allowed) },
+		"cost refused": func(l *Limiter) { require.Equal(t, ReasonCostAboveLimit, l.Take("first", 1<<30).Reason) },
+		"refunded": func(l *Limiter) {
+			d := l.Take("first", 3)
+			require.True(t, d.Allowed)
+			require.Equal(t, int64(3), l.Refund("first", 3, d))
+		},
+	}
+	for pname, mk := range limiters {
+		for how, first := range holdNothing {
+			t.Run(pname+"/"+how, func(t *testing.T) {
+				clk := clock.NewManual(start + 30_000) // mid-window: no window passes below
+				l, err := mk(clk)
+				require.NoError(t, err)
+				defer l.Close()
+				first(l)
+				require.Equal(t, 1, l.Len(), "the first key is tracked")
+				d := l.Take("second", 1)
+				require.True(t, d.Allowed, "a key holding nothing gives way at the cap: %+v", d)
+				require.Equal(t, ReasonOK, d.Reason)
+				var st Stats
+				l.Stats(&st)
+				require.Equal(t, int64(1), st.ReclaimedAtCap, "%+v", st)
+				require.Equal(t, 1, l.Len())
+			})
+		}
+	}
 }
 
 // TestKeyCapCountsDeadEvictions: at the cap, a new key that takes a dead key's place counts in

@@ -20,7 +20,14 @@ func sizeForKeyLimits(p policy.Policy, codec atomic.Codec, maxLimit int64) (atom
 	if sc, ok := p.(policy.SlidingCounter); ok {
 		return atomic.NewSlidingCounterUpTo(sc, maxLimit), nil
 	}
-	return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q cannot size its cells for per-key limits above its own", maxLimit, p.ID())
+	lt, ok := codec.(atomic.LimitTaker)
+	if !ok {
+		return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q takes no per-key limits", maxLimit, p.ID())
+	}
+	if maxLimit <= lt.MaxLimit() {
+		return codec, nil // its cells hold counts up to that already
+	}
+	return nil, fmt.Errorf("engine: WithMaxLimit(%d): policy %q takes per-key limits up to its own Limit (%d) only; only the sliding counter's cells can be sized above it", maxLimit, p.ID(), lt.MaxLimit())
 }
 
 // TakeWithLimit is Take for a key whose limit is limit rather than the policy's: premium tenants,

@@ -58,6 +58,24 @@ func TestWithMaxLimitSizesWideCells(t *testing.T) {
 	require.Equal(t, int64(1<<30), pr.Estimate)
 }
 
+// TestWithMaxLimitPerPolicy: the fixed window takes WithMaxLimit up to its own Limit (its cells
+// take per-key limits that far already) and refuses more, naming its Limit; a policy without
+// per-key limits refuses any; the errors name the policy.
+func TestWithMaxLimitPerPolicy(t *testing.T) {
+	fw := policy.FixedWindow{Limit: 10, Window: time.Second}
+	for _, n := range []int64{1, 10} {
+		l, err := New(fw, WithMaxLimit(n))
+		require.NoError(t, err, "WithMaxLimit(%d)", n)
+		require.True(t, l.TakeWithLimit("k", 1, n).Allowed)
+		require.Equal(t, ReasonInvalidLimit, l.TakeWithLimit("k", 1, 11).Reason)
+		l.Close()
+	}
+	_, err := New(fw, WithMaxLimit(11))
+	require.ErrorContains(t, err, `WithMaxLimit(11): policy "fixed-window" takes per-key limits up to its own Limit (10) only`)
+	_, err = New(policy.TokenBucket{Rate: 10, Burst: 10}, WithMaxLimit(5))
+	require.ErrorContains(t, err, `WithMaxLimit(5): policy "token-bucket" takes no per-key limits`)
+}
+
 func TestRefund(t *testing.T) {
 	l, clk := newSC(t, 5, time.Second)
 	d := l.Take("k", 3)

@@ -207,8 +207,11 @@ func WithAtCap(a AtCap) Option {
 }
 
 // WithMaxLimit sizes the limiter's cells for per-key limits up to n (see TakeWithLimit); without
-// it a key's limit can only be lowered below the policy's, not raised above it. Only policies
-// whose codec supports per-key limits accept it (the sliding counter).
+// it a key's limit can only be lowered below the policy's, not raised above it. The sliding
+// counter accepts any n; the fixed window, whose cells take per-key limits up to its own Limit
+// only, accepts n up to that Limit (and changes nothing); New refuses it for the other policies,
+// which take no per-key limits, and for the fixed window above its Limit, with an error naming
+// the policy.
 func WithMaxLimit(n int64) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > policy.MaxLimit {

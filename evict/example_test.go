@@ -25,6 +25,7 @@ func ExampleSweeper_Step() {
 	cfg.Codec.Take(cell, 0, 3)
 
 	s := evict.New(shards, cfg, clk)
+	clk.Set(1000) // the next window: its 3 units still weigh on the estimate
 	s.Step(1024)
 	fmt.Println("after one window:", cfg.Keys.Load())
 	clk.Set(2000) // two windows untouched: identical to a new key

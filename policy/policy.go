@@ -86,10 +86,10 @@ func checkWindow(field string, w time.Duration) error {
 	switch {
 	case w < time.Millisecond:
 		return fmt.Errorf("policy: %s = %v is below 1ms", field, w)
+	case w > MaxWindow: // first: a window past the maximum is refused for that, whatever its ms
+		return fmt.Errorf("policy: %s = %v is above the maximum %v", field, w, MaxWindow)
 	case w%time.Millisecond != 0:
 		return fmt.Errorf("policy: %s = %v is not a whole number of milliseconds", field, w)
-	case w > MaxWindow:
-		return fmt.Errorf("policy: %s = %v is above the maximum %v", field, w, MaxWindow)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: time.Microsecond}.Validate(), "SlidingCounter.Window = 1µs is below 1ms")
 	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: 1001 * time.Microsecond}.Validate(), "not a whole number of milliseconds")
 	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: MaxWindow + time.Millisecond}.Validate(), "above the maximum")
+	require.ErrorContains(t, SlidingCounter{Limit: 1, Window: math.MaxInt64}.Validate(), "above the maximum", "a window past the maximum is refused for that, not for its stray nanoseconds")
 	require.NoError(t, SlidingCounter{Limit: MaxLimit, Window: time.Millisecond}.Validate())
 }
 

@@ -9,7 +9,10 @@ import (
 // Value returns p as the plain value every backend switches on: a pointer to one of package
 // policy's configurations satisfies policy.Policy too (its methods have value receivers), so
 // New(&policy.SlidingCounter{...}) must mean what New(policy.SlidingCounter{...}) does. It reports
-// false for a nil policy and for a nil pointer, whose methods would panic. Unlike the rest of the
+// false for a nil policy and for a nil pointer, whose methods would panic. A pointer to a type
+// that is a Policy only through the pointer (a user's type with a pointer method) is returned as
+// it is, so that the backend names its type as one it does not support rather than calling it
+// nil. Unlike the rest of the
 // package it is for configuration, not decisions: backends call it once, in New.
 func Value(p policy.Policy) (policy.Policy, bool) {
 	if p == nil {
@@ -22,6 +25,8 @@ func Value(p policy.Policy) (policy.Policy, bool) {
 	if v.IsNil() {
 		return nil, false
 	}
-	q, ok := v.Elem().Interface().(policy.Policy) // every policy is a value type
-	return q, ok
+	if q, ok := v.Elem().Interface().(policy.Policy); ok { // every policy of package policy is a value type
+		return q, true
+	}
+	return p, true
 }
