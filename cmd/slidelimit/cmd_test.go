@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -131,6 +132,54 @@ func TestLoadURL(t *testing.T) {
 	assert.Positive(t, up.hits.Load())
 }
 
+// TestLoadSilentServer: against a server that accepts connections and never answers, a run ends
+// at its -duration, not the client's 30 s timeout, and fails, since it measured nothing.
+func TestLoadSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted and never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"load", "-url", "http://" + ln.Addr().String() + "/", "-duration", "200ms", "-concurrency", "2"}, &stdout, &stderr)
+	assert.Less(t, time.Since(start), 10*time.Second, "the run ends near its -duration")
+	assert.Equal(t, exitFail, code, stdout.String())
+	assert.Contains(t, stderr.String(), "no request completed within -duration 200ms")
+}
+
+// TestBenchDurationAndBytesNote: a -duration too short to decide anything is refused; the bytes
+// row names the keys it divides by when the sweeper has evicted some of the offered ones.
+func TestBenchDurationAndBytesNote(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitUsage, run([]string{"bench", "-duration", "1ns"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "-duration 1ns: must be at least 1ms")
+	stderr.Reset()
+	assert.Equal(t, exitUsage, run([]string{"load", "-duration", "999us"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "-duration 999µs: must be at least 1ms")
+
+	var rows []string
+	row := func(label, value, note string) { rows = append(rows, label+"|"+value+"|"+note) }
+	benchResult{ops: 10, elapsed: time.Second, heap: 1000, heapKeys: 50}.print(row, 1, 1000)
+	assert.Contains(t, rows, "bytes per key|20.0|heap growth after GC / the 50 keys tracked then, of 1,000 offered")
+	rows = nil
+	benchResult{ops: 10, elapsed: time.Second, heap: 1000, heapKeys: 50}.print(row, 1, 50)
+	assert.Contains(t, rows, "bytes per key|20.0|heap growth after GC / keys, every key tracked")
+}
+
 func TestClientAddr(t *testing.T) {
 	assert.Equal(t, "100.64.0.0", clientAddr(0))
 	assert.Equal(t, "100.64.1.2", clientAddr(258))
@@ -167,4 +216,10 @@ func TestRedisLoggerRateLimits(t *testing.T) {
 	now = now.Add(600 * time.Millisecond)
 	l.Printf(ctx, "later")
 	assert.Equal(t, []line{{"dial redis://:xxxxx@127.0.0.1:1/0 failed: auth xxxxx", 0}, {"later", 5}}, got)
+}
+
+func TestMedian(t *testing.T) {
+	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}), "an even count: the mean of the middle two")
+	assert.Equal(t, 7.0, median([]float64{7}))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -37,8 +38,8 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	switch {
-	case c.duration <= 0:
-		return usageErr(fs, "-duration %v: must be positive", c.duration)
+	case c.duration < time.Millisecond:
+		return usageErr(fs, "-duration %v: must be at least 1ms", c.duration)
 	case c.concurrency < 1:
 		return usageErr(fs, "-concurrency %d: must be at least 1", c.concurrency)
 	case c.clients < 0 || c.clients > 1<<22:
@@ -179,6 +180,7 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 		lat   []time.Duration
 		codes map[int]int
 		err   error
+		cut   error // a request the run's end cut short: no failure, unless no request completed
 	}
 	ws := make([]worker, c.concurrency)
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
@@ -191,7 +193,9 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 		rng := rand.New(rand.NewPCG(uint64(i), 7))
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				req, err := http.NewRequest(http.MethodGet, url, nil)
+				// Tied to the run, so that a request in flight when it ends is cut there, not
+				// left to the client's own timeout.
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				if err != nil {
 					w.err = err
 					return
@@ -201,16 +205,16 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 				}
 				t0 := time.Now()
 				res, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
 				if err != nil {
 					if ctx.Err() == nil {
 						w.err = err
+					} else {
+						w.cut = err
 					}
-					return
-				}
-				_, err = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if err != nil {
-					w.err = err
 					return
 				}
 				w.lat = append(w.lat, time.Since(t0))
@@ -223,6 +227,7 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 
 	r := loadResult{codes: map[int]int{}}
 	var all []time.Duration
+	var cut error
 	for _, w := range ws {
 		if w.err != nil {
 			return r, fmt.Errorf("load %s: %w", url, w.err)
@@ -231,6 +236,13 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 		for k, v := range w.codes {
 			r.codes[k] += v
 		}
+		cut = cmp.Or(cut, w.cut)
+	}
+	if len(all) == 0 {
+		if cut != nil {
+			return r, fmt.Errorf("load %s: no request completed within -duration %v (%w)", url, c.duration, cut)
+		}
+		return r, fmt.Errorf("load %s: no request completed within -duration %v", url, c.duration)
 	}
 	r.total = len(all)
 	r.rps = float64(r.total) / elapsed.Seconds()
@@ -255,6 +267,9 @@ func clientAddr(i int) string {
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

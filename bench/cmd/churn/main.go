@@ -53,6 +53,9 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of part 2's quiet period (the sweeper) to this file")
 	flag.Parse()
 
+	if flag.NArg() > 0 { // the flag package stops at the first non-flag: every flag after it is lost
+		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
+	}
 	if err := validate(*keys, *steady, *window, *cpuWindow, *quiet, *part); err != nil {
 		fail(err)
 	}
@@ -69,10 +72,10 @@ func main() {
 // validate checks the flags, naming the one at fault.
 func validate(keys, steady int, window, cpuWindow, quiet time.Duration, part string) error {
 	switch {
-	case keys < 1 || keys+steady > peers.MaxKeys:
+	case steady < 1 || steady >= peers.MaxKeys:
+		return fmt.Errorf("-steady = %d: must be in [1, %d]", steady, peers.MaxKeys-1)
+	case keys < 1 || keys > peers.MaxKeys-steady: // not keys+steady, which can wrap
 		return fmt.Errorf("-keys = %d: keys plus -steady must be in [1, %d]", keys, peers.MaxKeys)
-	case steady < 1:
-		return fmt.Errorf("-steady = %d: must be at least 1", steady)
 	case window < 100*time.Millisecond || window%time.Millisecond != 0:
 		return fmt.Errorf("-window = %v: must be a whole number of ms, at least 100ms", window)
 	case cpuWindow < time.Millisecond || cpuWindow%time.Millisecond != 0:

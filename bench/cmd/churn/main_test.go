@@ -1,6 +1,9 @@
 package main
 
 import (
+	"math"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -19,6 +22,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{ok(0, 300, time.Second, time.Second, time.Second, "1"), "-keys = 0"},
 		{ok(1<<24, 300, time.Second, time.Second, time.Second, "1"), "-keys = 16777216"},
 		{ok(10, 0, time.Second, time.Second, time.Second, "1"), "-steady = 0"},
+		{ok(math.MaxInt-10, 300, time.Second, time.Second, time.Second, "1"), "-keys = 9223372036854775797"}, // keys+steady wraps
+		{ok(10, math.MaxInt, time.Second, time.Second, time.Second, "1"), "-steady = 9223372036854775807"},
 		{ok(10, 1, 50*time.Millisecond, time.Second, time.Second, "1"), "-window = 50ms"},
 		{ok(10, 1, 1500*time.Microsecond*100, time.Second, time.Second, "1"), ""},
 		{ok(10, 1, time.Second+time.Microsecond, time.Second, time.Second, "1"), "-window = 1.000001s"},
@@ -32,4 +37,21 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		}
 		require.ErrorContains(t, c.err, c.flag)
 	}
+}
+
+// TestStrayArgument: the flag package stops at the first argument that is not a flag, so the flags
+// after it would be dropped unseen; the program refuses it instead, naming it.
+func TestStrayArgument(t *testing.T) {
+	if os.Getenv("CHURN_MAIN") == "1" {
+		os.Args = []string{"churn", "-keys", "1000", "extra", "-part", "9"}
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestStrayArgument$")
+	cmd.Env = append(os.Environ(), "CHURN_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.Equal(t, 2, exit.ExitCode(), "%s", out)
+	require.Contains(t, string(out), `churn: unexpected argument "extra"`)
 }

@@ -63,6 +63,9 @@ func main() {
 	child := flag.Bool("child", false, "internal: measure one limiter at -keys in this process and print JSON")
 	flag.Parse()
 
+	if flag.NArg() > 0 { // the flag package stops at the first non-flag: every flag after it is lost
+		usage(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
+	}
 	if *keys < 1 || *keys > peers.MaxKeys {
 		usage(fmt.Errorf("-keys = %d out of range [1, %d]", *keys, peers.MaxKeys))
 	}

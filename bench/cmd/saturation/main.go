@@ -25,7 +25,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -48,7 +47,9 @@ func main() {
 	target := flag.Float64("target", 0.97, "the least admitted fraction that passes")
 	flag.Parse()
 	p, err := policyFor(*pol, *limit, *window)
-	if err == nil {
+	if flag.NArg() > 0 { // the flag package stops at the first non-flag: every flag after it is lost
+		err = fmt.Errorf("unexpected argument %q", flag.Arg(0))
+	} else if err == nil {
 		err = validate(*limit, *window, *duration, *procs, *target)
 	}
 	if err != nil {
@@ -142,8 +143,8 @@ func validate(limit int64, window, duration time.Duration, procs int, target flo
 		return fmt.Errorf("-duration %v: must be at least ten windows (%v)", duration, 10*window)
 	case procs < 1:
 		return fmt.Errorf("-procs %d: must be at least 1", procs)
-	case target < 0 || target > 1:
-		return errors.New("-target: must be in [0, 1]")
+	case !(target >= 0 && target <= 1): // so written that NaN fails it too
+		return fmt.Errorf("-target %v: must be in [0, 1]", target)
 	}
 	return nil
 }

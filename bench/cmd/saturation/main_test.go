@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ func TestValidate(t *testing.T) {
 		{1, 1500 * time.Microsecond, time.Minute, 1, 0.9, "-window 1.5ms"},
 		{1, time.Second, time.Second, 1, 0.9, "-duration 1s"},
 		{1, time.Second, time.Minute, 0, 0.9, "-procs 0"},
-		{1, time.Second, time.Minute, 1, 1.5, "-target"},
+		{1, time.Second, time.Minute, 1, 1.5, "-target 1.5"},
+		{1, time.Second, time.Minute, 1, math.NaN(), "-target NaN"},
 	} {
 		require.ErrorContains(t, validate(c.limit, c.window, c.duration, c.procs, c.target), c.want)
 	}
