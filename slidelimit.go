@@ -131,7 +131,9 @@ var reasonNames = [...]string{
 	ReasonInvalidLimit:   "invalid per-key limit",
 }
 
-// String returns a short lower-case description, suitable for logs and metrics labels.
+// String returns a short lower-case description, suitable for logs and metrics labels, and
+// "unknown" for a value outside the reasons defined here. A pure function, safe to call from any
+// goroutine.
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]
@@ -164,7 +166,8 @@ var (
 )
 
 // Err returns nil for ReasonOK and ReasonLimited (which waiting resolves), and the matching
-// sentinel error for every other reason defined here (nil for a value outside them).
+// sentinel error for every other reason defined here (nil for a value outside them). A pure
+// function, safe to call from any goroutine.
 func (r Reason) Err() error {
 	switch r {
 	case ReasonCostAboveLimit:
@@ -204,7 +207,8 @@ const (
 	FailLocal
 )
 
-// String returns "open", "closed" or "local", the words the command-line flags take.
+// String returns "open", "closed" or "local", the words the command-line flags take, and
+// "FailureMode(N)" for any other value N. A pure function, safe to call from any goroutine.
 func (f FailureMode) String() string {
 	switch f {
 	case FailOpen:

@@ -12,7 +12,9 @@ import (
 // as l.Take does, ignoring ctx (an in-process decision never waits, so even a ctx already done is
 // decided and counted). Its error is nil, except once l is closed: then every call returns
 // ErrClosed, with the Decision (ReasonClosed), whatever its cost. It also reports l's policy
-// (Policy), from which httplimit derives its RateLimit-Policy field. The adapter holds only l:
+// (Policy), from which httplimit derives its RateLimit-Policy field, and l itself (a method
+// Engine() *Limiter, which a caller holding only the interface reaches by a type assertion to
+// interface{ Engine() *engine.Limiter }, as httplimit does to peek and give back). The adapter holds only l:
 // converting it allocates nothing, and it is safe for concurrent use, as l is. A nil l gives a nil
 // Limiter.
 func (l *Limiter) AsLimiter() slidelimit.Limiter {

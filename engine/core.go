@@ -762,9 +762,12 @@ type Stats struct {
 	TableBytes   uint64 // memory held by the shards' tables
 }
 
-// Stats fills s without allocating. It reads every shard's table pointer without locking, so under
-// concurrent inserts the figures are a close snapshot, not an exact one.
+// Stats fills s without allocating; a nil s is left alone. It reads every shard's table pointer
+// without locking, so under concurrent inserts the figures are a close snapshot, not an exact one.
 func (l *Limiter) Stats(s *Stats) {
+	if s == nil {
+		return
+	}
 	s.Keys = l.keys.Load()
 	s.Evicted = l.sweeper.Evicted()
 	s.RefusedAtCap = l.refusedAtCap.Load()

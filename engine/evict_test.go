@@ -353,6 +353,7 @@ func TestHashFlooding(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	l, _ := newSC(t, 5, time.Second, WithShards(8), WithEviction(false))
+	require.NotPanics(t, func() { l.Stats(nil) }, "a nil Stats is left alone")
 	for i := range uint64(1000) {
 		l.AllowKey(i, 1)
 	}

@@ -50,7 +50,7 @@ func FuzzConcurrentLeakyBucket(f *testing.F)    { fuzzConcurrent(f, leakyBucket)
 func FuzzConcurrentDualBucket(f *testing.F)     { fuzzConcurrent(f, dualBucket) }
 
 func fuzzConcurrent(f *testing.F, tg *target) {
-	skipUnsupported(f, tg)
+	requireSupported(f, tg)
 	f.Fuzz(func(t *testing.T, data []byte) { runConcurrent(t, tg, data, nil) })
 }
 

@@ -318,7 +318,7 @@ func TestSeedsCoverRules(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for _, tg := range allTargets {
 		t.Run(tg.id, func(t *testing.T) {
-			skipUnsupported(t, tg)
+			requireSupported(t, tg)
 			var ft features
 			for _, b := range serialSeeds(tg) {
 				runSerial(t, tg, b, &ft)

@@ -22,13 +22,13 @@ func FuzzLeakyBucket(f *testing.F)    { fuzzSerial(f, leakyBucket) }
 func FuzzDualBucket(f *testing.F)     { fuzzSerial(f, dualBucket) }
 
 func fuzzSerial(f *testing.F, tg *target) {
-	skipUnsupported(f, tg)
+	requireSupported(f, tg)
 	f.Fuzz(func(t *testing.T, data []byte) { runSerial(t, tg, data, nil) })
 }
 
-// skipUnsupported skips a target whose policy engine.New does not accept yet, and only then, so
-// that the target starts running the moment the engine offers the policy.
-func skipUnsupported(tb testing.TB, tg *target) {
+// requireSupported fails a target whose policy engine.New refuses: every policy is supported, so
+// a refusal is a regression, which a skip would hide.
+func requireSupported(tb testing.TB, tg *target) {
 	tb.Helper()
 	p, err := tg.enginePolicy([2]int64{10, 1000})
 	if err != nil {
@@ -36,7 +36,7 @@ func skipUnsupported(tb testing.TB, tg *target) {
 	}
 	l, err := engine.New(p, engine.WithClock(clock.NewManual(0)), engine.WithEviction(false))
 	if err != nil {
-		tb.Skipf("engine.New(%#v) = %v: this runs once the engine accepts the policy", p, err)
+		tb.Fatalf("engine.New(%#v) = %v: the engine must accept every policy", p, err)
 	}
 	_ = l.Close()
 }

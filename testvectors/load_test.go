@@ -69,6 +69,8 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 			[]string{"f.json", `unknown field "comment"`}},
 		{"missing expect", wrap(`{"call": "allow", "args": [1, 1, 0]}`), []string{"step 1", `allow: missing "expect"`}},
 		{"bool expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": 1}`), []string{"step 1", "allow: expect 1, want a bool"}},
+		{"string expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": "true"}`), []string{"step 1", `allow: expect: "true" is not true or false`}},
+		{"null expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": null}`), []string{"step 1", "allow: expect: null is not true or false"}},
 		{"integer expected for retryAfter", wrap(`{"call": "retryAfter", "args": [1, 0], "expect": false}`), []string{"step 1", "retryAfter: expect false, want an integer"}},
 		{"step not an object", wrap(`7`), []string{`case 0 "c0"`, "step 1", "bad JSON"}},
 		{"args not an array", wrap(`{"call": "allow", "args": 3, "expect": true}`), []string{"step 1", "args is a JSON number, want an array"}},

@@ -278,7 +278,9 @@ func parseStep(raw json.RawMessage) (Step, error) {
 		s.Expect = Bool(string(e) == "true")
 	default:
 		n, err := parseInt(e)
-		if err != nil {
+		if err != nil && s.Call == CallAllow {
+			return s, fmt.Errorf("%s: expect: %s is not true or false", s.Call, e)
+		} else if err != nil {
 			return s, fmt.Errorf("%s: expect: %w", s.Call, err)
 		}
 		s.Expect = Int(n)
