@@ -26,9 +26,10 @@ import (
 // guarantee: each full sweep re-encodes or evicts every dead state, and a decision that finds its
 // shard's sweep overdue (Horizon) sweeps the shard itself before deciding. A state whose counts
 // are both zero is a new key's, so sweeps evict it or, with eviction off, re-encode it in the
-// current window; its window is still decoded, never taken as the reader's own: a reader whose
-// clock reading is older must count into the window the cell was last written in, not into a
-// window whose counts may have been evicted since.
+// current window. It is stored two windows before the window it is in (see idle), and decoded
+// back to that window: never taken as the reader's own, since a reader whose clock reading is
+// older must count into the window the cell was last written in, not into a window whose counts
+// may have been evicted since.
 //
 // Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
 // time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
@@ -84,7 +85,11 @@ func (c *slidingCounterWord) Horizon() int64 { return c.horizon }
 func (c *slidingCounterWord) decode(word uint64, now int64) (s rules.SlidingCounterState, n, at int64) {
 	n = c.p.Index(now)
 	counts := word & (1<<(2*c.b) - 1)
-	d := (uint64(n) - word>>(2*c.b)) & c.kmask
+	idx := word >> (2 * c.b)
+	if counts == 0 {
+		idx += 2 // written by idle, two windows before the window it was written in
+	}
+	d := (uint64(n) - idx) & c.kmask
 	back := int64(d)
 	if d > c.kmask>>1 {
 		back -= int64(c.kmask) + 1 // the writer's clock was ahead of ours
@@ -100,11 +105,12 @@ func (c *slidingCounterWord) encode(s rules.SlidingCounterState, idx int64) uint
 
 func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.idle(c.p.Index(now)), 0 }
 
-// idle is the state with both counts zero for a decision in window n. It is written at window
-// n-2, which decides exactly as window n would (counts two windows old carry nothing into n), but
-// which LivePattern does not vouch for: a key holding nothing (a query's, a refused first
-// request's, one refunded to nothing) is dead, and a sweep or a new key's reclaim at the key cap
-// must see that without waiting two windows for the pattern to pass it by.
+// idle is the state with both counts zero in window n. Its index bits say n-2, where LivePattern
+// does not vouch for it: a key holding nothing (a query's, a refused first request's, one
+// refunded to nothing) is dead, and a sweep or a new key's reclaim at the key cap must see that
+// without waiting two windows for the pattern to pass it by. decode adds the two windows back
+// (every state with both counts zero is written here), so that it decides, peeks and ages
+// exactly as the same state stored at n would, for readers in any window.
 func (c *slidingCounterWord) idle(n int64) uint64 {
 	return (uint64(n-2) & c.kmask) << (2 * c.b & 63)
 }
@@ -143,7 +149,10 @@ func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int
 			return 0, OK
 		}
 		if s.Previous == 0 && s.Current == 0 {
-			if satomic.CompareAndSwapUint64(cell, word, c.idle(n)) {
+			if s.Window == n*c.w {
+				at = n
+			}
+			if satomic.CompareAndSwapUint64(cell, word, c.idle(at)) {
 				return g, OK // refunded to nothing: dead, and written where sweeps see it (see idle)
 			}
 		} else if c.store(cell, word, s, n, at) {

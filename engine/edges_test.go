@@ -486,3 +486,54 @@ func TestNewNamesAPointerOnlyPolicyType(t *testing.T) {
 	_, err = New((*pointerTuned)(nil))
 	require.ErrorContains(t, err, "nil policy")
 }
+
+// TestKeyHoldingNothingThenAnEarlierClock: after a key comes to hold nothing (a query, a refused
+// cost, a refund of everything), a racing goroutine whose clock reads a millisecond earlier,
+// in the previous window, counts into the key's own window, as the two-word cell does: the limit
+// holds across the two windows' edge, and the racer is told the key's window's end.
+func TestKeyHoldingNothingThenAnEarlierClock(t *testing.T) {
+	for how, first := range map[string]func(l *Limiter){
+		"query":        func(l *Limiter) { l.Take("k", 0) },
+		"cost refused": func(l *Limiter) { l.Take("k", 11) },
+		"refunded": func(l *Limiter) {
+			d := l.Take("k", 4)
+			require.Equal(t, int64(4), l.Refund("k", 4, d))
+		},
+	} {
+		for _, cell := range []Option{WithMaxLimit(10), WithMaxLimit(1 << 21)} { // one word, two words
+			clk := clock.NewManual(start) // a window's first ms
+			l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Second}, WithClock(clk), WithEviction(false), cell)
+			require.NoError(t, err)
+			first(l)
+			clk.Set(start - 1)
+			d := l.Take("k", 10)
+			require.True(t, d.Allowed, how)
+			require.Equal(t, start+1000, d.ResetAt.UnixMilli(), "%s: counted in the key's own window", how)
+			clk.Set(start + 500)
+			require.False(t, l.Take("k", 5).Allowed, "%s: 15 units within 501 ms against a limit of 10", how)
+			l.Close()
+		}
+	}
+}
+
+// TestRefundToNothingFromAStaleClockKeepsTheHorizon: a refund of everything by a goroutine whose
+// clock reads a few windows behind writes the state at the key's own window, not the refunder's:
+// at the last millisecond before the shard must be swept (the one-word cell's horizon, shortest at
+// the largest one-word limit), the key decodes as a key in its own window.
+func TestRefundToNothingFromAStaleClockKeepsTheHorizon(t *testing.T) {
+	const limit = 1<<21 - 1 // the one-word cell's largest limit: a 20-bit window index
+	for _, w := range []int64{1, 1000} {
+		t0 := start + w/2
+		clk := clock.NewManual(t0)
+		l, err := New(policy.SlidingCounter{Limit: limit, Window: time.Duration(w) * time.Millisecond}, WithClock(clk), WithEviction(false), WithShards(1))
+		require.NoError(t, err)
+		d := l.Take("k", 5)
+		clk.Set(t0 - 3*w)
+		require.Equal(t, int64(5), l.Refund("k", 5, d))
+		clk.Set(t0 + (1<<19-4)*w - 1)
+		d = l.Take("k", limit)
+		require.True(t, d.Allowed, "window %d ms: the key holds nothing: %+v", w, d)
+		require.LessOrEqual(t, d.ResetAt.UnixMilli()-clk.Now(), w, "window %d ms: reset within the window", w)
+		l.Close()
+	}
+}
