@@ -27,7 +27,9 @@ func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 		}
 		require.Equal(t, want, outcome(s.call(t, "d", 0, desc("k", "v"))), "shadow_mode: %s", shadow)
 	}
-	for rpu, want := range map[string]uint32{"10.0": 10, "1e3": 1000, "1.5e1": 15, "1.0e+1": 10, "-0.0": 0, "4294967295.0": 4294967295} {
+	for rpu, want := range map[string]uint32{"10.0": 10, "1e3": 1000, "1.5e1": 15, "1.0e+1": 10, "-0.0": 0, "4294967295.0": 4294967295,
+		// Whole numbers as YAML reads them: underscores anywhere, and other bases.
+		"1_000": 1000, "1__000": 1000, "1000_": 1000, "0x10": 16, "0o17": 15, "+7": 7} {
 		cfg := parse(t, file("false", rpu))
 		s := serve(t, cfg)
 		r := s.call(t, "d", 0, desc("k", "v"))
@@ -44,6 +46,8 @@ func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 		{"no", ".nan", "requests_per_unit .nan in rate_limit of k is not a whole number"},
 		{"no", "1e10", "requests_per_unit 1e10 in rate_limit of k is out of range [0, 4294967295]"},
 		{"no", "-1.0", "requests_per_unit -1.0 in rate_limit of k is out of range [0, 4294967295]"},
+		{"no", "4294967296", "requests_per_unit 4294967296 in rate_limit of k is out of range [0, 4294967295]"},
+		{"no", "99999999999999999999", "requests_per_unit 99999999999999999999 in rate_limit of k is out of range [0, 4294967295]"},
 	} {
 		cfg, err := rls.ParseConfig("test.yaml", []byte(file(c.shadow, c.rpu)))
 		require.Nil(t, cfg)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -549,8 +548,9 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	case rpuNode.Kind != yaml.ScalarNode || rpuNode.Tag != "!!int":
 		return nil, p.errf(rpuNode, "requests_per_unit in %s is %s, want a whole number", what, kindName(rpuNode))
 	default:
-		rl.perUnit, err = strconv.ParseInt(rpuNode.Value, 0, 64)
-		if err != nil || rl.perUnit < 0 || rl.perUnit > policy.MaxLimit {
+		// Decoded as YAML reads a whole number (1_000 and 1__000 are 1000, as envoyproxy/ratelimit's
+		// YAML reads them too), not as Go does: only a number past 64 bits fails here.
+		if rpuNode.Decode(&rl.perUnit) != nil || rl.perUnit < 0 || rl.perUnit > policy.MaxLimit {
 			return outOfRange()
 		}
 	}

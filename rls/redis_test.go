@@ -3,6 +3,7 @@ package rls_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -161,4 +162,41 @@ func TestRedisManyDescriptorsDecidedWithinTheTimeout(t *testing.T) {
 		require.Equal(t, uint32(4), st.GetLimitRemaining(), "descriptor %d", i)
 	}
 	requireSeries(t, scrape(t, s.srv), "slidelimit_rls_backend_errors_total 0")
+}
+
+// TestCostAboveLimitReportsWhatIsLeft: a hit above what the policy can ever admit at once is
+// refused, and its status says what the key still has, for every policy and on both backends:
+// GCRA refuses it before reading the key, and the server then reads the key without taking.
+func TestCostAboveLimitReportsWhatIsLeft(t *testing.T) {
+	addr := startRedis(t)
+	clk := clock.NewManual(t0)
+	defer clk.Stop()
+	backends := map[string]rls.Option{
+		"engine": nil,
+		"redis":  rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk), patient)),
+	}
+	for name, backend := range backends {
+		for _, pol := range []string{"sliding-counter", "fixed-window", "token-bucket", "gcra", "leaky-bucket"} {
+			t.Run(name+"/"+pol, func(t *testing.T) {
+				// The clocks are manual and stand still: a second's limit holds throughout.
+				cfg := parse(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, policy: %s}\n", pol))
+				opts := []rls.Option{rls.WithHeaders(true)}
+				if backend != nil {
+					opts = append(opts, backend)
+				}
+				s := serve(t, cfg, opts...)
+				value := name + pol // a key of its own on the shared Redis
+				require.Equal(t, []string{ok, ok}, outcome(s.call(t, "d", 0, desc("k", value))))
+				for _, cost := range []uint64{3, 1 << 40} {
+					r := s.call(t, "d", 0, withHits(desc("k", value), cost))
+					require.Equal(t, []string{over, over}, outcome(r), "cost %d", cost)
+					require.Equal(t, uint32(1), r.GetStatuses()[0].GetLimitRemaining(), "cost %d: one of two left", cost)
+					require.Contains(t, fieldsOf(r)["RateLimit"], ";r=1;", "cost %d", cost)
+				}
+				r := s.call(t, "d", 0, desc("k", value))
+				require.Equal(t, []string{ok, ok}, outcome(r), "the refused hits took nothing")
+				require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
+			})
+		}
+	}
 }

@@ -87,7 +87,7 @@ type Option func(*Server) error
 // its keys.
 func WithBackend(b Backend) Option {
 	return func(s *Server) error {
-		if b == nil {
+		if f, ok := b.(BackendFunc); b == nil || ok && f == nil {
 			return errors.New("rls: WithBackend(nil)")
 		}
 		s.backend = b
@@ -484,17 +484,24 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	now := s.now()
 	for k := range checks {
 		c := &checks[k]
-		s.fill(resp.Statuses[c.i], c)
-		for _, d := range c.dups {
-			s.fill(resp.Statuses[d.i], c)
-		}
 		// Each descriptor counts its own hits in the metrics, those only queried after a
 		// refusal included: they were decided, as a store that gives units back decides them by
 		// a take it gives back.
 		over, near := outcomeOf(c)
-		s.count(st, req.GetDomain(), descs[c.i], c.node, c.hits, over, near)
+		own := func(i int, hits float64) {
+			ds := resp.Statuses[i]
+			s.fill(ds, c)
+			over := over
+			if hits == 0 && over {
+				// A check takes nothing and is never refused, also beside a refused twin, whose
+				// status says what remains as its own does.
+				ds.Code, ds.DurationUntilReset, over = rlsv3.RateLimitResponse_OK, nil, false
+			}
+			s.count(st, req.GetDomain(), descs[i], c.node, hits, over, near)
+		}
+		own(c.i, c.hits)
 		for _, d := range c.dups {
-			s.count(st, req.GetDomain(), descs[d.i], c.node, d.hits, over, near)
+			own(d.i, d.hits)
 		}
 	}
 	if s.headers {
@@ -523,9 +530,29 @@ func (s *Server) take(ctx context.Context, c *check, n int64) error {
 		}
 		s.metrics.backendErrors.Inc()
 		s.logBackendError(c, err, fmt.Sprintf("decided %v by the backend's failure mode", d.Allowed))
+	} else if !d.QuotaKnown() && d.Reason == slidelimit.ReasonCostAboveLimit {
+		// Refused before the key was read (GCRA above its burst): the status still says what
+		// the key has left, as every other refusal's does, read without taking anything.
+		d = standing(ctx, c, d)
 	}
 	c.d, c.failed = d, err != nil
 	return nil
+}
+
+// standing returns refusal d with the Remaining and ResetAt of c's key as it stands, read
+// without taking anything (the engine's Peek; elsewhere a take of 0 units, one more round trip),
+// or d unchanged when that read fails or judges nothing.
+func standing(ctx context.Context, c *check, d slidelimit.Decision) slidelimit.Decision {
+	var q slidelimit.Decision
+	if e := engineOf(c.live.lim); e != nil {
+		q = e.Peek(c.key)
+	} else if r, err := c.live.lim.Take(ctx, c.key, 0); err == nil {
+		q = r
+	}
+	if q.QuotaKnown() && !q.ResetAt.IsZero() {
+		d.Remaining, d.ResetAt = q.Remaining, q.ResetAt
+	}
+	return d
 }
 
 // predict serves limiters that cannot give units back: it queries every descriptor at once
@@ -704,7 +731,9 @@ func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescrip
 		for j, e := range d.GetEntries() {
 			parts[j] = segment(e.GetKey(), e.GetValue())
 		}
-		m = s.metrics.seriesFor(domain, strings.Join(parts, "."))
+		// Metric label values must be UTF-8: gRPC's decoding makes them so, but a caller of
+		// ShouldRateLimit in the same process may pass any bytes.
+		m = s.metrics.seriesFor(domain, strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD"))
 	}
 	m.hits.Add(hits)
 	switch {

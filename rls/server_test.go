@@ -426,6 +426,21 @@ func TestDuplicateDescriptorsDecidedTogether(t *testing.T) {
 	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_hits_total{descriptor="remote_address",domain="basic"} 7`, "each descriptor's own hits")
 }
 
+// A check twinned with a refused descriptor (the same limit and entries) is still never refused:
+// the twins are decided together, the request is OVER_LIMIT for the other's hits, and the check's
+// status is OK with what remains, in either order.
+func TestCheckBesideARefusedTwin(t *testing.T) {
+	s := serve(t, loadGood(t)) // remote_address: 3 a second
+	ip := func() *ratelimitv3.RateLimitDescriptor { return desc("remote_address", "10.0.0.9") }
+	r := s.call(t, "basic", 0, withHits(ip(), 5), withHits(ip(), 0))
+	require.Equal(t, []string{over, over, ok}, outcome(r))
+	r = s.call(t, "basic", 0, withHits(ip(), 0), withHits(ip(), 5))
+	require.Equal(t, []string{over, ok, over}, outcome(r))
+	require.Equal(t, uint32(3), r.GetStatuses()[0].GetLimitRemaining(), "the check says what remains")
+	require.Nil(t, r.GetStatuses()[0].GetDurationUntilReset())
+	require.Contains(t, scrape(t, s.srv), `slidelimit_rls_over_limit_total{descriptor="remote_address",domain="basic"} 10`, "the refused twins' hits, 5 each")
+}
+
 // Reset times are on the backend's clock: WithNow gives the headers that clock's reading, so a
 // manual clock far from the wall clock still gives t the seconds left on it.
 func TestHeadersOnTheBackendsClock(t *testing.T) {
@@ -443,6 +458,24 @@ func TestHeadersOnTheBackendsClock(t *testing.T) {
 
 	_, err := rls.NewServer(loadGood(t), rls.WithNow(nil))
 	require.ErrorContains(t, err, "WithNow(nil)")
+	_, err = rls.NewServer(loadGood(t), rls.WithBackend(rls.BackendFunc(nil)))
+	require.ErrorContains(t, err, "WithBackend(nil)", "a nil BackendFunc is a nil backend")
+}
+
+// A detailed_metric descriptor's values name its series, and a caller in the same process may pass
+// values that are not UTF-8 (gRPC's decoding refuses them): the label gets U+FFFD for each bad
+// byte sequence, and the call neither panics nor loses its decision.
+func TestDetailedMetricOfBytesNotUTF8(t *testing.T) {
+	s := serve(t, loadGood(t))
+	req := &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("detailed", "caf\xe9")}}
+	var r *rlsv3.RateLimitResponse
+	require.NotPanics(t, func() {
+		var err error
+		r, err = s.srv.ShouldRateLimit(context.Background(), req)
+		require.NoError(t, err)
+	})
+	require.Equal(t, []string{ok, ok}, outcome(r))
+	require.Contains(t, scrape(t, s.srv), "slidelimit_rls_hits_total{descriptor=\"detailed_caf\uFFFD\",domain=\"basic\"} 1")
 }
 
 // A bucket descriptor given back its hit, because another descriptor refused, has its header's t
