@@ -1059,7 +1059,7 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	if c.redisMode == "batched" {
 		// -fleet-size is also the size a proxy started while Redis is down assumes until a
 		// heartbeat answers: without it each such proxy would take the whole limit alone.
-		bopts := []batched.Option{batched.WithTimeout(c.redisTimeout), batched.WithInitialFleetSize(c.fleetSize)}
+		bopts := []batched.Option{batched.WithTimeout(c.redisTimeout), batched.WithInitialFleetSize(c.fleetSize), batched.WithOfflineMode(mode)}
 		if c.clk != nil {
 			bopts = append(bopts, batched.WithClock(c.clk))
 		}
@@ -1099,7 +1099,9 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 // offlineAs applies -on-redis-error to what the batched mode decides while Redis is away: local
 // (the default) keeps its decision, made with the limit divided by the fleet size last heard from
 // Redis (-fleet-size until Redis first answers); open admits; closed refuses. While Redis answers,
-// its decisions stand as they are.
+// its decisions stand as they are. The limiter must be built with batched.WithOfflineMode(mode),
+// so that open and closed count nothing: a refused request consumes nothing, in Redis later
+// either; offlineAs then words its errors for the mode.
 type offlineAs struct {
 	l    *batched.Limiter
 	mode slidelimit.FailureMode

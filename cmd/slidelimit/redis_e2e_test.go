@@ -229,6 +229,28 @@ func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
 	assert.Equal(t, 1.0, metric(t, m, "slidelimit_keys_tracked"), "the one client the batched limiter decided alone")
 }
 
+// A batched proxy under -on-redis-error closed refuses while Redis does not answer, and its
+// refusals cost the client nothing: once Redis answers again the client has its whole limit. They
+// were decided on the proxy's share first, and charged to Redis when it came back.
+func TestBatchedClosedRefusalsChargeNothing(t *testing.T) {
+	srv := redisServer(t)
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://"+srv.Addr+"/0",
+		"-redis-mode", "batched", "-redis-timeout", "20ms", "-on-redis-error", "closed", "-name", "closed-outage")
+	c := newClient(t, true)
+	require.NoError(t, srv.Pause())
+	for range 6 {
+		assert.Equal(t, 503, do(t, c, p.url("/"), nil).status, "Redis paused, closed")
+	}
+	require.NoError(t, srv.Resume())
+	waitFor(t, func() bool { return do(t, c, p.url("/"), nil).status == 200 }) // a heartbeat hears Redis again
+	var codes []int
+	for range 4 {
+		codes = append(codes, do(t, c, p.url("/"), nil).status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429}, codes, "the limit of 4, whole: the 503s took nothing")
+}
+
 // While Redis is down, -on-redis-error open and closed decide the requests no limit could: they
 // are counted in slidelimit_decisions_total with reason="redis_error" (allowed with open, denied
 // with closed), in both Redis modes, and the access log writes their line. Nothing listens on

@@ -209,7 +209,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		cancel()
 		if c.redisMode == "batched" {
 			opts = append(opts, rls.WithBackend(rls.BackendFunc(func(name string, p policy.Policy) (slidelimit.Limiter, error) {
-				bl, err := batched.New(client, name, p, batched.WithTimeout(c.redisTimeout))
+				bl, err := batched.New(client, name, p, batched.WithTimeout(c.redisTimeout), batched.WithOfflineMode(onError))
 				if err != nil {
 					return nil, err
 				}

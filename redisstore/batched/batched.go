@@ -35,7 +35,8 @@ var (
 	// reply is wrapped too, naming the key with its subject written as "…", and does not take the
 	// limiter offline: only that request is decided alone, and the next one for the key asks Redis
 	// again. The Decision is usable; the units it admitted are charged to Redis when Redis answers
-	// for the key again.
+	// for the key again. Under WithOfflineMode(FailClosed) or (FailOpen) the Decision is that
+	// mode's instead, and counts nothing.
 	ErrOffline = fmt.Errorf("%w: batched: deciding locally with the limit divided by the fleet size", redisstore.ErrUnavailable)
 	// ErrClosed is returned by Take after Close. It is the root package's ErrClosed.
 	ErrClosed = slidelimit.ErrClosed
@@ -323,7 +324,7 @@ func (l *Limiter) Allow(key string) bool {
 // from the fleet's counts less the units this process's lease still holds, which go back when the
 // window ends: with no other process, it is the engine's RetryAfter, whatever the cost.
 //
-// While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
+// While Redis is unreachable Take decides locally (or as WithOfflineMode says) with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
 // Redis has answered once), and returns that Decision with an error wrapping ErrOffline (and
 // redisstore.ErrUnavailable), queries included. Its Remaining is the lease's rest plus what the
@@ -761,6 +762,13 @@ func callerGaveUp(ctx context.Context) bool {
 // from Redis (WithInitialFleetSize's until Redis first answers), and records what it admitted so
 // that the units are charged to Redis when it returns.
 func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
+	switch l.cfg.offline {
+	case slidelimit.FailClosed:
+		// Refused without counting: a refused request consumes nothing, here or in Redis later.
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited, RetryAfter: l.cfg.sync}, ErrOffline
+	case slidelimit.FailOpen:
+		return slidelimit.Decision{Allowed: true, Limit: l.limit, Reason: slidelimit.ReasonOK}, ErrOffline
+	}
 	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
 	// The share is this process's part of the limit, not the key's limit: a cost above the share

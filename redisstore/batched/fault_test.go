@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
@@ -800,4 +801,64 @@ func ownServer(t *testing.T) (*redistest.Server, *redis.Client) {
 	}
 	t.Cleanup(srv.Stop)
 	return srv, newClient(t, srv.Addr)
+}
+
+// TestOfflineModes: while Redis does not answer, WithOfflineMode(FailClosed) refuses what would be
+// decided on the share and FailOpen admits it, both with ErrOffline and counting nothing: once
+// Redis answers and the limiter closes, Redis holds only the first request's unit, and a refused
+// request has cost nothing. (The default, FailLocal, charges Redis what it admitted alone:
+// TestCloseChargesWhenRedisIsBackBeforeAHeartbeat.)
+func TestOfflineModes(t *testing.T) {
+	for _, mode := range []slidelimit.FailureMode{slidelimit.FailClosed, slidelimit.FailOpen} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv, c := ownServer(t)
+			clk := clock.NewManual(t0)
+			l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Minute}, WithTimeout(200*time.Millisecond), WithOfflineMode(mode))
+			ctx := context.Background()
+			d, err := l.Take(ctx, "k", 1)
+			if err != nil || !d.Allowed {
+				t.Fatalf("a first request, Redis up: %+v %v", d, err)
+			}
+			// What the first request's lease still holds is Redis's to spend, in every mode.
+			e, _ := l.entries.Load("k")
+			if rest := int64(uint32(e.cell.Load())); rest > 0 {
+				if d, err := l.Take(ctx, "k", rest); err != nil || !d.Allowed {
+					t.Fatalf("the lease's rest, %d: %+v %v", rest, d, err)
+				}
+			}
+			leased := d.Counted + int64(uint32(e.cell.Load()))
+			if err := srv.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				d, err := l.Take(ctx, "k", 2)
+				if !errors.Is(err, ErrOffline) || d.Allowed != (mode == slidelimit.FailOpen) || d.Counted != 0 {
+					t.Fatalf("request %d with the server paused: %+v %v; want %v with ErrOffline, nothing counted", i+1, d, err, mode)
+				}
+				if mode == slidelimit.FailClosed && (d.Reason != slidelimit.ReasonLimited || d.RetryAfter <= 0) {
+					t.Fatalf("a refusal: %+v, want ReasonLimited with a wait", d)
+				}
+			}
+			var s Stats
+			if l.Stats(&s); s.OfflineDecisions != 0 {
+				t.Fatalf("%d decided alone on the share, want none", s.OfflineDecisions)
+			}
+			if err := srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			v, err := c.Get(ctx, l.Key("k")).Result()
+			f := strings.Fields(v)
+			if err != nil || len(f) != 3 {
+				t.Fatalf("the key's counts after Close = %q %v", v, err)
+			}
+			// The lease that timed out when the pause began may reach Redis once it resumes: a
+			// grant never used, which Close gives back, or which counts once more at most.
+			if n, _ := strconv.ParseInt(f[1], 10, 64); n < 1 || n > leased+10 {
+				t.Fatalf("the key's count after Close = %d (%q): want what the lease granted before the pause, %d, nothing of the %v answers", n, v, leased, mode)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
@@ -37,11 +38,12 @@ type config struct {
 	id       string
 	onError  func(error)
 	fleet0   int64 // the fleet size assumed until a heartbeat answers
-	manual   bool  // no background goroutine; the tests step the exchange themselves
+	offline  slidelimit.FailureMode
+	manual   bool // no background goroutine; the tests step the exchange themselves
 }
 
 func defaultConfig() config {
-	return config{sync: DefaultSyncInterval, timeout: DefaultTimeout, prefix: DefaultPrefix, fleet0: 1}
+	return config{sync: DefaultSyncInterval, timeout: DefaultTimeout, prefix: DefaultPrefix, fleet0: 1, offline: slidelimit.FailLocal}
 }
 
 // WithClock makes the limiter read time from c instead of the process-wide coarse clock
@@ -133,6 +135,25 @@ func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f
 		return nil
+	}
+}
+
+// WithOfflineMode sets what Take does with a request that it would otherwise decide alone on the
+// process's share of the limit (while Redis is unreachable, in the quiet period after Redis came
+// back without its data, or after an error reply about the key), returning ErrOffline with it:
+// slidelimit.FailLocal (the default) decides it on the share and charges Redis what it admitted
+// once Redis answers; slidelimit.FailClosed refuses it (ReasonLimited, RetryAfter the sync
+// interval) and FailOpen admits it, both counting nothing, locally or in Redis. A request the
+// process's lease still covers is admitted from it in every mode, with no error: those units were
+// granted by Redis. Queries (cost 0) and costs above the limit are answered as without the option.
+func WithOfflineMode(m slidelimit.FailureMode) Option {
+	return func(cfg *config) error {
+		switch m {
+		case slidelimit.FailLocal, slidelimit.FailClosed, slidelimit.FailOpen:
+			cfg.offline = m
+			return nil
+		}
+		return fmt.Errorf("batched: WithOfflineMode(%v): want FailLocal, FailClosed or FailOpen", m)
 	}
 }
 
