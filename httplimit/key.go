@@ -301,13 +301,22 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 // KeyByHeader returns a key function that keys each request by the value of header name (for
 // example an API key checked earlier in the chain), as "h:" and the value. A request without the
 // header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
-// address (ClientIP with no trusted proxies). Clients choose their own header values: key by a
-// header only where something upstream of the limiter has authenticated it. Safe for concurrent
-// use.
+// address (ClientIP with no trusted proxies). Host is read from Request.Host, where Go's server
+// moves it out of the header map (so that each virtual host has its own key). Clients choose their
+// own header values: key by a header only where something upstream of the limiter has
+// authenticated it. Safe for concurrent use.
 func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Request) string {
 	name = http.CanonicalHeaderKey(name)
 	if fallback == nil {
 		fallback = new(ClientIP).Key
+	}
+	if name == "Host" {
+		return func(r *http.Request) string {
+			if r.Host != "" {
+				return "h:" + r.Host
+			}
+			return fallback(r)
+		}
 	}
 	return func(r *http.Request) string {
 		if v := r.Header.Get(name); v != "" {

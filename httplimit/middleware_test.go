@@ -488,6 +488,12 @@ func TestKeyByHeaderAndPath(t *testing.T) {
 	assert.Equal(t, "path:/search ip:192.0.2.1", httplimit.KeyByPathAndIP(nil)(r))
 	assert.Equal(t, "path:/search h:k1", httplimit.KeyByPathAndIP(byKey)(r))
 	assert.Equal(t, "conn:192.0.2.1:5555", httplimit.KeyByConn(r), "without ConnContext")
+
+	// Host is in Request.Host: Go's server takes it out of the header map.
+	byHost := httplimit.KeyByHeader("host", nil)
+	assert.Equal(t, "h:example.com", byHost(r), "httptest.NewRequest's host")
+	r.Host = ""
+	assert.Equal(t, "ip:192.0.2.1", byHost(r), "no host: the fallback")
 }
 
 // Each connection is its own key when the server tags connections with ConnContext.

@@ -258,6 +258,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if c.expectedKeys > 0 && c.redisURL != "" {
 		return def, nil, fmt.Errorf("-expected-keys %d: sizes in-process limits, and with -redis there are none", c.expectedKeys)
 	}
+	if c.maxKeys > 0 && c.redisURL != "" && c.redisMode == "batched" {
+		// Exact mode's cap bounds its in-process fallback; batched mode keeps an entry per key
+		// with no cap, so the flag would be taken and do nothing.
+		return def, nil, fmt.Errorf("-max-keys %d: caps in-process limiters, and -redis-mode batched has no key cap", c.maxKeys)
+	}
 	if c.maxDelay < 0 || c.maxDelay > time.Minute {
 		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", c.maxDelay)
 	}
@@ -410,6 +415,11 @@ func checkKey(k string) error {
 			if !httpguts.IsTokenRune(r) {
 				return fmt.Errorf("%q: header name %q has %q, which a header name cannot hold (letters, digits and !#$%%&'*+-.^_`|~ only), like header:X-Api-Key", k, name, r)
 			}
+		}
+		// Go's server takes these out of the header map (Host is read from the request itself).
+		switch http.CanonicalHeaderKey(name) {
+		case "Transfer-Encoding", "Trailer":
+			return fmt.Errorf("%q: the header %s never reaches the limiter (Go's server takes it out of the request's header map), like header:X-Api-Key", k, name)
 		}
 		return nil
 	}
@@ -1895,6 +1905,11 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		for _, s := range servers {
 			s.Close()
 		}
+		// The handlers cut off still write their access-log lines (an upgraded connection's 101
+		// is written as it closes): a short, bounded wait lets them, so that no line is lost.
+		gctx, gcancel := context.WithTimeout(context.Background(), time.Second)
+		flight.wait(gctx)
+		gcancel()
 		if signalled.Load() {
 			logger.Warn("requests still in flight at the second stop signal were cut off")
 		} else {
