@@ -22,7 +22,8 @@ import (
 //
 // Set the fields before the first Accept and leave them alone afterwards. Accept may be called
 // from several goroutines at once if the wrapped listener allows it; Close and Addr are the
-// wrapped listener's.
+// wrapped listener's (with none to wrap, Close does nothing and Addr is an empty TCP address, so
+// that http.Server.Serve returns Validate's error rather than panicking as it closes).
 type Listener struct {
 	// Listener is the wrapped listener: Accept takes connections from it, and Close and Addr
 	// are its own.
@@ -89,6 +90,24 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		c.Close()
 	}
+}
+
+// Close closes the wrapped listener, and does nothing when there is none. Safe for concurrent use
+// as the wrapped listener's Close is.
+func (l *Listener) Close() error {
+	if l.Listener == nil {
+		return nil
+	}
+	return l.Listener.Close()
+}
+
+// Addr returns the wrapped listener's address, or an empty TCP address when there is none.
+// Safe for concurrent use as the wrapped listener's Addr is.
+func (l *Listener) Addr() net.Addr {
+	if l.Listener == nil {
+		return &net.TCPAddr{}
+	}
+	return l.Listener.Addr()
 }
 
 func (l *Listener) admit(c net.Conn) bool {

@@ -202,4 +202,11 @@ func TestListenerValidate(t *testing.T) {
 	require.EqualError(t, ln.Validate(), "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
 	_, err = ln.Accept()
 	assert.EqualError(t, err, "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
+	// http.Server.Serve closes the listener and reads its address: neither may panic.
+	require.NotPanics(t, func() {
+		err = (&http.Server{Handler: http.NotFoundHandler()}).Serve(ln)
+	})
+	assert.EqualError(t, err, "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
+	assert.NotNil(t, ln.Addr())
+	assert.NoError(t, ln.Close())
 }

@@ -19,7 +19,8 @@ import (
 
 // ErrorMode says what the middleware (or the Listener) does with a request (or a connection) when
 // the Limiter returns an error: the root package's FailureMode. FailOpen (the default) serves the
-// request as if it were admitted, without a RateLimit field, after calling OnError (a negative
+// request as if it were admitted, without a RateLimit item for the failing limit (the other
+// limits keep theirs), after calling OnError (a negative
 // cost excepted: see Middleware.Cost). FailClosed
 // answers 503 Service Unavailable with Retry-After (the Decision's RetryAfter rounded up, at least
 // 1 second), after calling OnError. FailLocal (TrustDecision) admits or refuses on the Decision
@@ -178,8 +179,10 @@ type Middleware struct {
 	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
 	// too), for metrics and logs, before the response is written: once per request, with the
 	// refusing limit's Decision or, when every limit admitted, the one with the least Remaining.
-	// A request answered 503 because a Limiter failed (FailClosed, or a closed limiter) is
-	// OnError's, not OnDecision's, even when an earlier limit had admitted it. nil means none.
+	// A request answered 503 because a Limiter returned an error (under FailClosed, or a closed
+	// limiter's ErrClosed) is OnError's, not OnDecision's, even when an earlier limit had admitted
+	// it; a ReasonClosed refusal that came without an error (see OnLimited) is OnDecision's, as
+	// every other refusal is. nil means none.
 	OnDecision func(r *http.Request, key string, d engine.Decision)
 
 	// OnError observes every error from a Limiter, before ErrorMode is applied, and a
@@ -268,10 +271,10 @@ func (m *Middleware) Validate() error {
 // handler it returns is safe for concurrent use.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
-		return &broken{err: err, onError: m.OnError}
+		return &broken{err: err, onError: m.OnError, problem: m.Problem}
 	}
 	if next == nil {
-		return &broken{err: errors.New("httplimit: Middleware.Wrap(nil): no handler to pass admitted requests to"), onError: m.OnError}
+		return &broken{err: errors.New("httplimit: Middleware.Wrap(nil): no handler to pass admitted requests to"), onError: m.OnError, problem: m.Problem}
 	}
 	handlers.Add(1)
 	h := &handler{
@@ -371,11 +374,16 @@ type refunder interface {
 type broken struct {
 	err     error
 	onError func(*http.Request, string, error)
+	problem bool
 }
 
 func (b *broken) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.onError != nil {
 		b.onError(r, "", b.err)
+	}
+	if b.problem {
+		WriteProblem(w, http.StatusInternalServerError, "rate limiter misconfigured")
+		return
 	}
 	http.Error(w, "rate limiter misconfigured", http.StatusInternalServerError)
 }

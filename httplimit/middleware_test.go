@@ -416,6 +416,18 @@ func TestWrapNilHandler(t *testing.T) {
 	require.Error(t, seen)
 	assert.Contains(t, seen.Error(), "Middleware.Wrap(nil)")
 	assert.Zero(t, l.Len(), "no key was charged")
+
+	// With Problem, as the middleware's other own errors: a problem of type about:blank.
+	m.Problem = true
+	ts = serve(t, m.Wrap(nil))
+	res, err := ts.Client().Get(ts.URL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, 500, res.StatusCode)
+	assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+	assert.Contains(t, string(body), `"detail":"rate limiter misconfigured"`)
 }
 
 // A Remaining past what a structured field can carry is sent as the largest it can: a longer
