@@ -37,8 +37,9 @@
 // their clocks' difference.
 //
 // The local deny cache remembers keys that Redis refused, with the state Redis returned, so that
-// a blocked client costs no round trip and still gets the Decision Redis would give. Whatever the
-// skew, it never refuses what Redis would admit as long as other hosts only take from the key
+// a blocked client costs no round trip and still gets the Decision Redis would give. Under server
+// time (the default), whatever the skew, it never refuses what Redis would admit as long as other
+// hosts only take from the key
 // (another host's Refund or Reset lowers the count without reaching this cache, which may go on
 // refusing until the entry's retry time; this host's own forget the key, and a refusal whose call
 // was out while one of them ran is not remembered, unless the refund's reply was lost and Redis
@@ -55,7 +56,11 @@
 // empty replica, a DEL from outside) is not seen: its entry refuses, until the entry's retry
 // time, requests that Redis would now admit as a new key's; nothing is admitted past the limit.
 // WithDenyCacheMaxAge bounds how long such an entry (and one another host's Reset made stale)
-// goes on refusing, for one round trip per blocked key each time it ends.
+// goes on refusing, for one round trip per blocked key each time it ends. Under client time, a
+// take by another host whose clock is ahead may move the key's state on (into a later window, or
+// a bucket refilled to that host's time); this host's entry, made at its own time, may then
+// refuse what Redis would admit at this host's time, for at most the hosts' clock difference and
+// never past the entry's retry time.
 // The cache keeps at most WithDenyCache keys, each in at most DenyCacheEntryBytes (long subjects are
 // kept as their hash), so it is bounded in bytes (WithDenyCacheBytes) whatever clients send. It
 // remembers the sliding log's refusals only up to MaxCachedLogLimit, whose whole log it keeps.

@@ -392,7 +392,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		}
 		slices.SortFunc(order, func(a, b int) int { return len(keys[b]) - len(keys[a]) })
 		for _, i := range order {
-			msg = strings.ReplaceAll(msg, keys[i], named[i])
+			msg = check.HideKey(msg, keys[i], named[i])
 		}
 		err = &answered{err: err, msg: "key " + strings.Join(named, ", ") + ": " + msg}
 	} else {

@@ -136,7 +136,8 @@ func WithServerTime() Option {
 // every call instead of using the server's time, saving the TIME call inside each script; with
 // WithServerTime as well, in either order, the server's time is used. Hosts whose clocks differ
 // then see each other's windows shifted by the difference; the deny cache stays bounded by the
-// key's TTL on Redis (see the package documentation).
+// key's TTL on Redis, and may refuse what Redis would admit for at most the hosts' clock
+// difference after a host whose clock is ahead takes from the key (see the package documentation).
 func WithClientTime() Option {
 	return func(cfg *config) error {
 		cfg.clientTime = true

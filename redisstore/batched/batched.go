@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -718,7 +717,7 @@ func (l *Limiter) hideSubject(e *entry, err error) error {
 		return err // a transport failure, which names no key
 	}
 	named := withoutSubject(e.rkey, l.space)
-	msg := strings.ReplaceAll(err.Error(), e.rkey, named)
+	msg := check.HideKey(err.Error(), e.rkey, named)
 	if !transportFailure(err) {
 		msg = "key " + named + ": " + msg
 	}

@@ -66,3 +66,14 @@ func deniedInScript(msg string) bool {
 	return strings.HasPrefix(msg, "ERR ") &&
 		(strings.Contains(msg, "The user executing the script can't") || strings.Contains(msg, "ACL failure in script"))
 }
+
+// HideKey returns msg with every mention of key replaced by named. An error reply cannot carry
+// a line break, so Redis writes each CR and LF of one as a space: a key holding them (a caller's
+// subject may) is also found in that form, so that it never reaches a log by that way either.
+func HideKey(msg, key, named string) string {
+	msg = strings.ReplaceAll(msg, key, named)
+	if spaced := strings.NewReplacer("\r", " ", "\n", " ").Replace(key); spaced != key {
+		msg = strings.ReplaceAll(msg, spaced, named)
+	}
+	return msg
+}

@@ -50,3 +50,16 @@ func TestEveryKeyLooksThroughScriptWrapping(t *testing.T) {
 		t.Errorf("EveryKey(WRONGTYPE) = %q, want \"\": it is about one key", hint)
 	}
 }
+
+func TestHideKey(t *testing.T) {
+	for _, c := range []struct{ msg, key, want string }{
+		{"malformed state at sl:{x}n:SECRET", "sl:{x}n:SECRET", "malformed state at sl:{x}n:…"},
+		{"malformed state at sl:{x}n:SECRET  x", "sl:{x}n:SECRET\r\nx", "malformed state at sl:{x}n:…"}, // Redis writes CR and LF as spaces
+		{"malformed state at sl:{x}n:SECRET x", "sl:{x}n:SECRET\nx", "malformed state at sl:{x}n:…"},
+		{"WRONGTYPE Operation against a key", "sl:{x}n:SECRET", "WRONGTYPE Operation against a key"},
+	} {
+		if got := HideKey(c.msg, c.key, "sl:{x}n:…"); got != c.want {
+			t.Errorf("HideKey(%q, %q) = %q, want %q", c.msg, c.key, got, c.want)
+		}
+	}
+}
