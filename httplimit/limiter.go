@@ -3,8 +3,9 @@
 // For each request the Middleware computes a key (by default the client's IP address; or a
 // header's value, the path and IP, or the connection), asks a slidelimit.Limiter to take one unit
 // (or Cost units) for it, and then either calls the next handler or answers 429 Too Many Requests
-// with Retry-After. Every decided response carries the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-10, so clients can see their quota and pace themselves.
+// with Retry-After. Decided responses carry the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-10, so clients can see their quota and pace themselves (the
+// exceptions, Shadow mode and limits whose quota a refusal did not read, are Middleware's).
 // Listener applies the same idea one level down, to new connections per client address.
 //
 // Both decide through Limiter, one method that the in-process engine (through Local) and the
