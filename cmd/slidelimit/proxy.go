@@ -1134,8 +1134,13 @@ func (o offlineAs) Take(ctx context.Context, key string, n int64) (slidelimit.De
 // named is err, batched.ErrOffline's, saying what the mode in force does instead of that the
 // limiter decides locally, which only local does: the logs of both commands print it.
 func (o offlineAs) named(err error, does string) error {
-	local := strings.TrimPrefix(batched.ErrOffline.Error(), redisstore.ErrUnavailable.Error()+": ")
-	return &offlineError{err: err, msg: strings.Replace(err.Error(), local, "batched: -on-redis-error "+o.mode.String()+": "+does, 1)}
+	// The batched clause ends where a key's own error reply, if any, is added.
+	head := redisstore.ErrUnavailable.Error() + ": "
+	msg, tail := strings.TrimPrefix(err.Error(), head), ""
+	if i := strings.Index(msg, ": key "); i >= 0 {
+		tail = msg[i:]
+	}
+	return &offlineError{err: err, msg: head + "batched: -on-redis-error " + o.mode.String() + ": " + does + tail}
 }
 
 // offlineError is an offline error with its message rewritten; errors.Is still finds

@@ -35,8 +35,13 @@ var (
 	// limiter offline: only that request is decided alone, and the next one for the key asks Redis
 	// again. The Decision is usable; the units it admitted are charged to Redis when Redis answers
 	// for the key again. Under WithOfflineMode(FailClosed) or (FailOpen) the Decision is that
-	// mode's instead, and counts nothing.
+	// mode's instead, and counts nothing, and the error (ErrOffline to errors.Is) says so.
 	ErrOffline = fmt.Errorf("%w: batched: deciding locally with the limit divided by the fleet size", redisstore.ErrUnavailable)
+
+	// What WithOfflineMode's FailClosed and FailOpen return instead: ErrOffline to errors.Is,
+	// worded for what they did.
+	errOfflineClosed = &offlineError{"batched: offline: refused, counting nothing (WithOfflineMode(FailClosed))"}
+	errOfflineOpen   = &offlineError{"batched: offline: admitted, counting nothing (WithOfflineMode(FailOpen))"}
 	// ErrClosed is returned by Take after Close. It is the root package's ErrClosed.
 	ErrClosed = slidelimit.ErrClosed
 )
@@ -72,7 +77,7 @@ type Limiter struct {
 	// local decides while Redis is unreachable, per key, with the limit divided by the fleet.
 	local *engine.Limiter
 
-	members, epochK string
+	members, epochK, quietK string
 	// leaseEpoch is the epoch token from the last answered heartbeat, nil before the first one;
 	// the lease script checks it while epochCheck holds (see leaseLua and checkedEpoch).
 	leaseEpoch atomic.Pointer[string]
@@ -237,7 +242,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		entries: xsync.NewMapOf[string, *entry](),
 		holding: xsync.NewMapOf[*entry, struct{}](),
 		renew:   make(chan *entry, 1<<14),
-		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), space: sp,
+		members: membersKey(cfg.prefix, sp), epochK: epochKey(cfg.prefix, sp), quietK: quietKey(cfg.prefix, sp), space: sp,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		leases: xsync.NewCounter(), returns: xsync.NewCounter(), charges: xsync.NewCounter(),
 		offlineDecisions: xsync.NewCounter(), exchanges: xsync.NewCounter(), failures: xsync.NewCounter(),
@@ -407,7 +412,7 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 				// Refused whatever Redis holds: no failure mode may admit it, nor give it a wait.
 				return d, nil
 			}
-			return d, ErrOffline
+			return d, l.offlineErr()
 		}
 		d.Remaining = held + head
 		return d, nil
@@ -673,7 +678,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		if transportFailure(err) {
 			l.goOffline(err)
 		}
-		err = fmt.Errorf("%w: %w", ErrOffline, l.hideSubject(e, err))
+		err = fmt.Errorf("%w: %w", l.offlineErr(), l.hideSubject(e, err))
 		l.reportErr(err)
 		d, _ := l.decideOffline(e, n)
 		return d, err
@@ -764,9 +769,9 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	switch l.cfg.offline {
 	case slidelimit.FailClosed:
 		// Refused without counting: a refused request consumes nothing, here or in Redis later.
-		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited, RetryAfter: l.cfg.sync}, ErrOffline
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited, RetryAfter: l.cfg.sync}, errOfflineClosed
 	case slidelimit.FailOpen:
-		return slidelimit.Decision{Allowed: true, Limit: l.limit, Reason: slidelimit.ReasonOK}, ErrOffline
+		return slidelimit.Decision{Allowed: true, Limit: l.limit, Reason: slidelimit.ReasonOK}, errOfflineOpen
 	}
 	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
@@ -796,6 +801,23 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	}
 	return d, ErrOffline
 }
+
+// offlineErr is the error an offline decision comes with, worded for WithOfflineMode's mode.
+func (l *Limiter) offlineErr() error {
+	switch l.cfg.offline {
+	case slidelimit.FailClosed:
+		return errOfflineClosed
+	case slidelimit.FailOpen:
+		return errOfflineOpen
+	}
+	return ErrOffline
+}
+
+// offlineError is ErrOffline in other words (see errOfflineClosed).
+type offlineError struct{ clause string }
+
+func (e *offlineError) Error() string { return redisstore.ErrUnavailable.Error() + ": " + e.clause }
+func (e *offlineError) Unwrap() error { return ErrOffline }
 
 // share is each process's limit while Redis is away: the limit divided by the fleet size last
 // heard from Redis (WithInitialFleetSize's until Redis first answers), at least 1.

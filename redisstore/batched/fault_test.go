@@ -862,3 +862,58 @@ func TestOfflineModes(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinerHoldsToTheQuietAfterADataLoss: a process that joins after Redis came back without its
+// data cannot tell the new epoch from a first one, but a process that knew the old epoch has
+// started the quiet in Redis, and the joiner holds to it: it decides alone on its share, with
+// ErrOffline, while the others re-declare what they counted, instead of leasing at once against
+// the emptied counts. (One that joins before any such process has had a heartbeat cannot know:
+// docs/fleet.md.)
+func TestJoinerHoldsToTheQuietAfterADataLoss(t *testing.T) {
+	srv, c := ownServer(t)
+	clk := clock.NewManual(t0)
+	p := policy.SlidingCounter{Limit: 100, Window: time.Minute}
+	ctx := context.Background()
+	a := newLimiter(t, c, clk, p, WithProcessID("a"))
+	for i := range 60 {
+		if d, err := a.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("a's request %d: %+v %v", i+1, d, err)
+		}
+	}
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	a.step() // a finds the new epoch: the loss, and the quiet
+	var s Stats
+	if a.Stats(&s); !s.Offline {
+		t.Fatalf("a after the loss: %+v, want the quiet (Offline)", s)
+	}
+	b := newLimiter(t, c, clk, p, WithProcessID("b"))
+	for i := range 10 {
+		d, err := b.Take(ctx, "k", 1)
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("b's request %d in the quiet: %+v %v; want a decision alone, with ErrOffline", i+1, d, err)
+		}
+	}
+	if b.Stats(&s); !s.Offline || s.OfflineDecisions != 10 {
+		t.Fatalf("b in the quiet: %+v, want Offline and 10 decisions alone", s)
+	}
+}
+
+// TestOfflineErrorsSayWhatTheModeDid: the error an offline decision comes with is ErrOffline to
+// errors.Is in every mode, and only FailLocal's says it decided locally.
+func TestOfflineErrorsSayWhatTheModeDid(t *testing.T) {
+	for mode, want := range map[slidelimit.FailureMode]string{
+		slidelimit.FailLocal:  "deciding locally with the limit divided by the fleet size",
+		slidelimit.FailClosed: "batched: offline: refused, counting nothing",
+		slidelimit.FailOpen:   "batched: offline: admitted, counting nothing",
+	} {
+		c := newClient(t, "127.0.0.1:1") // nothing listens there
+		l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Minute}, WithTimeout(20*time.Millisecond), WithOfflineMode(mode))
+		_, err := l.Take(context.Background(), "k", 1)
+		if !errors.Is(err, ErrOffline) || !errors.Is(err, redisstore.ErrUnavailable) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v; want ErrOffline saying %q", mode, err, want)
+		}
+	}
+}

@@ -59,11 +59,13 @@ func stateKey(prefix, sp, subject string) string {
 	return b.String()
 }
 
-// membersKey is the sorted set of live process ids scored by their last heartbeat (ms), and
-// epochKey the token that tells a process whether Redis lost its data since the last heartbeat.
-// Both carry the same hash tag, so one script touches them on a cluster.
+// membersKey is the sorted set of live process ids scored by their last heartbeat (ms),
+// epochKey the token that tells a process whether Redis lost its data since the last heartbeat,
+// and quietKey when the quiet after such a loss ends, for processes that did not know the old
+// token. All carry the same hash tag, so one script touches them on a cluster.
 func membersKey(prefix, sp string) string { return prefix + "{" + sp + "}:members" }
 func epochKey(prefix, sp string) string   { return prefix + "{" + sp + "}:epoch" }
+func quietKey(prefix, sp string) string   { return prefix + "{" + sp + "}:quiet" }
 
 // withoutSubject is the key name rkey, from stateKey under space sp, with its subject (or the
 // subject's hash) written as "…": errors go to logs, and a subject is a caller's key, which may be

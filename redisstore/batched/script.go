@@ -103,10 +103,14 @@ end
 return {grant, win, cur, prev, now}
 `
 
-// heartbeatLua records this process as live and reports the fleet. KEYS: members, epoch. ARGV: id,
-// now, liveness ms, a fresh epoch token. It scores id with now, drops members silent for longer
-// than the liveness, and returns {live members, epoch}: the epoch is created when missing, so a
-// server restarted empty hands out a new one and every process learns that its counts are gone.
+// heartbeatLua records this process as live and reports the fleet. KEYS: members, epoch, quiet.
+// ARGV: id, now, liveness ms, a fresh epoch token, the epoch this process knew ("" for none). It
+// scores id with now, drops members silent for longer than the liveness, and returns {live
+// members, epoch, end of the quiet (0 for none)}: the epoch is created when missing, so a server
+// restarted empty hands out a new one and every process that knew the old one learns that its
+// counts are gone. Such a process starts a quiet of one liveness in Redis too, so that a process
+// that knew no epoch (one that joined after the loss, or started during the outage) holds off
+// leasing with the others while they re-declare their counts.
 const heartbeatLua = `
 local call, tonumber = redis.call, tonumber
 local now, live = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -118,7 +122,10 @@ if not e then
   e = ARGV[4]
   call('SET', KEYS[2], e)
 end
-return {call('ZCARD', KEYS[1]), e}
+if ARGV[5] ~= '' and ARGV[5] ~= e then
+  call('SET', KEYS[3], now + live, 'PX', live)
+end
+return {call('ZCARD', KEYS[1]), e, tonumber(call('GET', KEYS[3]) or '0') or 0}
 `
 
 // leaveLua removes a process from the members set on Close. KEYS: members. ARGV: id.

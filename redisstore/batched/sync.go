@@ -74,7 +74,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
-	keys, args := []string{l.members, l.epochK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:])}
+	keys, args := []string{l.members, l.epochK, l.quietK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]), l.epoch}
 	cmd, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
 		return heartbeatScript.run(ctx, l.client, keys, args...)
 	})
@@ -82,17 +82,18 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	var v []any
 	if err == nil {
 		v, err = cmd.Slice()
-		if err == nil && len(v) != 2 {
+		if err == nil && len(v) != 3 {
 			err = fmt.Errorf("batched: heartbeat returned %v", v)
 		}
 	}
-	var n int64
+	var n, quiet int64
 	var epoch string
 	if err == nil {
-		var okN, okE bool
+		var okN, okE, okQ bool
 		n, okN = v[0].(int64)
 		epoch, okE = v[1].(string)
-		if !okN || !okE {
+		quiet, okQ = v[2].(int64)
+		if !okN || !okE || !okQ {
 			err = fmt.Errorf("batched: heartbeat returned %v", v)
 		}
 	}
@@ -109,6 +110,11 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 		// until all live ones have had a heartbeat to do so. The quiet starts before the new
 		// epoch is published, so that no lease carries the new epoch without seeing the quiet.
 		l.quietUntil.Store(now + l.liveness().Milliseconds())
+	}
+	if quiet > l.quietUntil.Load() {
+		// A quiet another process started (this one knew no older epoch to miss): held to as
+		// its own, on this process's clock, which reads close to the starter's.
+		l.quietUntil.Store(quiet)
 	}
 	l.leaseEpoch.Store(&epoch)
 	if lost || l.offline.Load() || now < l.quietUntil.Load() {

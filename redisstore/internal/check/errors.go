@@ -67,13 +67,18 @@ func deniedInScript(msg string) bool {
 		(strings.Contains(msg, "The user executing the script can't") || strings.Contains(msg, "ACL failure in script"))
 }
 
-// HideKey returns msg with every mention of key replaced by named. An error reply cannot carry
-// a line break, so Redis writes each CR and LF of one as a space: a key holding them (a caller's
-// subject may) is also found in that form, so that it never reaches a log by that way either.
+// HideKey returns msg with the mention of key replaced by named, which is key with its subject
+// (a caller's key: an address, an API key) written as "…". The scripts quote a key last in their
+// error messages, and Redis rewrites a reply's text (each CR and LF as a space, trailing ones
+// dropped, the rest cut at a NUL), so from the key's part before its subject to the end is taken
+// as the key, however the subject came out. Without that part, msg is returned unchanged.
 func HideKey(msg, key, named string) string {
-	msg = strings.ReplaceAll(msg, key, named)
-	if spaced := strings.NewReplacer("\r", " ", "\n", " ").Replace(key); spaced != key {
-		msg = strings.ReplaceAll(msg, spaced, named)
+	stem := strings.TrimSuffix(named, "…")
+	if stem == named || !strings.HasPrefix(key, stem) {
+		return strings.ReplaceAll(msg, key, named)
+	}
+	if i := strings.Index(msg, stem); i >= 0 {
+		return msg[:i] + named
 	}
 	return msg
 }

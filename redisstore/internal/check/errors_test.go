@@ -57,6 +57,8 @@ func TestHideKey(t *testing.T) {
 		{"malformed state at sl:{x}n:SECRET  x", "sl:{x}n:SECRET\r\nx", "malformed state at sl:{x}n:…"}, // Redis writes CR and LF as spaces
 		{"malformed state at sl:{x}n:SECRET x", "sl:{x}n:SECRET\nx", "malformed state at sl:{x}n:…"},
 		{"WRONGTYPE Operation against a key", "sl:{x}n:SECRET", "WRONGTYPE Operation against a key"},
+		{"malformed state at sl:{x}n:  SECRET", "sl:{x}n:\r\nSECRET\r\n", "malformed state at sl:{x}n:…"}, // trailing CR LF dropped
+		{"malformed state at sl:{x}n:SECRET", "sl:{x}n:SECRET\x00tail", "malformed state at sl:{x}n:…"},   // cut at the NUL
 	} {
 		if got := HideKey(c.msg, c.key, "sl:{x}n:…"); got != c.want {
 			t.Errorf("HideKey(%q, %q) = %q, want %q", c.msg, c.key, got, c.want)
