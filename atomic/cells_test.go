@@ -85,10 +85,10 @@ func randomSteps(rng *rand.Rand, t0, w, back, limit int64, n int) []cellStep {
 }
 
 // TestWordAndPairCellsAgree: the sliding counter's one-word cell, which packs a window index of k
-// bits and writes a key holding nothing two windows back (so that sweeps see it dead), decides
+// bits and writes a key holding nothing half the index space away (so that sweeps see it dead), decides
 // every call exactly as its two-word cell, which stores the full window, does: with time moving
-// forward, and with time stepping back up to a window between calls, as racing goroutines' clocks
-// may. Starts at 0 and 1 (where two windows back wraps the index), at window edges, and now.
+// forward, and with time stepping back up to three windows between calls, as racing goroutines'
+// clocks may (a goroutine preempted between reading the clock and deciding). Starts at 0 and 1 (where stepping back wraps the index), at window edges, and now.
 func TestWordAndPairCellsAgree(t *testing.T) {
 	for _, limit := range []int64{1, 3, 10} {
 		for _, w := range []int64{10, 1000} {
@@ -97,7 +97,7 @@ func TestWordAndPairCellsAgree(t *testing.T) {
 			if word.Words() != 1 || pair.Words() != 2 {
 				t.Fatalf("cells of %d and %d words, want 1 and 2", word.Words(), pair.Words())
 			}
-			for _, back := range []int64{0, w} {
+			for _, back := range []int64{0, w, 2 * w, 3 * w} {
 				for seed := range uint64(2000) {
 					rng := rand.New(rand.NewPCG(seed, uint64(limit*w+back)))
 					t0 := []int64{0, 1, w, w + 1, 2*w - 1, 1_764_000_000_000}[rng.IntN(6)]

@@ -26,8 +26,8 @@ import (
 // guarantee: each full sweep re-encodes or evicts every dead state, and a decision that finds its
 // shard's sweep overdue (Horizon) sweeps the shard itself before deciding. A state whose counts
 // are both zero is a new key's, so sweeps evict it or, with eviction off, re-encode it in the
-// current window. It is stored two windows before the window it is in (see idle), and decoded
-// back to that window: never taken as the reader's own, since a reader whose clock reading is
+// current window. It is stored half the index space away from the window it is in (see idle),
+// and decoded back to that window: never taken as the reader's own, since a reader whose clock reading is
 // older must count into the window the cell was last written in, not into a window whose counts
 // may have been evicted since.
 //
@@ -71,8 +71,8 @@ type slidingCounterWord struct {
 func (c *slidingCounterWord) Words() int { return 1 }
 
 // LivePattern matches a state written in now's window or the one before (with no flag set).
-// Such a state is never one whose counts are both zero: those, dead as they are, are written two
-// windows back (see idle), where a sweep or a new key's reclaim at the key cap finds them.
+// Such a state is never one whose counts are both zero: those, dead as they are, are written half
+// the index space away (see idle), where a sweep or a new key's reclaim at the key cap finds them.
 func (c *slidingCounterWord) LivePattern(now int64) (mask, a, b uint64) {
 	n := uint64(c.p.Index(now))
 	shift := 2 * c.b
@@ -87,7 +87,7 @@ func (c *slidingCounterWord) decode(word uint64, now int64) (s rules.SlidingCoun
 	counts := word & (1<<(2*c.b) - 1)
 	idx := word >> (2 * c.b)
 	if counts == 0 {
-		idx += 2 // written by idle, two windows before the window it was written in
+		idx -= c.kmask>>1 + 1 // written by idle, half the index space away from its window
 	}
 	d := (uint64(n) - idx) & c.kmask
 	back := int64(d)
@@ -105,14 +105,18 @@ func (c *slidingCounterWord) encode(s rules.SlidingCounterState, idx int64) uint
 
 func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.idle(c.p.Index(now)), 0 }
 
-// idle is the state with both counts zero in window n. Its index bits say n-2, where LivePattern
-// does not vouch for it: a key holding nothing (a query's, a refused first request's, one
-// refunded to nothing) is dead, and a sweep or a new key's reclaim at the key cap must see that
-// without waiting two windows for the pattern to pass it by. decode adds the two windows back
-// (every state with both counts zero is written here), so that it decides, peeks and ages
-// exactly as the same state stored at n would, for readers in any window.
+// idle is the state with both counts zero in window n. Its index bits say n + 2^(k-1), half the
+// index space away, where LivePattern does not vouch for it: a key holding nothing (a query's, a
+// refused first request's, one refunded to nothing) is dead, and a sweep or a new key's reclaim
+// at the key cap must see that without waiting two windows for the pattern to pass it by. decode
+// takes the half back (every state with both counts zero is written here), so that it decides,
+// peeks and ages exactly as the same state stored at n would, for readers in any window. The fast
+// paths (Admit, sameWindow), which compare the bits with the reader's own window and do not
+// decode, never take it for a reader's: no reader is 2^(k-1) windows from a state (see Horizon).
+// Two windows back, where it first went, was a laggard's own window, which the fast paths then
+// counted into.
 func (c *slidingCounterWord) idle(n int64) uint64 {
-	return (uint64(n-2) & c.kmask) << (2 * c.b & 63)
+	return ((uint64(n) + c.kmask>>1 + 1) & c.kmask) << (2 * c.b & 63)
 }
 
 // FreshAdmit: a fresh state carries nothing into now's window, so the estimate before the request

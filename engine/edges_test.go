@@ -537,3 +537,29 @@ func TestRefundToNothingFromAStaleClockKeepsTheHorizon(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestLaggardTwoWindowsBehindAKeyHoldingNothing: a goroutine whose clock reads two windows behind
+// a key that holds nothing counts into the key's window, as the two-word cell does, not into its
+// own: the one-word cell's fast paths compare its window bits with the reader's own, and a state
+// holding nothing written two windows back matched such a reader, which then counted the limit a
+// second time in a window already full.
+func TestLaggardTwoWindowsBehindAKeyHoldingNothing(t *testing.T) {
+	for _, cell := range []Option{WithMaxLimit(10), WithMaxLimit(1 << 21)} { // one word, two words
+		clk := clock.NewManual(start) // window n's first ms
+		l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Second}, WithClock(clk), WithEviction(false), cell)
+		require.NoError(t, err)
+		require.True(t, l.Take("k", 10).Allowed) // window n: the whole limit
+		clk.Set(start + 1999)
+		d := l.Take("k", 1) // window n+1: carried floor(10*1/1000) = 0
+		require.True(t, d.Allowed)
+		clk.Set(start + 2000)
+		require.Equal(t, int64(1), l.Refund("k", 1, d)) // window n+2: the key holds nothing
+		clk.Set(start + 999)                            // a goroutine still reading window n
+		d = l.Take("k", 10)
+		require.True(t, d.Allowed)
+		require.Equal(t, start+3000, d.ResetAt.UnixMilli(), "counted in the key's window, n+2")
+		clk.Set(start + 2001)
+		require.False(t, l.Take("k", 10).Allowed, "window n+2 holds the laggard's 10")
+		l.Close()
+	}
+}
