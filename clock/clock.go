@@ -3,8 +3,9 @@
 // give a limiter a manual clock (NewManual) for tests, vectors and simulations.
 //
 // A coarse clock is advanced by one background goroutine every resolution (1ms by default), so a
-// decision does not pay for time.Now (from about 20ns on bare metal to 275ns on some virtual
-// machines, up to ten times a whole decision). It follows the wall clock forward and never runs
+// decision does not pay for time.Now (48ns against 1.6ns for a reading on the VM the benchmarks ran
+// on, BenchmarkReading; more where the clock source is not the TSC). It follows the wall clock
+// forward and never runs
 // backwards: if the wall clock is stepped back, the reading holds until the wall clock catches up.
 //
 // The goroutine alone cannot bound the reading's lag: when every P is busy (a one-CPU container

@@ -37,7 +37,7 @@ func TestEquivalentToEngine(t *testing.T) {
 					if err != nil {
 						t.Fatalf("step %d: %s: %v", i, l.Name(), err)
 					}
-					if !sameDecision(got, want) {
+					if !sameDecision(got, want) || got.Counted != want.Counted {
 						t.Fatalf("step %d (%s, now %d, cost %d), %s:\n redis  %+v\n engine %+v", i, key, s.now, s.cost, l.Name(), got, want)
 					}
 				}
