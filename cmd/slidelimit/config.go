@@ -67,7 +67,7 @@ type configSpec struct {
 // parseConfigFile reads and validates the -config file, returning an error that names the file,
 // the rule and the field at fault.
 func parseConfigFile(path string, def ruleSpec) (*configSpec, error) {
-	b, err := os.ReadFile(path)
+	b, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +76,35 @@ func parseConfigFile(path string, def ruleSpec) (*configSpec, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return spec, nil
+}
+
+// maxConfigBytes bounds the -config file: a rules file is kilobytes, and a path that names
+// something endless (/dev/zero) must get an error, not take the process's memory.
+const maxConfigBytes = 16 << 20
+
+// readConfigFile reads the -config file, which must be a regular file (a FIFO would block the
+// read, and with it start-up and the stop signals) of at most maxConfigBytes.
+func readConfigFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%v)", path, st.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfigBytes {
+		return nil, fmt.Errorf("%s: larger than %d MiB, which no rules file is", path, maxConfigBytes>>20)
+	}
+	return b, nil
 }
 
 func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {

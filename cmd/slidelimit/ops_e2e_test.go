@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -308,6 +309,22 @@ func TestProxyConfigErrorsNameFileAndRule(t *testing.T) {
 		assert.Contains(t, out, "slidelimit proxy: -config "+file+want, body)
 		assert.NotContains(t, out, "main.")
 		assert.NotContains(t, out, "-policy")
+	}
+}
+
+// A -config path that is not a regular file is refused at start, naming it: a FIFO blocked the
+// read (and, with it, the stop signals), and /dev/zero took the process's memory.
+func TestProxyConfigMustBeARegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "rules.fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	for path, want := range map[string]string{
+		fifo:        fifo + ": not a regular file (p---------)",
+		"/dev/zero": "/dev/zero: not a regular file (Dc---------)",
+		t.TempDir(): ": not a regular file (d---------)",
+	} {
+		out, code := runProxy(t, "-upstream", "http://127.0.0.1:1", "-listen", "127.0.0.1:0", "-config", path)
+		assert.Equal(t, exitUsage, code, out)
+		assert.Contains(t, out, want, path)
 	}
 }
 
@@ -706,4 +723,21 @@ func TestProxyEmptiedConfigKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	waitFor(t, func() bool { return strings.Count(p.stderr(), "config reloaded") == 1 })
 	assert.Equal(t, 429, get(), "the unchanged rule keeps its count")
+}
+
+// The access log's retry_after_ms is the wait the client was sent: with -rate 1/10s and 1/1h, the
+// second request is refused by the 10 s limit, but the hour's limit, not asked and also spent, has
+// the longer wait, which Retry-After gives; the log said the 10 s limit's.
+func TestProxyAccessLogGivesTheWaitSent(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1/10s", "-rate", "1/1h", "-log-refused", "1")
+	c := newClient(t, true)
+	require.Equal(t, 200, do(t, c, p.url("/x"), nil).status)
+	r := do(t, c, p.url("/x"), nil)
+	require.Equal(t, 429, r.status)
+	secs, err := strconv.Atoi(r.retryAfter)
+	require.NoError(t, err)
+	require.Greater(t, secs, 10, "the hour's wait: %q", r.retryAfter)
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "msg=request") })
+	assert.Contains(t, p.stderr(), "retry_after_ms="+strconv.Itoa(secs*1000)+" ", p.stderr())
 }

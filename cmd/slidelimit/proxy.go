@@ -1310,6 +1310,17 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			}
 			px.m.decisions.WithLabelValues(rule, decision, reasonRedisError).Inc()
 		}
+		if logs && ri.decided && !ri.d.Allowed && ri.d.Reason == engine.ReasonLimited {
+			// Retry-After may be a limit's that was not asked, with no unit left for longer
+			// than the refusing limit's wait (see httplimit.Middleware): the log gives the wait
+			// the client was sent, in the header's whole seconds when it is that longer one.
+			if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
+				own := max((ri.d.RetryAfter+time.Second-1).Truncate(time.Second), time.Second) // as the header would give it
+				if sent := time.Duration(secs) * time.Second; sent > own {
+					ri.d.RetryAfter = sent
+				}
+			}
+		}
 		if logs {
 			status := sw.status()
 			if status == http.StatusTooManyRequests && r.Context().Err() != nil {
