@@ -1315,7 +1315,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			// than the refusing limit's wait (see httplimit.Middleware): the log gives the wait
 			// the client was sent, in the header's whole seconds when it is that longer one.
 			if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
-				own := max((ri.d.RetryAfter+time.Second-1).Truncate(time.Second), time.Second) // as the header would give it
+				own := max((ri.d.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second) // as the header would give it
 				if sent := time.Duration(secs) * time.Second; sent > own {
 					ri.d.RetryAfter = sent
 				}
