@@ -314,3 +314,43 @@ func TestRefusalReasons(t *testing.T) {
 	assert.Equal(t, "request cost exceeds the limit\n", r.body)
 	assert.Equal(t, []string{"ok", "key cap reached", "negative cost", "cost above limit"}, reasons)
 }
+
+// storeLike is an engine behind the interfaces a store offers (Take, Refund, Policy) without a
+// way to read a key as it stands, as redisstore's Limiter: the middleware must then work out
+// from what came back what a given-back limit holds.
+type storeLike struct{ l *engine.Limiter }
+
+func (s storeLike) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return s.l.Take(key, n), nil
+}
+
+func (s storeLike) Refund(_ context.Context, key string, n int64, d engine.Decision) (int64, error) {
+	return s.l.Refund(key, n, d), nil
+}
+
+func (s storeLike) Policy() policy.Policy { return s.l.Policy() }
+
+// A bucket given back its unit is full again sooner by that unit's refill, in its RateLimit item's
+// t, also where the Limiter cannot be read without counting: 10 at 1 a second, one request taken
+// and a second given back is full 1 s later, not 2.
+func TestGivenBackBucketResetWithoutPeek(t *testing.T) {
+	for name, wrap := range map[string]func(*engine.Limiter) httplimit.Limiter{
+		"engine":     func(l *engine.Limiter) httplimit.Limiter { return httplimit.Local(l) },
+		"store-like": func(l *engine.Limiter) httplimit.Limiter { return storeLike{l} },
+	} {
+		clk := clock.NewManual(w0)
+		bucket, err := engine.New(policy.TokenBucket{Rate: 1, Burst: 10}, engine.WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { bucket.Close() })
+		strict, _ := newEngine(t, 1, time.Minute, w0)
+		mw := &httplimit.Middleware{
+			Limiter: wrap(bucket), Quota: httplimit.Quota{Name: "bucket"}, Now: nowOf(clk),
+			Limits: []httplimit.Limit{{Limiter: httplimit.Local(strict), Quota: httplimit.Quota{Name: "strict"}}},
+		}
+		ts := serve(t, mw.Wrap(ok))
+		require.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status, name)
+		r := get(t, ts.Client(), ts.URL, nil)
+		require.Equal(t, 429, r.status, name)
+		assert.Contains(t, r.rateLimit, `"bucket";r=9;t=1,`, name)
+	}
+}

@@ -1597,6 +1597,14 @@ func checkCleanPath(p string) error {
 	if c := cleanPath(p); c != p {
 		return fmt.Errorf("%q is matched against clean paths, so write it as %q", p, c)
 	}
+	// Requests with a backslash are refused (400), and prefixes match the decoded path: a prefix
+	// holding either could never match.
+	if strings.Contains(p, `\`) {
+		return fmt.Errorf("%q holds a backslash, which no request path the proxy forwards holds", p)
+	}
+	if u, err := url.PathUnescape(p); err == nil && u != p {
+		return fmt.Errorf("%q is matched against decoded paths, so write it as %q", p, u)
+	}
 	return nil
 }
 
