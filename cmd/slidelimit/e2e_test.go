@@ -725,7 +725,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
 		{[]string{"-upstream", up, "-exempt-paths", "/ok,/x/../y"}, `-exempt-paths "/ok,/x/../y": "/x/../y" is matched against clean paths, so write it as "/y"`, 2},
 		{[]string{"-upstream", up, "-exempt-cidrs", "10.0.0.0/33"}, `-exempt-cidrs "10.0.0.0/33"`, 2},
-		{[]string{"-upstream", up, "-config", "/nonexistent/rules.yaml"}, "-config open /nonexistent/rules.yaml: no such file or directory", 2},
+		{[]string{"-upstream", up, "-config", "/nonexistent/rules.yaml"}, "-config stat /nonexistent/rules.yaml: no such file or directory", 2},
 		{[]string{"-upstream", up, "-redis", "redis://:s3cret@[::1"}, `-redis: redisstore: Redis URL "redis://:xxxxx@[::1" is malformed`, 2},
 		{[]string{"-upstream", up, "-key", "cookie"}, `-key "cookie": must be ip, header:NAME, conn or path`, 2},
 		{[]string{"-upstream", up, "-key", "header:"}, `-key "header:"`, 2},
