@@ -517,7 +517,7 @@ func TestKeyHoldingNothingThenAnEarlierClock(t *testing.T) {
 }
 
 // TestRefundToNothingFromAStaleClockKeepsTheHorizon: a refund of everything by a goroutine whose
-// clock reads a few windows behind writes the state at the key's own window, not the refunder's:
+// clock reads five windows behind writes the state at the key's own window, not the refunder's:
 // at the last millisecond before the shard must be swept (the one-word cell's horizon, shortest at
 // the largest one-word limit), the key decodes as a key in its own window.
 func TestRefundToNothingFromAStaleClockKeepsTheHorizon(t *testing.T) {
@@ -528,7 +528,7 @@ func TestRefundToNothingFromAStaleClockKeepsTheHorizon(t *testing.T) {
 		l, err := New(policy.SlidingCounter{Limit: limit, Window: time.Duration(w) * time.Millisecond}, WithClock(clk), WithEviction(false), WithShards(1))
 		require.NoError(t, err)
 		d := l.Take("k", 5)
-		clk.Set(t0 - 3*w)
+		clk.Set(t0 - 5*w) // past the horizon's margin of four windows, had the refund written at its own window
 		require.Equal(t, int64(5), l.Refund("k", 5, d))
 		clk.Set(t0 + (1<<19-4)*w - 1)
 		d = l.Take("k", limit)

@@ -1110,8 +1110,8 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 // (the default) keeps its decision, made with the limit divided by the fleet size last heard from
 // Redis (-fleet-size until Redis first answers); open admits; closed refuses. While Redis answers,
 // its decisions stand as they are. The limiter must be built with batched.WithOfflineMode(mode),
-// so that open and closed count nothing: a refused request consumes nothing, in Redis later
-// either; offlineAs then words its errors for the mode.
+// so that open and closed count nothing (a refused request consumes nothing, in Redis later
+// either), and so that its errors, which the logs print with their cause, say what the mode did.
 type offlineAs struct {
 	l    *batched.Limiter
 	mode slidelimit.FailureMode
@@ -1124,34 +1124,12 @@ func (o offlineAs) Take(ctx context.Context, key string, n int64) (slidelimit.De
 	}
 	switch o.mode {
 	case slidelimit.FailOpen:
-		return slidelimit.Decision{Allowed: true, Limit: d.Limit, Reason: slidelimit.ReasonOK}, o.named(err, "admitting without a limit")
+		return slidelimit.Decision{Allowed: true, Limit: d.Limit, Reason: slidelimit.ReasonOK}, err
 	case slidelimit.FailClosed:
-		return slidelimit.Decision{Limit: d.Limit, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, o.named(err, "refusing")
+		return slidelimit.Decision{Limit: d.Limit, Reason: slidelimit.ReasonLimited, RetryAfter: time.Second}, err
 	}
 	return d, err
 }
-
-// named is err, batched.ErrOffline's, saying what the mode in force does instead of that the
-// limiter decides locally, which only local does: the logs of both commands print it.
-func (o offlineAs) named(err error, does string) error {
-	// The batched clause ends where a key's own error reply, if any, is added.
-	head := redisstore.ErrUnavailable.Error() + ": "
-	msg, tail := strings.TrimPrefix(err.Error(), head), ""
-	if i := strings.Index(msg, ": key "); i >= 0 {
-		tail = msg[i:]
-	}
-	return &offlineError{err: err, msg: head + "batched: -on-redis-error " + o.mode.String() + ": " + does + tail}
-}
-
-// offlineError is an offline error with its message rewritten; errors.Is still finds
-// batched.ErrOffline.
-type offlineError struct {
-	err error
-	msg string
-}
-
-func (e *offlineError) Error() string { return e.msg }
-func (e *offlineError) Unwrap() error { return e.err }
 
 func (o offlineAs) Policy() policy.Policy { return o.l.Policy() }
 
@@ -1310,10 +1288,11 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 			}
 			px.m.decisions.WithLabelValues(rule, decision, reasonRedisError).Inc()
 		}
-		if logs && ri.decided && !ri.d.Allowed && ri.d.Reason == engine.ReasonLimited {
-			// Retry-After may be a limit's that was not asked, with no unit left for longer
-			// than the refusing limit's wait (see httplimit.Middleware): the log gives the wait
-			// the client was sent, in the header's whole seconds when it is that longer one.
+		if logs && !c.shadow && ri.decided && !ri.d.Allowed && ri.d.Reason == engine.ReasonLimited {
+			// Retry-After may be a limit's that was not asked, with no unit left for longer than
+			// the refusing limit's wait (see httplimit.Middleware): the log gives the wait the
+			// client was sent, in the header's whole seconds when it is that longer one. (Under
+			// -shadow no refusal sets the header: one there is the upstream's.)
 			if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
 				own := max((ri.d.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second) // as the header would give it
 				if sent := time.Duration(secs) * time.Second; sent > own {
@@ -1597,13 +1576,10 @@ func checkCleanPath(p string) error {
 	if c := cleanPath(p); c != p {
 		return fmt.Errorf("%q is matched against clean paths, so write it as %q", p, c)
 	}
-	// Requests with a backslash are refused (400), and prefixes match the decoded path: a prefix
-	// holding either could never match.
+	// Requests whose path holds a backslash are refused (400): a prefix holding one could never
+	// match. (A %-escape in a prefix is literal text, matched against the decoded path.)
 	if strings.Contains(p, `\`) {
 		return fmt.Errorf("%q holds a backslash, which no request path the proxy forwards holds", p)
-	}
-	if u, err := url.PathUnescape(p); err == nil && u != p {
-		return fmt.Errorf("%q is matched against decoded paths, so write it as %q", p, u)
 	}
 	return nil
 }

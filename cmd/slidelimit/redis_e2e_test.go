@@ -230,8 +230,8 @@ func TestBatchedProxyStartedDuringOutageTakesItsShare(t *testing.T) {
 }
 
 // A batched proxy under -on-redis-error closed refuses while Redis does not answer, and its
-// refusals cost the client nothing: once Redis answers again the client has its whole limit. They
-// were decided on the proxy's share first, and charged to Redis when it came back.
+// refusals cost the client nothing: once Redis answers again the client has its whole limit. (They
+// used to be decided on the proxy's share first, and charged to Redis when it came back.)
 func TestBatchedClosedRefusalsChargeNothing(t *testing.T) {
 	srv := redisServer(t)
 	up := newUpstream(t)
@@ -312,8 +312,8 @@ func TestProxyBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 		failure, want string
 		status        int
 	}{
-		{"closed", "batched: -on-redis-error closed: refusing", 503},
-		{"open", "batched: -on-redis-error open: admitting without a limit", 200},
+		{"closed", "batched: offline: refused, counting nothing (WithOfflineMode(FailClosed))", 503},
+		{"open", "batched: offline: admitted, counting nothing (WithOfflineMode(FailOpen))", 200},
 		{"local", "batched: deciding locally with the limit divided by the fleet size", 200},
 	} {
 		p := startProxy(t, "-upstream", up.URL, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "batched", "-redis-timeout", "20ms",
@@ -321,6 +321,7 @@ func TestProxyBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 		assert.Equal(t, tc.status, do(t, c, p.url("/x"), nil).status, tc.failure)
 		waitFor(t, func() bool { return strings.Contains(p.stderr(), "limiter error") })
 		assert.Contains(t, p.stderr(), tc.want, tc.failure)
+		assert.Contains(t, p.stderr(), "connection refused", "%s: the cause, after the mode", tc.failure)
 		if tc.failure != "local" {
 			assert.NotContains(t, p.stderr(), "deciding locally", tc.failure)
 		}

@@ -26,7 +26,8 @@ func TestRLSBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 		rlsCall(t, c, "edge", "remote_address", "192.0.2.1")
 		waitFor(t, func() bool { return strings.Contains(p.stderr(), "descriptor remote_address") })
 		assert.NotContains(t, p.stderr(), "deciding locally", failure)
-		assert.Contains(t, p.stderr(), "batched: -on-redis-error "+failure+": ", failure)
+		words := map[string]string{"closed": "refused", "open": "admitted"}[failure]
+		assert.Contains(t, p.stderr(), "batched: offline: "+words+", counting nothing", failure)
 	}
 }
 

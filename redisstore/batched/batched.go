@@ -328,11 +328,13 @@ func (l *Limiter) Allow(key string) bool {
 // from the fleet's counts less the units this process's lease still holds, which go back when the
 // window ends: with no other process, it is the engine's RetryAfter, whatever the cost.
 //
-// While Redis is unreachable Take decides locally (or as WithOfflineMode says) with the limit divided by the fleet size N (the
+// While Redis is unreachable Take decides locally with the limit divided by the fleet size N (the
 // size last heard from Redis, kept as WithInitialFleetSize describes; that option's value until
 // Redis has answered once), and returns that Decision with an error wrapping ErrOffline (and
 // redisstore.ErrUnavailable), queries included. Its Remaining is the lease's rest plus what the
-// share has left; a request the rest cannot cover whole is decided on the share alone. A cost
+// share has left; a request the rest cannot cover whole is decided on the share alone. (Under
+// WithOfflineMode(FailClosed) or (FailOpen), such a request gets that mode's Decision instead,
+// with Remaining 0; queries are answered as here.) A cost
 // above the limit is refused with ReasonCostAboveLimit and no error, as online: it needs no Redis,
 // and no failure mode applied to ErrOffline may admit it. Its Limit is the policy's; a cost above the share but within the limit is refused with
 // ReasonLimited and RetryAfter the sync interval, when the next heartbeat tries Redis again. A
@@ -412,7 +414,7 @@ func (l *Limiter) slow(ctx context.Context, key string, n int64) (slidelimit.Dec
 				// Refused whatever Redis holds: no failure mode may admit it, nor give it a wait.
 				return d, nil
 			}
-			return d, l.offlineErr()
+			return d, ErrOffline // a query is answered from the share in every mode (see WithOfflineMode)
 		}
 		d.Remaining = held + head
 		return d, nil
@@ -766,6 +768,7 @@ func callerGaveUp(ctx context.Context) bool {
 // from Redis (WithInitialFleetSize's until Redis first answers), and records what it admitted so
 // that the units are charged to Redis when it returns.
 func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) {
+	l.offlineDecisions.Inc()
 	switch l.cfg.offline {
 	case slidelimit.FailClosed:
 		// Refused without counting: a refused request consumes nothing, here or in Redis later.
@@ -773,7 +776,6 @@ func (l *Limiter) decideOffline(e *entry, n int64) (slidelimit.Decision, error) 
 	case slidelimit.FailOpen:
 		return slidelimit.Decision{Allowed: true, Limit: l.limit, Reason: slidelimit.ReasonOK}, errOfflineOpen
 	}
-	l.offlineDecisions.Inc()
 	d := l.local.TakeWithLimit(e.key, n, l.share())
 	// The share is this process's part of the limit, not the key's limit: a cost above the share
 	// but within the limit is admissible once Redis answers, which the next heartbeat (one sync
@@ -1078,7 +1080,7 @@ type Stats struct {
 	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
 	Returns          int64 // unused leases given back
 	Charges          int64 // windows charged with units admitted while Redis was away (or re-declared)
-	OfflineDecisions int64 // requests of a cost decided alone on the share (ErrOffline): while Redis was unreachable, or after a key's error reply; offline queries (n = 0) are not counted
+	OfflineDecisions int64 // requests of a cost decided without Redis (ErrOffline): on the share, or as WithOfflineMode's FailClosed or FailOpen says, while Redis was unreachable, or after a key's error reply; offline queries (n = 0) are not counted
 	RefusedLocally   int64 // refusals decided from a remembered refusal, without a round trip
 	Failures         int64 // calls to Redis that failed, a lease cut short by its caller's deadline included
 	Fleet            int64 // the fleet size shares are divided by: the live count at the last answered heartbeat, or as WithInitialFleetSize keeps it

@@ -840,8 +840,8 @@ func TestOfflineModes(t *testing.T) {
 				}
 			}
 			var s Stats
-			if l.Stats(&s); s.OfflineDecisions != 0 {
-				t.Fatalf("%d decided alone on the share, want none", s.OfflineDecisions)
+			if l.Stats(&s); s.OfflineDecisions != 4 {
+				t.Fatalf("%d decided without Redis, want the 4 (by the mode, on no share)", s.OfflineDecisions)
 			}
 			if err := srv.Resume(); err != nil {
 				t.Fatal(err)
