@@ -253,8 +253,9 @@ func BenchmarkReclaim(b *testing.B) {
 	}
 }
 
-// randomShards returns 256 shards (cfg.Shift becomes 8) holding n random keys inserted at now, the
-// keys drawn from a generator seeded with seed.
+// randomShards returns 256 shards (cfg.Shift becomes 8) holding n random keys inserted at now, each
+// with one unit counted (a key holding nothing is dead), the keys drawn from a generator seeded
+// with seed.
 func randomShards(cfg *Config, n int, seed uint64) []Shard {
 	cfg.Shift = 8
 	ss := make([]Shard, 256)
@@ -264,7 +265,7 @@ func randomShards(cfg *Config, n int, seed uint64) []Shard {
 	r := rand.New(rand.NewPCG(seed, seed+1))
 	for range n {
 		h := r.Uint64() | 1
-		ss[h>>56].Acquire(cfg, h, now)
+		ss[h>>56].AdmitFrom(cfg, h, now, 1, nil, 0, false)
 	}
 	return ss
 }
