@@ -27,9 +27,9 @@ import (
 // shard's sweep overdue (Horizon) sweeps the shard itself before deciding. A state whose counts
 // are both zero is a new key's, so sweeps evict it or, with eviction off, re-encode it in the
 // current window. It is stored half the index space away from the window it is in (see idle),
-// and decoded back to that window: never taken as the reader's own, since a reader whose clock reading is
-// older must count into the window the cell was last written in, not into a window whose counts
-// may have been evicted since.
+// and decoded back to that window: never taken as the reader's own, since a reader whose clock
+// reading is older must count into the window the cell was last written in, not into a window
+// whose counts may have been evicted since.
 //
 // Two-word layout (Limit >= 2^21): word 0 is the full window index (below 2^62 for any epoch
 // time), word 1 is previous<<32 | current; both counts fit 32 bits because Limit < 2^32. Nothing
@@ -98,8 +98,12 @@ func (c *slidingCounterWord) decode(word uint64, now int64) (s rules.SlidingCoun
 	return rules.SlidingCounterState{Window: at * c.w, Previous: int64(counts >> c.b), Current: int64(counts & c.cmask)}, n, at
 }
 
-// encode packs s, whose window index is idx.
+// encode packs s, whose window index is idx; a state with both counts zero is written as idle
+// says, the one form decode reads back.
 func (c *slidingCounterWord) encode(s rules.SlidingCounterState, idx int64) uint64 {
+	if s.Previous == 0 && s.Current == 0 {
+		return c.idle(idx)
+	}
 	return (uint64(idx)&c.kmask)<<(2*c.b) | uint64(s.Previous)<<c.b | uint64(s.Current)
 }
 
@@ -109,7 +113,8 @@ func (c *slidingCounterWord) Fresh(now int64) (uint64, uint64) { return c.idle(c
 // index space away, where LivePattern does not vouch for it: a key holding nothing (a query's, a
 // refused first request's, one refunded to nothing) is dead, and a sweep or a new key's reclaim
 // at the key cap must see that without waiting two windows for the pattern to pass it by. decode
-// takes the half back (every state with both counts zero is written here), so that it decides,
+// takes the half back (every state with both counts zero is written here, through encode or
+// Fresh and FreshAdmit), so that it decides,
 // peeks and ages exactly as the same state stored at n would, for readers in any window. The fast
 // paths (Admit, sameWindow), which compare the bits with the reader's own window and do not
 // decode, never take it for a reader's: no reader is 2^(k-1) windows from a state (see Horizon).
@@ -149,17 +154,7 @@ func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int
 		}
 		s, n, at := c.decode(word, now)
 		g := c.p.Refund(&s, n*c.w, cost, resetAt)
-		if g == 0 {
-			return 0, OK
-		}
-		if s.Previous == 0 && s.Current == 0 {
-			if s.Window == n*c.w {
-				at = n
-			}
-			if satomic.CompareAndSwapUint64(cell, word, c.idle(at)) {
-				return g, OK // refunded to nothing: dead, and written where sweeps see it (see idle)
-			}
-		} else if c.store(cell, word, s, n, at) {
+		if g == 0 || c.store(cell, word, s, n, at) {
 			return g, OK
 		}
 	}

@@ -329,7 +329,7 @@ func newEntry(l Limit) limitEntry {
 	}
 	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name), limit: max(q.Limit, 0)}
 	if p, ok := l.Limiter.(policyReporter); ok {
-		e.refill = refillOf(p.Policy())
+		e.rate = rules.BucketRate(p.Policy())
 	}
 	if q.Limit > 0 {
 		e.policy = e.name + ";q=" + strconv.FormatInt(q.Limit, 10)
@@ -400,29 +400,10 @@ type limitEntry struct {
 	limit   int64  // the quota's limit, as RateLimit-Policy gives it; 0: unknown
 	refund  func(ctx context.Context, key string, n int64, d engine.Decision) int64
 	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
-	// refill is the time a bucket takes to refill one unit (0 for the windows, whose reset does
-	// not move with what they hold): a unit given back moves the time it is full again back by
-	// that much.
-	refill time.Duration
-}
-
-// refillOf returns p's time to refill one unit, for the buckets that give units back; 0 for any
-// other policy.
-func refillOf(p policy.Policy) time.Duration {
-	p, _ = rules.Value(p)
-	var rate int64
-	switch b := p.(type) {
-	case policy.TokenBucket:
-		rate = b.Rate
-	case policy.GCRA:
-		rate = b.Rate
-	case policy.LeakyBucket:
-		rate = b.Rate
-	}
-	if rate <= 0 {
-		return 0
-	}
-	return time.Second / time.Duration(rate)
+	// rate is the units a second a bucket that gives units back refills at (0 for the windows,
+	// whose reset does not move with what they hold): units given back move the time it is full
+	// again back by their refill.
+	rate int64
 }
 
 // standing reads e's limit for key as it stands, counting nothing. It reports false when the
@@ -719,9 +700,14 @@ func (f *frame) giveBackOwn(ctx context.Context) {
 				f.ds[i].Remaining, f.ds[i].ResetAt = p.Remaining, p.ResetAt
 			} else {
 				f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
-				if e.refill > 0 && g > 0 && !f.ds[i].ResetAt.IsZero() {
-					// A bucket is full again sooner by what came back (never before now).
-					f.ds[i].ResetAt = maxTime(f.ds[i].ResetAt.Add(-time.Duration(g)*e.refill), f.h.now())
+				if e.rate > 0 && g > 0 && !f.ds[i].ResetAt.IsZero() {
+					// A bucket is full again sooner by what came back (never before now); g is at
+					// most a limit, below 2^32, so g seconds in nanoseconds stay within an int64.
+					at := f.ds[i].ResetAt.Add(-time.Duration(g) * time.Second / time.Duration(e.rate))
+					if now := f.h.now(); at.Before(now) {
+						at = now
+					}
+					f.ds[i].ResetAt = at
 				}
 			}
 		}
@@ -930,12 +916,4 @@ func (h *handler) startWaiting() bool {
 		return false
 	}
 	return true
-}
-
-// maxTime is the later of a and b.
-func maxTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return b
-	}
-	return a
 }

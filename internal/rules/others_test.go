@@ -494,3 +494,21 @@ func BenchmarkPeek(b *testing.B) {
 		}
 	})
 }
+
+func TestBucketRate(t *testing.T) {
+	for _, c := range []struct {
+		p    policy.Policy
+		want int64
+	}{
+		{policy.TokenBucket{Rate: 5, Burst: 10}, 5},
+		{&policy.GCRA{Rate: 7, Burst: 1}, 7}, // through a pointer
+		{policy.LeakyBucket{Rate: 3, Capacity: 9}, 3},
+		{policy.SlidingCounter{Limit: 10, Window: time.Second}, 0},
+		{policy.DualBucket{RequestsPerMin: 1, TokensPerMin: 1}, 0},
+		{nil, 0},
+	} {
+		if got := BucketRate(c.p); got != c.want {
+			t.Errorf("BucketRate(%#v) = %d, want %d", c.p, got, c.want)
+		}
+	}
+}

@@ -30,3 +30,19 @@ func Value(p policy.Policy) (policy.Policy, bool) {
 	}
 	return p, true
 }
+
+// BucketRate returns the units a second a bucket policy refills (or, for the leaky bucket, drains)
+// at: the token bucket's, GCRA's and the leaky bucket's Rate, through a pointer too; 0 for any
+// other policy, whose state does not move by a rate. A units' refill takes units×1000/rate ms.
+func BucketRate(p policy.Policy) int64 {
+	p, _ = Value(p)
+	switch b := p.(type) {
+	case policy.TokenBucket:
+		return b.Rate
+	case policy.GCRA:
+		return b.Rate
+	case policy.LeakyBucket:
+		return b.Rate
+	}
+	return 0
+}
