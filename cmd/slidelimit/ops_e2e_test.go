@@ -294,6 +294,30 @@ func TestProxyZeroDurationFlags(t *testing.T) {
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
 }
 
+// A SIGHUP that comes with the stop signal reloads before the proxy says it stopped, or not at all:
+// nothing is logged after "stopped". The race is narrow, so it is run several times.
+func TestProxyNoReloadAfterStopped(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: one\n    paths: [/one]\n    rates: [1/1h]\n")
+	for i := range 8 {
+		p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0")
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		for range 3 {
+			_ = p.cmd.Process.Signal(syscall.SIGHUP) // fails once the process is gone
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the proxy did not stop")
+		}
+		log := p.stderr()
+		at := strings.Index(log, "stopped")
+		require.GreaterOrEqual(t, at, 0, "run %d: no \"stopped\" line:\n%s", i, log)
+		assert.NotContains(t, log[at:], "config reloaded", "run %d: a reload logged after stopped:\n%s", i, log)
+	}
+}
+
 // A bad file at start names the file, the line, the rule and the field.
 func TestProxyConfigErrorsNameFileAndRule(t *testing.T) {
 	dir := t.TempDir()

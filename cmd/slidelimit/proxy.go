@@ -1854,6 +1854,9 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
+	// No reload from here on: one that ran while the proxy drained would log after "stopped".
+	stopWatch()
+	<-watched
 	// A second stop signal cuts off what is in flight at once, still exit 0; caught before stop()
 	// gives the signals back their default action, which would kill the process.
 	again := make(chan os.Signal, 1)
