@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -40,40 +41,72 @@ import (
 )
 
 func main() {
-	out := flag.String("o", ".", "directory to write the PNG files to")
-	targetsFile := flag.String("targets", "", "also write the performance targets, as a markdown table, to this file")
-	tableFile := flag.String("table", "", "also write the medians (ns/op, allocs/op, bytes/key) as markdown tables to this file")
-	flag.Parse()
-	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: charts -o DIR FILE...")
-		os.Exit(2)
-	}
-	d, err := read(flag.Args())
-	if err != nil {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
 		fail(err)
+	}
+}
+
+// usageError is a command line charts cannot run with.
+type usageError string
+
+func (u usageError) Error() string { return string(u) }
+
+// run is the command: it reads the files args names and writes what its flags ask for, naming
+// each file written on stdout.
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charts", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", ".", "directory to write the PNG files to")
+	targetsFile := fs.String("targets", "", "also write the performance targets, as a markdown table, to this file")
+	tableFile := fs.String("table", "", "also write the medians (ns/op, allocs/op, bytes/key) as markdown tables to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usageError("usage: charts -o DIR FILE...")
+	}
+	d, err := read(fs.Args())
+	if err != nil {
+		return err
+	}
+	if len(d.nsPerOp) == 0 && len(d.bytesPerKey) == 0 {
+		return errors.New("no BenchmarkLimiters or BenchmarkMemory results in the input")
 	}
 	written, err := drawAll(d, *out)
 	if err != nil {
-		fail(err)
+		return err
 	}
 	if len(written) == 0 {
-		fail(errors.New("no BenchmarkLimiters run=parallel or BenchmarkMemory results in the input"))
+		// Serial runs only: nothing to chart against GOMAXPROCS, but the tables still have rows.
+		if *tableFile == "" && *targetsFile == "" {
+			return errors.New("no BenchmarkLimiters run=parallel or BenchmarkMemory results in the input to chart (-table writes the medians of serial runs)")
+		}
+		fmt.Fprintln(stderr, "charts: no run=parallel or BenchmarkMemory results: no chart drawn")
 	}
 	if *tableFile != "" {
 		if err := os.WriteFile(*tableFile, []byte(tables(d)), 0o644); err != nil {
-			fail(err)
+			return err
 		}
 		written = append(written, *tableFile)
 	}
 	if *targetsFile != "" {
 		if err := os.WriteFile(*targetsFile, []byte(targets(d)), 0o644); err != nil {
-			fail(err)
+			return err
 		}
 		written = append(written, *targetsFile)
 	}
 	for _, f := range written {
-		fmt.Println(f)
+		fmt.Fprintln(stdout, f)
 	}
+	return nil
 }
 
 func fail(err error) {

@@ -103,3 +103,33 @@ func TestTables(t *testing.T) {
 	require.Contains(t, got, "at least 1.0000 of the requests")
 	require.Contains(t, got, "| slidelimit | 20.0 | 22.5 |")
 }
+
+// Serial results alone draw no chart, but -table still writes their medians; with neither a chart
+// nor a table to write, or no results at all, the command fails and says why.
+func TestRunSerialOnly(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "serial.txt")
+	var serial []string
+	for _, l := range strings.Split(sample, "\n") {
+		if !strings.Contains(l, "run=parallel") && !strings.HasPrefix(l, "BenchmarkMemory") {
+			serial = append(serial, l)
+		}
+	}
+	require.NoError(t, os.WriteFile(in, []byte(strings.Join(serial, "\n")), 0o644))
+	table := filepath.Join(dir, "table.md")
+	var out, errs strings.Builder
+	require.NoError(t, run([]string{"-o", dir, "-table", table, in}, &out, &errs))
+	require.Equal(t, table+"\n", out.String())
+	require.Contains(t, errs.String(), "no chart drawn")
+	b, err := os.ReadFile(table)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "| keys=1 | serial | 2 | 10.0 | 14.0 | 100.0 | 50.0 |")
+
+	err = run([]string{"-o", dir, in}, &out, &errs)
+	require.ErrorContains(t, err, "-table writes the medians of serial runs")
+
+	empty := filepath.Join(dir, "empty.txt")
+	require.NoError(t, os.WriteFile(empty, []byte("goos: linux\nPASS\n"), 0o644))
+	err = run([]string{"-o", dir, "-table", table, empty}, &out, &errs)
+	require.ErrorContains(t, err, "no BenchmarkLimiters or BenchmarkMemory results")
+}
