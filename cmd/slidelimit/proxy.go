@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -489,9 +490,13 @@ type proxy struct {
 	closed bool
 
 	configSeen     os.FileInfo           // -config as it was just before start-up read it
-	retired        []*redisstore.Limiter // Redis limiters no longer in use, whose counts the metrics keep
+	retired        []*redisstore.Limiter // Redis limiters a reload dropped, not yet closed, whose counts the metrics keep
 	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
 	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
+	// The counts of the Redis limiters closed after a reload, summed: the metrics keep them
+	// without keeping the limiters, whose fallback tables would otherwise stay in memory.
+	closedExact   redisstore.Stats
+	closedBatched batched.Stats
 	logSecret      [32]byte              // the access log's key for hashing keys (logKey), drawn at start
 	errLogged      atomic.Uint64
 	admittedSeen   atomic.Uint64
@@ -812,6 +817,9 @@ func (px *proxy) registerRedisMetrics() {
 			defer px.mu.Unlock()
 			var total float64
 			rs, bs := px.allRedis(withRetired)
+			if withRetired {
+				total += exact(px.closedExact) + fleet(px.closedBatched)
+			}
 			for _, b := range rs {
 				var s redisstore.Stats
 				b.Stats(&s)
@@ -943,13 +951,38 @@ func (px *proxy) apply(spec *configSpec) error {
 		// the longest such a request is given at shutdown, plus the longest it may wait for its
 		// turn under -max-delay before it asks (or when the proxy closes).
 		px.retiring = append(px.retiring, retire...)
-		time.AfterFunc(px.c.shutdownTimeout+px.c.maxDelay, func() {
-			for _, b := range retire {
-				b.close()
-			}
-		})
+		time.AfterFunc(px.c.shutdownTimeout+px.c.maxDelay, func() { px.release(retire) })
 	}
 	return nil
+}
+
+// release closes limits a reload retired and lets them go, keeping only the counts the metrics
+// sum: every reload that changes a limit would otherwise keep the old limiter's tables until the
+// process exits.
+func (px *proxy) release(retire []*builtLimit) {
+	for _, b := range retire {
+		b.close()
+	}
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	for _, b := range retire {
+		if b.rs != nil && slices.Contains(px.retired, b.rs) {
+			var s redisstore.Stats
+			b.rs.Stats(&s)
+			// The fields the counters registerRedisMetrics keeps over retired limiters read.
+			px.closedExact.Failures += s.Failures
+			px.closedExact.ShortCircuits += s.ShortCircuits
+			px.retired = slices.DeleteFunc(px.retired, func(r *redisstore.Limiter) bool { return r == b.rs })
+		}
+		if b.bl != nil && slices.Contains(px.retiredBatched, b.bl) {
+			var s batched.Stats
+			b.bl.Stats(&s)
+			px.closedBatched.Failures += s.Failures
+			px.closedBatched.OfflineDecisions += s.OfflineDecisions
+			px.retiredBatched = slices.DeleteFunc(px.retiredBatched, func(r *batched.Limiter) bool { return r == b.bl })
+		}
+	}
+	px.retiring = slices.DeleteFunc(px.retiring, func(b *builtLimit) bool { return slices.Contains(retire, b) })
 }
 
 // initRuleMetrics creates rule's decision series at 0: every reason a decision can have, each with

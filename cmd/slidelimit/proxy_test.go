@@ -14,9 +14,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -584,4 +586,42 @@ func TestConfigEditDuringStartIsPickedUp(t *testing.T) {
 	defer func() { cancel(); <-watched }()
 	assert.Eventually(t, func() bool { return len(ip.px.state.Load().rules) == 3 }, 3*time.Second, 10*time.Millisecond,
 		"the edit made before the watcher started was never read; log:\n%s", ip.log)
+}
+
+// A limit a reload drops is closed once requests may no longer use it, and then let go: its
+// limiter is garbage, where every reload used to keep the old tables until the process exited.
+func TestReloadReleasesRetiredLimiters(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := func(n int) {
+		require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, "rules:\n  - name: r\n    rates: [%d/1m]\n", n), 0o644))
+	}
+	rule(10)
+	p := startInProcess(t, w0, "-config", cfg, "-config-poll", "0", "-shutdown-timeout", "1ms")
+	var collected atomic.Int32
+	const reloads = 4
+	for i := range reloads {
+		p.px.mu.Lock()
+		for _, b := range p.px.built {
+			if b.eng != nil && b.quota.Name == "r" {
+				runtime.AddCleanup(b.eng, func(struct{}) { collected.Add(1) }, struct{}{})
+			}
+		}
+		p.px.mu.Unlock()
+		rule(11 + i)
+		p.px.reload("test")
+		require.Equal(t, i+1, strings.Count(p.log.String(), "config reloaded"), "reload %d:\n%s", i, p.log.String())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for collected.Load() < reloads {
+		require.True(t, time.Now().Before(deadline), "%d of %d retired limiters collected; %d still retiring", collected.Load(), reloads, func() int {
+			p.px.mu.Lock()
+			defer p.px.mu.Unlock()
+			return len(p.px.retiring)
+		}())
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.px.mu.Lock()
+	defer p.px.mu.Unlock()
+	assert.Empty(t, p.px.retiring)
 }
