@@ -497,10 +497,10 @@ type proxy struct {
 	// without keeping the limiters, whose fallback tables would otherwise stay in memory.
 	closedExact   redisstore.Stats
 	closedBatched batched.Stats
-	logSecret      [32]byte              // the access log's key for hashing keys (logKey), drawn at start
-	errLogged      atomic.Uint64
-	admittedSeen   atomic.Uint64
-	refusedSeen    atomic.Uint64
+	logSecret     [32]byte // the access log's key for hashing keys (logKey), drawn at start
+	errLogged     atomic.Uint64
+	admittedSeen  atomic.Uint64
+	refusedSeen   atomic.Uint64
 }
 
 // proxyState is one configuration, built and then only read; a reload swaps in a new one.
