@@ -302,9 +302,11 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 // example an API key checked earlier in the chain), as "h:" and the value. A request without the
 // header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
 // address (ClientIP with no trusted proxies). Host is read from Request.Host, where Go's server
-// moves it out of the header map (so that each virtual host has its own key). Clients choose their
-// own header values: key by a header only where something upstream of the limiter has
-// authenticated it. Safe for concurrent use.
+// moves it out of the header map, and written one way per virtual host (lower case, without a
+// trailing dot, and without the default port: 80, or 443 on a TLS connection), so that a client
+// cannot take a fresh quota by spelling its host another way. Clients choose their own header
+// values: key by a header only where something upstream of the limiter has authenticated it.
+// Safe for concurrent use.
 func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Request) string {
 	name = http.CanonicalHeaderKey(name)
 	if fallback == nil {
@@ -313,7 +315,7 @@ func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Re
 	if name == "Host" {
 		return func(r *http.Request) string {
 			if r.Host != "" {
-				return "h:" + r.Host
+				return "h:" + virtualHost(r)
 			}
 			return fallback(r)
 		}
@@ -324,6 +326,22 @@ func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Re
 		}
 		return fallback(r)
 	}
+}
+
+// virtualHost returns r.Host spelt one way for each host and port the request may name.
+func virtualHost(r *http.Request) string {
+	name, port := r.Host, ""
+	if i := strings.LastIndexByte(name, ':'); i >= 0 && strings.IndexByte(name[i:], ']') < 0 {
+		name, port = name[:i], name[i+1:]
+	}
+	if (port == "80" && r.TLS == nil) || (port == "443" && r.TLS != nil) {
+		port = ""
+	}
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if port == "" {
+		return name
+	}
+	return name + ":" + port
 }
 
 // KeyByPathAndIP returns a key function that keys each request by its URL path together with the

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/slidelimit/slidelimit/httplimit"
 )
@@ -187,7 +188,7 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		names[fr.Name] = true
 		r := ruleSpec{name: fr.Name, policyID: def.policyID, key: def.key, where: where}
 		for _, m := range fr.Methods {
-			if m == "" || strings.ContainsAny(m, " \t/") {
+			if m == "" || strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
 				return nil, fmt.Errorf("%s: methods: %q is not an HTTP method", where, m)
 			}
 			r.methods = append(r.methods, strings.ToUpper(m))

@@ -916,6 +916,7 @@ func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
 		{"http://alice:s3cr3t-pw@127.0.0.1:1/", `-upstream "http://alice:xxxxx@127.0.0.1:1/": has a user part, and credentials in the URL are not sent to the upstream: remove it, and have the upstream trust the proxy another way`},
 		{"https://alice@127.0.0.1:1/", `-upstream "https://alice@127.0.0.1:1/": has a user part`},
 		{"ftp://a:pw@h/", `-upstream "ftp://a:xxxxx@h/": must be an http:// or https:// URL with a host`},
+		{"http://:19000", `-upstream "http://:19000": must be an http:// or https:// URL with a host`},
 		{"http://a:s3cr3t-pw@[::1", `-upstream "http://a:xxxxx@[::1": parse "http://a:xxxxx@[::1": missing ']' in host`},
 		{"a:s3cr3t-pw@127.0.0.1:9000", `-upstream "a:xxxxx@127.0.0.1:9000": no scheme`},
 	} {

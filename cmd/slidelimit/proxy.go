@@ -195,7 +195,7 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		// -upstream error is.
 		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redactText(err.Error(), c.upstream))
 	}
-	if up.Scheme != "http" && up.Scheme != "https" || up.Host == "" {
+	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", up.Redacted())
 	}
 	if port := up.Port(); port != "" {
