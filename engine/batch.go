@@ -27,7 +27,9 @@ const batchChunk = shard.RunLen
 // so that the memory loads of many keys overlap instead of following one another. Once a batch
 // meets its second new key, it takes the batch for a flood of them and also walks each later
 // key's probe ahead of its decision, 12 and then 6 keys before it, asking for the lines that the
-// probe will need to find the key's empty slot. It allocates nothing and retains no key.
+// probe will need to find the key's empty slot. It retains no key, and deciding keys already
+// tracked allocates nothing; a new key may grow its shard's table (see WithExpectedKeys), and a
+// new sliding-log key allocates its log, as in Allow.
 func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 	m := min(len(keys), len(out))
 	keys, out = keys[:m], out[:m]

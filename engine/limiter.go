@@ -32,8 +32,11 @@
 //
 // Times are Unix milliseconds from 0 to clock.MaxMs = 2^62-1 (some 146 million years): a manual
 // clock clamps every time it is given into that range, so no decision is made outside it. A
-// manual clock should not run backwards (a state from a later time than a decision's is read as
-// current, never as old).
+// manual clock should not run backwards: a state from a little later than a decision's time (as
+// goroutines racing on one clock make) is read as current, never as old, but a clock set back by
+// more than a cell's horizon (docs/design.md, "The horizon": some 2^(k-1) windows of a packed
+// cell, minutes for a sliding counter of a large limit and a 1 ms window) may read a later state
+// as an old one, and forget its counts.
 package engine
 
 import (
