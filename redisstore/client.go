@@ -119,7 +119,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	if o.DB < 0 {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: database %d is negative", RedactURL(rawURL), o.DB)
 	}
-	if err := checkPool(o); err != nil {
+	if err := checkOptions(o); err != nil {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
 	}
 	o.ContextTimeoutEnabled = true
@@ -183,9 +183,14 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 // CLUSTER SLOTS): after a failover, calls for the failed master's slots fail for about this long.
 const clusterReload = 2 * time.Second
 
-// checkPool refuses the connection-pool sizes that go-redis would panic on rather than refuse
-// (a negative pool_size makes a channel of negative size), naming the option and its value.
-func checkPool(o *redis.Options) error {
+// checkOptions refuses the connection-pool sizes that go-redis would panic on rather than refuse
+// (a negative pool_size makes a channel of negative size), and a client_name the server refuses
+// on every new connection (each call would then dial again and fail), naming the option and its
+// value.
+func checkOptions(o *redis.Options) error {
+	if strings.ContainsFunc(o.ClientName, func(r rune) bool { return r < '!' || r > '~' }) {
+		return fmt.Errorf("client_name = %q: Redis takes only printable ASCII characters, and no space", o.ClientName)
+	}
 	for _, f := range []struct {
 		name string
 		v    int

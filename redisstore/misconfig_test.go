@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,6 +131,40 @@ func TestMissingDatabaseOpensBreaker(t *testing.T) {
 	misconfigured(t, l, &log, "DB index is out of range")
 	if conns := connectionsReceived(t, admin) - before; conns > 3 {
 		t.Fatalf("200 calls selecting a missing database opened %d connections, want at most 3", conns)
+	}
+}
+
+// A client name the server refuses fails the CLIENT SETNAME of every new connection, as a
+// missing database does: NewClient refuses it, and through a client built by hand the breaker
+// opens at once instead of each call dialling again.
+func TestBadClientNameOpensBreaker(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	for _, name := range []string{"a b", "a\nb", "café"} {
+		if c, err := NewClient("redis://" + srv.Addr + "?client_name=" + url.QueryEscape(name)); err == nil || !strings.Contains(err.Error(), "client_name") {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("NewClient with client_name %q: %v; want an error naming client_name", name, err)
+		}
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+	defer admin.Close()
+	named := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: "a b", DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer named.Close()
+	var log errLog
+	l, err := New(named, "cn", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := connectionsReceived(t, admin)
+	misconfigured(t, l, &log, "Client names cannot contain")
+	if conns := connectionsReceived(t, admin) - before; conns > 3 {
+		t.Fatalf("200 calls with a name the server refuses opened %d connections, want at most 3", conns)
 	}
 }
 

@@ -26,6 +26,9 @@ func EveryKey(err error, cluster bool) string {
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
 	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), HasPrefix(err, "NOSCRIPT"):
 		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
+	case strings.HasPrefix(rerr.Error(), "ERR Client names cannot contain"):
+		// The CLIENT SETNAME of a new connection, as for the database below.
+		return "the server refuses the client's name (the URL's client_name): use printable ASCII characters but space"
 	case strings.HasPrefix(rerr.Error(), "ERR DB index is out of range"):
 		// The SELECT of a new connection: every connection fails it, and each call would dial.
 		return "the server has no database of the number the client selects (the URL's /N or db=N): it has 16 unless its config says otherwise"
