@@ -76,7 +76,9 @@ type Limit struct {
 // second), which then refills as any unit does (see engine.Limiter.Refund); not the sliding log
 // nor the dual bucket), and any other
 // Limiter that has a method Refund(ctx context.Context, key string, n int64, d slidelimit.Decision)
-// (int64, error) is asked the same way. Limiters that cannot give back are asked last, so that
+// (int64, error) is asked the same way, unless its method Policy() policy.Policy reports a sliding
+// log or a dual bucket (redisstore's Refund gives those nothing back either). Limiters that
+// cannot give back are asked last, so that
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
 // leaves the earlier ones charged. A limit not asked because an earlier one refused is still
 // listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
@@ -188,7 +190,9 @@ type Middleware struct {
 
 	// OnError observes every error from a Limiter, before ErrorMode is applied, and a
 	// configuration error (key ""), on every request, from a handler Wrap built out of a
-	// configuration Validate refuses. nil means none.
+	// configuration Validate refuses. A Limiter's Refund that fails, giving back what a request
+	// another limit refused had counted, is reported too: its units stay counted, and the request
+	// is answered as it would have been. nil means none.
 	OnError func(r *http.Request, key string, err error)
 
 	// ErrorMode is what happens to a request when a Limiter returns an error (default
@@ -341,27 +345,34 @@ func newEntry(l Limit) limitEntry {
 	case interface{ Engine() *engine.Limiter }:
 		eng := r.Engine()
 		e.peek = eng.Peek
-		switch eng.Policy().(type) {
-		case policy.SlidingLog, policy.DualBucket:
-			// Their Refund gives nothing back (see engine.Limiter.Refund).
-		default:
-			e.refund = func(_ context.Context, key string, n int64, d engine.Decision) int64 {
-				return eng.Refund(key, n, d)
+		if givesBack(eng.Policy()) {
+			e.refund = func(_ context.Context, key string, n int64, d engine.Decision) (int64, error) {
+				return eng.Refund(key, n, d), nil
 			}
 		}
 	case refunder:
-		e.refund = func(ctx context.Context, key string, n int64, d engine.Decision) int64 {
-			g, err := r.Refund(context.WithoutCancel(ctx), key, n, d)
-			if err != nil {
-				return 0
+		// A Limiter that reports a policy whose Refund gives nothing back (redisstore's sliding
+		// log and dual bucket) is asked last, as the engine's is, though it has the method.
+		if p, ok := l.Limiter.(policyReporter); !ok || givesBack(p.Policy()) {
+			e.refund = func(ctx context.Context, key string, n int64, d engine.Decision) (int64, error) {
+				return r.Refund(context.WithoutCancel(ctx), key, n, d)
 			}
-			return g
 		}
 	}
 	if p, ok := l.Limiter.(peeker); ok && e.peek == nil {
 		e.peek = p.Peek
 	}
 	return e
+}
+
+// givesBack reports whether a Refund under policy p can give units back: not the sliding log's
+// nor the dual bucket's (see engine.Limiter.Refund), in process or on Redis.
+func givesBack(p policy.Policy) bool {
+	switch v, _ := rules.Value(p); v.(type) {
+	case policy.SlidingLog, policy.DualBucket:
+		return false
+	}
+	return true
 }
 
 // peeker is what a Limiter other than the engine offers to show a limit that was not asked.
@@ -398,7 +409,7 @@ type limitEntry struct {
 	name    string // the name as a structured-field string, quotes included
 	policy  string // the RateLimit-Policy item; "": none
 	limit   int64  // the quota's limit, as RateLimit-Policy gives it; 0: unknown
-	refund  func(ctx context.Context, key string, n int64, d engine.Decision) int64
+	refund  func(ctx context.Context, key string, n int64, d engine.Decision) (int64, error)
 	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 	// rate is the units a second a bucket that gives units back refills at (0 for the windows,
 	// whose reset does not move with what they hold): units given back move the time it is full
@@ -523,7 +534,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		d, idx, closed := h.decide(r, f)
 		if closed { // never in Shadow mode, where decide fails open
-			f.parent.giveBack(r.Context())
+			f.parent.giveBack(r)
 			// An outer middleware's fields said what it had counted, and it has given that back:
 			// no field describes this answer.
 			delete(w.Header(), hdrRateLimit)
@@ -561,7 +572,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.onDecision(r, f.key, d)
 		}
 		if idx >= 0 && !h.shadow {
-			f.parent.giveBack(r.Context())
+			f.parent.giveBack(r)
 		}
 		if h.shadow {
 			h.pass(w, r, f)
@@ -640,7 +651,7 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 				// A closed limiter's Decision, even under FailLocal, says only that it cannot
 				// decide: answered as FailClosed answers, with no RateLimit field that would
 				// tell the client its quota is spent.
-				f.giveBackOwn(r.Context())
+				f.giveBackOwn(r)
 				return di, -1, true
 			}
 			// FailLocal: go on with di, which RateLimit does not list.
@@ -652,7 +663,7 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 		f.ds[i] = di
 		if !di.Allowed {
 			f.st[i] = refused
-			f.giveBackOwn(r.Context())
+			f.giveBackOwn(r)
 			return di, i, false
 		}
 		f.st[i] = admitted
@@ -674,25 +685,29 @@ func (f *frame) reset() {
 	clear(f.fallback)
 }
 
-// giveBack returns what f and the frames above it counted: the request they admitted has been
-// refused further down. Nil-safe; each limit is given back once.
-func (f *frame) giveBack(ctx context.Context) {
+// giveBack returns what f and the frames above it counted for r: the request they admitted has
+// been refused further down. Nil-safe; each limit is given back once.
+func (f *frame) giveBack(r *http.Request) {
 	for ; f != nil; f = f.parent {
 		f.mu.Lock()
-		f.giveBackOwn(ctx)
+		f.giveBackOwn(r)
 		f.mu.Unlock()
 	}
 }
 
-// giveBackOwn returns what f's own limits counted.
-func (f *frame) giveBackOwn(ctx context.Context) {
+// giveBackOwn returns what f's own limits counted for r. A Limiter's failure to give back goes to
+// f's OnError, as its failures to decide do: the units stay counted, and the operator should know.
+func (f *frame) giveBackOwn(r *http.Request) {
 	for i, s := range f.st {
 		if s != admitted {
 			continue
 		}
 		f.st[i] = returned
 		if e := &f.h.limits[i]; e.refund != nil {
-			g := e.refund(ctx, f.key, f.cost, f.ds[i])
+			g, err := e.refund(r.Context(), f.key, f.cost, f.ds[i])
+			if err != nil && f.h.onError != nil {
+				f.h.onError(r, f.key, err)
+			}
 			// The field then shows what the limit holds again: read back where the Limiter can
 			// say so without counting, as a limit not asked is shown, since for a bucket the
 			// time it is full again moves back too; else worked out from what came back.

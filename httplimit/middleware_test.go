@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
@@ -700,4 +701,43 @@ func TestWriteProblem(t *testing.T) {
 	assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
 	assert.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
 	assert.JSONEq(t, `{"type":"about:blank","title":"Bad Gateway","status":502,"detail":"the upstream failed"}`, rec.Body.String())
+}
+
+// refundFails is a Limiter backed by an engine whose store fails to give units back: its Refund
+// returns an error and gives nothing.
+type refundFails struct {
+	slidelimit.Limiter
+	refunds atomic.Int64
+}
+
+func (l *refundFails) Refund(context.Context, string, int64, engine.Decision) (int64, error) {
+	l.refunds.Add(1)
+	return 0, errors.New("refund: store unavailable")
+}
+
+// A Limiter's failure to give back what a request refused by another limit counted reaches
+// OnError, as its failures to decide do: its units stay counted, and the operator is told. The
+// request is answered as it would have been.
+func TestRefundErrorReachesOnError(t *testing.T) {
+	store, _ := newEngine(t, 10, time.Minute, w0)
+	rf := &refundFails{Limiter: store.AsLimiter()}
+	fw, _ := newEngine(t, 1, time.Hour, w0)
+	var mu sync.Mutex
+	var seen []string
+	mw := &httplimit.Middleware{
+		Limiter: rf, Quota: httplimit.Quota{Name: "store", Limit: 10},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(fw), Quota: httplimit.Quota{Name: "fw"}}},
+		OnError: func(_ *http.Request, key string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, key+": "+err.Error())
+		},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	assert.Equal(t, 429, get(t, ts.Client(), ts.URL, nil).status, "the second is refused by fw, and store is asked to give back")
+	assert.Equal(t, int64(1), rf.refunds.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"ip:127.0.0.1: refund: store unavailable"}, seen)
 }
