@@ -29,7 +29,9 @@ func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 	}
 	for rpu, want := range map[string]uint32{"10.0": 10, "1e3": 1000, "1.5e1": 15, "1.0e+1": 10, "-0.0": 0, "4294967295.0": 4294967295,
 		// Whole numbers as YAML reads them: underscores anywhere, and other bases.
-		"1_000": 1000, "1__000": 1000, "1000_": 1000, "0x10": 16, "0o17": 15, "+7": 7} {
+		"1_000": 1000, "1__000": 1000, "1000_": 1000, "0x10": 16, "0o17": 15, "+7": 7,
+		// A leading zero that is not octal: YAML reads a float, which yaml.v2 loads as 8 and 9.
+		"08": 8, "09": 9, "010": 8} {
 		cfg := parse(t, file("false", rpu))
 		s := serve(t, cfg)
 		r := s.call(t, "d", 0, desc("k", "v"))
@@ -48,6 +50,8 @@ func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 		{"no", "-1.0", "requests_per_unit -1.0 in rate_limit of k is out of range [0, 4294967295]"},
 		{"no", "4294967296", "requests_per_unit 4294967296 in rate_limit of k is out of range [0, 4294967295]"},
 		{"no", "99999999999999999999", "requests_per_unit 99999999999999999999 in rate_limit of k is out of range [0, 4294967295]"},
+		{"no", "1_00000000000000000000", "requests_per_unit 1_00000000000000000000 in rate_limit of k is out of range [0, 4294967295]"},
+		{"no", "-08", "requests_per_unit -08 in rate_limit of k is out of range [0, 4294967295]"},
 	} {
 		cfg, err := rls.ParseConfig("test.yaml", []byte(file(c.shadow, c.rpu)))
 		require.Nil(t, cfg)

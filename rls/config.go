@@ -446,12 +446,6 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 	return nil
 }
 
-// wholeNumber reports whether s is digits, with an optional sign and YAML's underscores.
-func wholeNumber(s string) bool {
-	s = strings.TrimLeft(s, "+-")
-	return s != "" && strings.Trim(s, "0123456789_") == ""
-}
-
 func orTop(path string) string {
 	if path == "" {
 		return "the domain"
@@ -530,13 +524,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 		return nil, p.errf(rpuNode, "requests_per_unit %s in %s is out of range [0, %d]", rpuNode.Value, what, int64(policy.MaxLimit))
 	}
 	switch {
-	case rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float" && wholeNumber(rpuNode.Value):
-		// YAML reads a whole number too large for 64 bits as a float.
-		return outOfRange()
 	case rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float":
 		// envoyproxy/ratelimit loads a float into its integer field (10.0 and 1e3 are 10 and
 		// 1000), so files written for it may hold one. A fraction it drops without a word;
-		// here it is refused, as a limit of 10.5 is not the limit of 10 it would become.
+		// here it is refused, as a limit of 10.5 is not the limit of 10 it would become. YAML
+		// reads some whole numbers as floats too: one too large for 64 bits, and one with a
+		// leading zero that is not octal (08, which envoyproxy/ratelimit's YAML reads as 8).
 		var f float64
 		if rpuNode.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) {
 			return nil, p.errf(rpuNode, "requests_per_unit %s in %s is not a whole number", rpuNode.Value, what)

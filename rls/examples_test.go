@@ -2,12 +2,14 @@ package rls_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -43,21 +45,27 @@ func TestExampleServiceConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"edge", "edge_conn"}, cfg.Domains())
 	s := serve(t, cfg)
-	// The three descriptors the HTTP filter sends for a client on /login with plan pro.
-	r := s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"), desc("plan", "pro"))
-	require.Equal(t, []string{ok, ok, ok, ok}, outcome(r))
-	require.Equal(t, uint32(99), r.GetStatuses()[0].GetLimitRemaining())
-	require.Equal(t, "login", r.GetStatuses()[1].GetCurrentLimit().GetName())
-	require.Equal(t, uint32(4), r.GetStatuses()[1].GetLimitRemaining())
-	require.Equal(t, uint32(49), r.GetStatuses()[2].GetLimitRemaining())
-	// Four more logins use the bucket's burst; the sixth waits a second for a token, and is not
-	// counted against the per-client limit.
-	for range 4 {
-		s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"))
+	// The four descriptors the HTTP filter sends for a client on /login with plan pro.
+	login := func(path string) []*ratelimitv3.RateLimitDescriptor {
+		return []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "192.0.2.1"),
+			desc("remote_address", "192.0.2.1", "path", path), desc("remote_address", "192.0.2.1", "login", "/login")}
 	}
-	r = s.call(t, "edge", 0, desc("remote_address", "192.0.2.1"), desc("remote_address", "192.0.2.1", "path", "/login"))
-	require.Equal(t, []string{over, ok, over}, outcome(r))
-	require.Equal(t, time.Second, r.GetStatuses()[1].GetDurationUntilReset().AsDuration())
+	r := s.call(t, "edge", 0, append(login("/login"), desc("plan", "pro"))...)
+	require.Equal(t, []string{ok, ok, ok, ok, ok}, outcome(r))
+	require.Equal(t, uint32(99), r.GetStatuses()[0].GetLimitRemaining())
+	require.Equal(t, "per_client_path", r.GetStatuses()[1].GetCurrentLimit().GetName())
+	require.Equal(t, "login", r.GetStatuses()[2].GetCurrentLimit().GetName())
+	require.Equal(t, uint32(4), r.GetStatuses()[2].GetLimitRemaining())
+	require.Equal(t, uint32(49), r.GetStatuses()[3].GetLimitRemaining())
+	// Four more logins, each with a query string of its own, use the bucket's burst: the query
+	// keys each path apart, but not the login; the sixth waits a second for a token, and is not
+	// counted against the per-client limit.
+	for i := range 4 {
+		s.call(t, "edge", 0, login(fmt.Sprintf("/login?try=%d", i))...)
+	}
+	r = s.call(t, "edge", 0, login("/login?try=4")...)
+	require.Equal(t, []string{over, ok, ok, over}, outcome(r))
+	require.Equal(t, time.Second, r.GetStatuses()[2].GetDurationUntilReset().AsDuration())
 	require.Equal(t, uint32(95), r.GetStatuses()[0].GetLimitRemaining())
 	// Another path: 10 per 10 seconds.
 	r = s.call(t, "edge", 0, desc("remote_address", "192.0.2.1", "path", "/"))

@@ -42,3 +42,26 @@ func TestKeyCapRefusalListsNoRemaining(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, code)
 	assert.Regexp(t, `^"k";r=98;t=\d+$`, h["RateLimit"])
 }
+
+// A check (hits_addend 0) of a new key past the cap is refused by the engine, but a check is never
+// refused: its status and the request's are OK, alone or beside an admitted descriptor, which
+// keeps its unit.
+func TestCheckPastTheKeyCapIsOK(t *testing.T) {
+	srv, err := rls.NewServer(parse(t, oneLimit), rls.WithBackend(rls.EngineBackend(engine.WithMaxKeys(1))))
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+	defer cancel()
+	call := func(ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		r, err := srv.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds})
+		require.NoError(t, err)
+		return r
+	}
+	require.Equal(t, rlsv3.RateLimitResponse_OK, call(desc("k", "a")).GetOverallCode()) // the cap's one key
+	r := call(withHits(desc("k", "b"), 0))
+	assert.Equal(t, []string{ok, ok}, outcome(r), "a check alone")
+	r = call(desc("k", "a"), withHits(desc("k", "b"), 0))
+	assert.Equal(t, []string{ok, ok, ok}, outcome(r), "a check beside an admitted hit")
+	assert.Equal(t, uint32(98), r.GetStatuses()[0].GetLimitRemaining(), "the admitted hit kept its unit: 100 - 2")
+}

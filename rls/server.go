@@ -447,7 +447,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 			return nil, err
 		}
 		for _, c := range checks {
-			refused = refused || !c.d.Allowed && !c.node.shadow
+			refused = refused || c.refuses()
 		}
 	} else {
 		for k := range checks {
@@ -462,7 +462,7 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 				s.giveBack(ctx, checks[:k], false)
 				return nil, err
 			}
-			if !c.d.Allowed && !c.node.shadow {
+			if c.refuses() {
 				refused = true
 			}
 		}
@@ -509,6 +509,11 @@ func (s *Server) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequ
 	}
 	return resp, nil
 }
+
+// refuses reports whether c's decision refuses the request: a refused hit not in shadow mode. A
+// check (no hits) never does, though the backend may refuse it (a new key past the key cap, or a
+// store down under -on-redis-error closed): its own status is OK, and so must the request's be.
+func (c *check) refuses() bool { return !c.d.Allowed && !c.node.shadow && c.cost > 0 }
 
 // take decides n units for c (n = 0: a query). A backend error is counted and logged, and the
 // Decision the backend's failure mode made stands; a cancelled call is the caller's.
