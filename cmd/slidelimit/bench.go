@@ -212,10 +212,20 @@ func measure(c benchConfig, bar *progress, d time.Duration, zipf []uint32, lim *
 	stats := make([]workerStats, c.workers)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	start := time.Now()
+	// The workers start together once all exist, and each stops at the deadline by itself: with
+	// thousands of them, a worker already running kept this goroutine from starting the rest,
+	// and from setting stop, for seconds past d.
+	gate := make(chan struct{})
+	var start, end time.Time
 	for w := range c.workers {
-		wg.Go(func() { benchWorker(lim, ref, &stats[w], &stop, uint64(w), c.keys, zipf) })
+		wg.Go(func() {
+			<-gate
+			benchWorker(lim, ref, &stats[w], &stop, end, batchFor(c.workers), uint64(w), c.keys, zipf)
+		})
 	}
+	start = time.Now()
+	end = start.Add(d)
+	close(gate)
 	bar.run(start, d, func() int64 {
 		var n int64
 		for i := range stats {
@@ -241,19 +251,22 @@ type workerStats struct {
 	_       [128]byte
 }
 
-// benchBatch is how many decisions a worker makes between looking at the stop flag and
-// publishing its totals.
+// benchBatch is how many decisions a worker makes between looking at the stop flag and the
+// clock and publishing its totals; with many workers, fewer (batchFor), so that the decisions
+// every worker makes before it first looks stay about 2^20, a fraction of a second.
 const benchBatch = 1024
+
+func batchFor(workers int) int { return min(benchBatch, max(16, (1<<20)/max(workers, 1))) }
 
 // benchWorker decides on lim, or else on ref: both are called directly (a branch that always goes
 // the same way costs next to nothing), so that neither pays for an indirect call.
-func benchWorker(lim *engine.Limiter, ref *mutexMapLimiter, st *workerStats, stop *atomic.Bool, id uint64, keys int, zipf []uint32) {
+func benchWorker(lim *engine.Limiter, ref *mutexMapLimiter, st *workerStats, stop *atomic.Bool, end time.Time, batch int, id uint64, keys int, zipf []uint32) {
 	rng := rand.NewPCG(id+1, 0x5eed)
 	pos := int(rng.Uint64() % uint64(max(len(zipf), 1)))
 	var ops, allowed int64
 	n := uint64(keys)
 	for !stop.Load() {
-		for range benchBatch {
+		for range batch {
 			var k uint64
 			if zipf != nil {
 				k = uint64(zipf[pos])
@@ -274,9 +287,12 @@ func benchWorker(lim *engine.Limiter, ref *mutexMapLimiter, st *workerStats, sto
 				allowed++
 			}
 		}
-		ops += benchBatch
+		ops += int64(batch)
 		st.ops.Store(ops)
 		st.allowed.Store(allowed)
+		if !time.Now().Before(end) {
+			return
+		}
 	}
 }
 

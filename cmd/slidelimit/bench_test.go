@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,6 +58,24 @@ func TestBenchWithoutReference(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr.String())
 	assert.NotContains(t, stdout.String(), "reference")
 	assert.NotContains(t, stdout.String(), "summary:")
+}
+
+// Many workers still measure for about -duration: they start together and each stops at the
+// deadline, where a worker already running kept the rest from starting, and the run from
+// stopping, for minutes at 16,384 workers. The bound is far above the run, a hang's not a speed's.
+func TestBenchManyWorkersStopsOnTime(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"bench", "-keys", "1000", "-duration", "50ms", "-workers", "16384", "-reference=false"}, &stdout, &stderr)
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("slidelimit bench -duration 50ms -workers 16384 ran past 60s")
+	}
+	assert.Contains(t, stdout.String(), "16384 goroutines")
 }
 
 // The reference decides by the same sliding-counter rules as the engine: limit per window, the

@@ -40,8 +40,8 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case c.duration < time.Millisecond:
 		return usageErr(fs, "-duration %v: must be at least 1ms", c.duration)
-	case c.concurrency < 1:
-		return usageErr(fs, "-concurrency %d: must be at least 1", c.concurrency)
+	case c.concurrency < 1 || c.concurrency > maxWorkers:
+		return usageErr(fs, "-concurrency %d: must be in [1, %d]", c.concurrency, maxWorkers)
 	case c.clients < 0 || c.clients > 1<<22:
 		return usageErr(fs, "-clients %d: must be in [0, %d]", c.clients, 1<<22)
 	case c.rounds < 1:
@@ -111,10 +111,11 @@ func loadCompare(c loadConfig, stdout, stderr io.Writer) error {
 		defer srv.close()
 		targets[i].cfg.listen = srv.addr
 		// Warm up: open the connections and fill the limiter's table before measuring.
+		// At least 100ms, whatever -duration: a first request pays for its connection.
 		warmCfg := c
-		warmCfg.duration = min(c.duration/4, 500*time.Millisecond)
+		warmCfg.duration = max(min(c.duration/4, 500*time.Millisecond), 100*time.Millisecond)
 		if _, err := loadRun(warmCfg, "http://"+srv.addr+"/"); err != nil {
-			return err
+			return fmt.Errorf("warming up (%s, for %v): %w", t.label, warmCfg.duration, err)
 		}
 	}
 	for round := range c.rounds {
@@ -174,7 +175,10 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 	}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	// A redirect is the answer measured, not a second request: following it would count two
+	// round trips as one and report the other URL's status.
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	type worker struct {
 		lat   []time.Duration
@@ -240,9 +244,9 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 	}
 	if len(all) == 0 {
 		if cut != nil {
-			return r, fmt.Errorf("load %s: no request completed within -duration %v (%w)", url, c.duration, cut)
+			return r, fmt.Errorf("load %s: no request completed within %v (%w)", url, c.duration, cut)
 		}
-		return r, fmt.Errorf("load %s: no request completed within -duration %v", url, c.duration)
+		return r, fmt.Errorf("load %s: no request completed within %v", url, c.duration)
 	}
 	r.total = len(all)
 	r.rps = float64(r.total) / elapsed.Seconds()

@@ -5,6 +5,7 @@
 //	slidelimit rls [flags]       Envoy rate limit service (see rls -h)
 //	slidelimit load [flags]      an HTTP load generator; measures the proxy's overhead
 //	slidelimit version           the version of this build
+//	slidelimit help [COMMAND]    the commands, or a command's flags
 //
 // Run "slidelimit COMMAND -h" for a command's flags.
 package main

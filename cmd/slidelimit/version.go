@@ -11,8 +11,9 @@ import (
 //
 //	go build -ldflags "-X main.version=v1.2.3" ./cmd/slidelimit
 //
-// Left empty, the module version recorded in the binary is used ("(devel)" for a build from a
-// checkout, the tag for "go install …@v1.2.3").
+// Left empty, the module version recorded in the binary is used: the tag for "go install
+// …@v1.2.3"; for a build in a git checkout with VCS stamping (-buildvcs=auto, the default), a
+// pseudo-version of the commit, "+dirty" with local edits; "(devel)" without stamping.
 var version = ""
 
 type versionInfo struct {

@@ -133,6 +133,9 @@ func perfect(p policy.Policy, perMs, ms int64) (int64, error) {
 	return admitted, nil
 }
 
+// maxProcs bounds -procs: far past any machine's cores, which the run means to saturate.
+const maxProcs = 1024
+
 func validate(limit int64, window, duration time.Duration, procs int, target float64) error {
 	switch {
 	case limit < 1:
@@ -141,8 +144,9 @@ func validate(limit int64, window, duration time.Duration, procs int, target flo
 		return fmt.Errorf("-window %v: must be a whole number of milliseconds, at least 1ms", window)
 	case duration < 10*window:
 		return fmt.Errorf("-duration %v: must be at least ten windows (%v)", duration, 10*window)
-	case procs < 1:
-		return fmt.Errorf("-procs %d: must be at least 1", procs)
+	case procs < 1 || procs > maxProcs:
+		// Each P busy-loops a goroutine of its own: a hundred thousand never finished starting.
+		return fmt.Errorf("-procs %d: must be in [1, %d]", procs, maxProcs)
 	case !(target >= 0 && target <= 1): // so written that NaN fails it too
 		return fmt.Errorf("-target %v: must be in [0, 1]", target)
 	}

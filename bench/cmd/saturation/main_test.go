@@ -24,6 +24,7 @@ func TestValidate(t *testing.T) {
 		{1, 1500 * time.Microsecond, time.Minute, 1, 0.9, "-window 1.5ms"},
 		{1, time.Second, time.Second, 1, 0.9, "-duration 1s"},
 		{1, time.Second, time.Minute, 0, 0.9, "-procs 0"},
+		{1, time.Second, time.Minute, 100000, 0.9, "-procs 100000: must be in [1, 1024]"},
 		{1, time.Second, time.Minute, 1, 1.5, "-target 1.5"},
 		{1, time.Second, time.Minute, 1, math.NaN(), "-target NaN"},
 	} {
