@@ -26,7 +26,9 @@ type Codec interface {
 	// ahead (a paused process, a manual clock's jump).
 	Dead(w0, w1 uint64, ref, now int64) bool
 	// Normalize re-encodes a dead state as a new key's state at now, for limiters that keep every
-	// key; changed is false when the state is already in that form.
+	// key; changed is false when the state is already in that form, and where the codec leaves a
+	// dead state as it is because it decides as a new key's already (the two-word sliding
+	// counter, token bucket and leaky bucket, whose cells keep full times).
 	Normalize(w0, w1 uint64, now int64) (n0, n1 uint64, changed bool)
 	// Horizon returns, in ms, how long a state may go unvisited by a sweep before its encoding
 	// could become ambiguous (math.MaxInt64 when it never can).
@@ -132,4 +134,12 @@ type LiveFilter interface {
 	// LivePattern returns the pattern at now: a state word w0 is live for certain when
 	// w0&mask is a or b. A pure function of now, safe for concurrent use.
 	LivePattern(now int64) (mask, a, b uint64)
+}
+
+// mustBeValid panics with p's validation error: a codec of an invalid policy would divide by
+// zero, or build cells that cannot hold its counts, somewhere less clear.
+func mustBeValid(p policy.Policy) {
+	if err := p.Validate(); err != nil {
+		panic("atomic: " + err.Error())
+	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewDualBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// NewDualBucket returns the codec for p (it panics with p.Validate's error if p is not valid). Like every Codec it is immutable
 // and safe for concurrent use; its methods may race on one cell (each update is one CAS). Both layouts store the shared last
 // refill modulo 2^m ms, decoded as the bucket layouts' times are (see token_bucket.go): both
 // buckets are full 60,000 ms after the last refill, within the 2^(m-3) ms that argument needs for
@@ -28,6 +28,7 @@ import (
 //	word 0: Dead, Moved, last mod 2^30 (bits 61…32), request credit (31…16), token credit (15…0)
 //	word 1: requests<<32 | tokens
 func NewDualBucket(config policy.DualBucket) Codec {
+	mustBeValid(config)
 	p := rules.DualBucket(config)
 	c := &dualBucket{p: p, rc: newCreditField(p.RequestsPerMin, rules.DualPeriodMs), tc: newCreditField(p.TokensPerMin, rules.DualPeriodMs)}
 	bR, bT := uint(bits.Len64(uint64(p.RequestsPerMin))), uint(bits.Len64(uint64(p.TokensPerMin)))

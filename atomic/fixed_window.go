@@ -10,7 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewFixedWindow returns the codec for p (which must be valid): one word for every Limit and
+// NewFixedWindow returns the codec for p (it panics with p.Validate's error if p is not valid): one word for every Limit and
 // Window. Like every Codec it is immutable and safe for concurrent use; its methods may race on
 // one cell (each update is one CAS). With b = bits.Len(Limit) <= 32 bits of count, k = 62 - b >= 30 bits of window index:
 //
@@ -28,6 +28,7 @@ import (
 // was revived in, never into one whose counts were evicted. When 2^(k-1) windows exceed 2^62 ms
 // no index ever wraps and the horizon is unbounded.
 func NewFixedWindow(config policy.FixedWindow) Codec {
+	mustBeValid(config)
 	p := rules.FixedWindow(config)
 	w := p.WindowMs()
 	b := uint(bits.Len64(uint64(p.Limit)))

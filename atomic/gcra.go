@@ -8,7 +8,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewGCRA returns the codec for p (which must be valid): one word for every Rate and Burst, as
+// NewGCRA returns the codec for p (it panics with p.Validate's error if p is not valid): one word for every Rate and Burst, as
 // cheap as the sliding counter's smallest cell. Like every Codec it is immutable and safe for
 // concurrent use; its methods may race on one cell (each update is one CAS).
 //
@@ -29,6 +29,7 @@ import (
 // A state is created only on admission: MaxCost tells the engine to refuse a cost above
 // Burst before any lookup, and a new key's bucket is full, so it admits any other cost.
 func NewGCRA(config policy.GCRA) Codec {
+	mustBeValid(config)
 	p := rules.GCRA(config)
 	h := int64(1<<59) / p.Rate
 	return &gcraWord{p: p, rate: uint64(p.Rate), horizon: h}

@@ -8,7 +8,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewLeakyBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// NewLeakyBucket returns the codec for p (it panics with p.Validate's error if p is not valid). Like every Codec it is immutable
 // and safe for concurrent use; its methods may race on one cell (each update is one CAS).
 //
 // One word when the bucket fits (see bucketWord: the level in b = bits.Len(Capacity) bits, the
@@ -19,6 +19,7 @@ import (
 // Otherwise two words: word 0 is the last drain in ms (below 2^62 for any epoch time), word 1 is
 // level<<32 | credit. Nothing wraps: the horizon is unbounded.
 func NewLeakyBucket(config policy.LeakyBucket) Codec {
+	mustBeValid(config)
 	p := rules.LeakyBucket(config)
 	if l, ok := newBucketWord(p.Capacity, p.Rate, 1000, p.DrainMs()); ok {
 		return &leakyBucketWord{p: p, l: l}

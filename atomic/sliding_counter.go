@@ -1,6 +1,7 @@
 package atomic
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	satomic "sync/atomic"
@@ -9,7 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewSlidingCounter returns the codec for p (which must be valid): a one-word cell when the
+// NewSlidingCounter returns the codec for p (it panics with p.Validate's error if p is not valid): a one-word cell when the
 // counts are small enough to leave room for the window, otherwise a two-word cell.
 //
 // One-word layout, with b = bits.Len(Limit) bits per count (b <= 21, so Limit < 2^21) and
@@ -39,9 +40,13 @@ import (
 func NewSlidingCounter(p policy.SlidingCounter) Codec { return NewSlidingCounterUpTo(p, p.Limit) }
 
 // NewSlidingCounterUpTo is NewSlidingCounter with cells sized for per-key limits up to maxLimit
-// (at least p.Limit, at most policy.MaxLimit), for TakeLimit. The Codec is immutable and safe for
-// concurrent use, as NewSlidingCounter's is.
+// (at least p.Limit, at most policy.MaxLimit, or it panics), for TakeLimit. The Codec is immutable
+// and safe for concurrent use, as NewSlidingCounter's is.
 func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
+	mustBeValid(p)
+	if maxLimit < p.Limit || maxLimit > policy.MaxLimit {
+		panic(fmt.Sprintf("atomic: NewSlidingCounterUpTo: maxLimit %d is not in [Limit %d, %d]", maxLimit, p.Limit, int64(policy.MaxLimit)))
+	}
 	w := rules.SlidingCounter(p).WindowMs()
 	rule := rules.SlidingCounter(p).Compile()
 	maxLimit = min(max(maxLimit, p.Limit), policy.MaxLimit)

@@ -10,7 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// NewSlidingLog returns the codec for p (which must be valid). It is safe for concurrent use:
+// NewSlidingLog returns the codec for p (it panics with p.Validate's error if p is not valid). It is safe for concurrent use:
 // updates of one key serialize on that key's entry lock, as described below. A log's state is up to Limit
 // timestamps, far too many for a cell, so the codec owns the logs, in a slab of entries each
 // with its own mutex, and a key's one-word cell holds the handle of its entry:
@@ -39,6 +39,7 @@ import (
 // without the entry's lock and without freeing the entry: with WithAtCap(EvictStalest), a full
 // sliding-log limiter reclaims dead keys and otherwise refuses new ones.
 func NewSlidingLog(config policy.SlidingLog) Codec {
+	mustBeValid(config)
 	p := rules.SlidingLog(config)
 	c := &slidingLog{p: p}
 	empty := []*logChunk{}

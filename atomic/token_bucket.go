@@ -129,7 +129,7 @@ func (l *bucketWord) unpackSince(w uint64, ref int64) (amount, credit, last int6
 	return int64(w & l.amask), l.credit.unpack(w >> l.b & l.cmask), l.t.from(w>>l.at&l.t.mask, ref-l.horizon)
 }
 
-// NewTokenBucket returns the codec for p (which must be valid). Like every Codec it is immutable
+// NewTokenBucket returns the codec for p (it panics with p.Validate's error if p is not valid). Like every Codec it is immutable
 // and safe for concurrent use; its methods may race on one cell (each update is one CAS).
 //
 // One word when the bucket fits (see bucketWord: tokens in b = bits.Len(Burst) bits, the credit
@@ -140,6 +140,7 @@ func (l *bucketWord) unpackSince(w uint64, ref int64) (amount, credit, last int6
 // Otherwise two words: word 0 is the last refill in ms (below 2^62 for any epoch time), word 1
 // is tokens<<32 | credit. Nothing wraps: the horizon is unbounded.
 func NewTokenBucket(config policy.TokenBucket) Codec {
+	mustBeValid(config)
 	p := rules.TokenBucket(config)
 	if l, ok := newBucketWord(p.Burst, p.Rate, 1000, p.FillMs()); ok {
 		return &tokenBucketWord{p: p, l: l}

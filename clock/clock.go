@@ -113,7 +113,7 @@ func Due() bool { return cheaprand()&(RefreshEvery-1) == 0 }
 // DueFor is Due for a caller about to make n decisions at one reading: it reports true about
 // n times in RefreshEvery calls (always, for n >= RefreshEvery), so that the clock is refreshed
 // as often per decision as when each decision calls Due. Safe for concurrent use.
-func DueFor(n int) bool { return cheaprand()&(RefreshEvery-1) < uint32(max(n, 0)) }
+func DueFor(n int) bool { return cheaprand()&(RefreshEvery-1) < uint32(min(max(n, 0), RefreshEvery)) }
 
 // Refresh moves a coarse clock's reading forward to the wall clock's, if it lags, and returns the
 // reading: a reader's own tick, for when the clock's goroutine cannot run (see the package

@@ -128,6 +128,12 @@ func TestDueForRate(t *testing.T) {
 		require.False(t, DueFor(0))
 		require.False(t, DueFor(-5))
 		require.True(t, DueFor(RefreshEvery))
+		require.True(t, DueFor(math.MaxInt))
+		if big := int64(1) << 32; math.MaxInt > math.MaxInt32 {
+			// Past 32 bits too: the count was cut to its low 32 bits, 0 for 2^32.
+			require.True(t, DueFor(int(big)))
+			require.True(t, DueFor(int(big+1)))
+		}
 	}
 }
 

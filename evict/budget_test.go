@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,5 +149,39 @@ func TestStartClampsTheInterval(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		s.Stop()
+	}
+}
+
+// A step's budget is bounded by what is left of the table, so that the largest budget does not
+// wrap past it: after a step of one slot, Step(MaxUint64) swept nothing and moved the sweeper back.
+func TestStepHugeBudget(t *testing.T) {
+	cfg := &shard.Config{
+		Codec: slatomic.NewSlidingCounter(policy.SlidingCounter{Limit: 5, Window: time.Second}),
+		Keys:  new(atomic.Int64),
+		Evict: true,
+	}
+	shards := make([]shard.Shard, 1)
+	shards[0].Init(cfg, 0)
+	for h := uint64(1); h <= 5; h++ {
+		c, _, _ := shards[0].Acquire(cfg, h*0x9e3779b97f4a7c15|1, 0)
+		if ok, st := cfg.Codec.Admit(c, 0, 1); !ok || st != slatomic.OK {
+			t.Fatalf("key %d: the first request was refused (%v)", h, st)
+		}
+	}
+	clk := clock.NewManual(0)
+	s := New(shards, cfg, clk)
+	s.Step(1)
+	clk.Set(5_000) // five one-second windows on: every key is dead
+	s.Step(math.MaxUint64)
+	// The step goes on from slot 1 to the table's end (one round per step at most).
+	tb := shards[0].Table()
+	var want int64
+	for i := uint64(1); i < tb.Slots(); i++ {
+		if k, _ := tb.Cell(i); k != 0 {
+			want++
+		}
+	}
+	if got := s.evicted.Load(); got != want || want == 0 {
+		t.Fatalf("Step(MaxUint64) evicted %d of the %d dead keys past slot 0", got, want)
 	}
 }

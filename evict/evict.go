@@ -156,7 +156,7 @@ func (s *Sweeper) Step(budget uint64) {
 		if s.table == nil {
 			s.table, s.pos, s.passStart = sh.Table(), 0, now
 		}
-		end := min(s.pos+budget, s.table.Slots())
+		end := s.pos + min(budget, s.table.Slots()-s.pos) // budget + pos could wrap
 		s.evicted.Add(int64(sh.SweepRange(s.cfg, s.table, s.pos, end, now)))
 		budget -= end - s.pos
 		s.pos = end

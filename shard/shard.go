@@ -131,8 +131,8 @@ func (s *Shard) Wait() {
 // counted a second time there. Reading the clock under the lock, after every eviction and rebuild
 // that led here, gives a time at which the old state was dead for certain.
 //
-// Safe for concurrent use: it inserts under the shard's mutex, and racing calls for one key
-// return one cell.
+// h must not be 0 (see the package comment). Safe for concurrent use: it inserts under the
+// shard's mutex, and racing calls for one key return one cell.
 func (s *Shard) Acquire(cfg *Config, h uint64, now int64) (cell *uint64, created bool, at int64) {
 	return s.AcquireFrom(cfg, h, now, nil, 0)
 }
@@ -467,7 +467,8 @@ func (s *Shard) sparse(cfg *Config, t *Table) bool {
 }
 
 // SweepAll sweeps the whole shard under its lock, for a decision that found the shard's horizon
-// passed (the background sweeper, if any, fell behind: a paused process, or eviction off).
+// passed (the background sweeper, if any, fell behind: a paused process, or eviction off). It
+// does nothing when the horizon has not passed at now: another caller swept the shard first.
 func (s *Shard) SweepAll(cfg *Config, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -490,6 +491,7 @@ func (s *Shard) Reclaim(cfg *Config, now int64, budget uint64) int {
 	defer s.mu.Unlock()
 	t := s.table.Load()
 	from := s.cursor % t.n
+	budget = min(budget, t.n) // a whole table at most, and from + budget cannot wrap
 	s.cursor = from + budget
 	n := s.sweepLocked(cfg, t, from, from+budget, now)
 	if from+budget > t.n {

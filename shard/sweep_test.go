@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -97,5 +99,31 @@ func TestNextSuspectLocked(t *testing.T) {
 			}
 			require.Equal(t, want, tb.nextSuspectLocked(from, to, mask, a, b), "words %d, [%d, %d), pattern %d/%d/%d", words, from, to, mask, a, b)
 		}
+	}
+}
+
+// A reclaim's budget is at most the table: one past the slots left from the cursor wrapped and
+// swept nothing.
+func TestReclaimHugeBudget(t *testing.T) {
+	s, cfg := newShard(t, 10, true)
+	cfg.ExpectedKeys = 100
+	s.Init(cfg, now)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 5 {
+		addCounted(t, s, cfg, r, now)
+	}
+	require.Equal(t, 0, s.Reclaim(cfg, now+5_000, 3), "the first three slots") // the cursor at 3
+	require.Equal(t, 5, s.Reclaim(cfg, now+5_000, math.MaxUint64)+s.Reclaim(cfg, now+5_000, 3), "every dead key, once round the table")
+	require.Zero(t, s.Live())
+}
+
+// Cell addresses its slot without Go's bounds checks, so an index past the table panics rather
+// than read (or hand out for writing) memory beyond it.
+func TestCellOutOfRangePanics(t *testing.T) {
+	s, _ := newShard(t, 10, false)
+	tb := s.Table()
+	require.NotPanics(t, func() { tb.Cell(tb.Slots() - 1) })
+	for _, i := range []uint64{tb.Slots(), tb.Slots() + 3, 1 << 40, math.MaxUint64} {
+		require.PanicsWithValue(t, fmt.Sprintf("shard: Cell(%d) of a table of %d slots", i, tb.Slots()), func() { tb.Cell(i) })
 	}
 }

@@ -10,9 +10,14 @@
 // only marks the key's cell Dead (so a concurrent updater cannot write into an orphan), and only a
 // rebuild, which marks every cell Moved before copying it, frees the slot. That is why a lock-free
 // reader can never see one key's slot reused for another.
+//
+// A key is its 64-bit hash, which must not be 0: 0 marks an empty slot, so every method that takes
+// a key hash h (Acquire and its variants, Find, Lookup, Run.Set) requires h != 0, and given 0
+// takes an empty slot for the key's. The engine maps a hash of 0 to another.
 package shard
 
 import (
+	"fmt"
 	"math/bits"
 	satomic "sync/atomic"
 	"unsafe"
@@ -273,8 +278,12 @@ func (f *filler) fill(h, w0, w1 uint64) {
 	*t.keyAt(i) = h
 }
 
-// Cell returns slot i's key (0 if empty) and cell, for iteration.
+// Cell returns slot i's key (0 if empty) and cell, for iteration over [0, Slots()). It panics
+// for any other i: the slots are addressed without Go's bounds checks.
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
+	if i >= t.n {
+		panic(fmt.Sprintf("shard: Cell(%d) of a table of %d slots", i, t.n))
+	}
 	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
 }
 
