@@ -847,7 +847,7 @@ func (px *proxy) registerRedisMetrics() {
 			func(s batched.Stats) float64 { return float64(s.Failures) }, true)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "slidelimit_redis_fallbacks_total",
-			Help: "Decisions made without Redis, one per limit of a request: by -on-redis-error (exact mode) because Redis failed or its circuit breaker was open, or alone on the share of the limit (batched mode) while Redis was unreachable or after an error reply about the key.",
+			Help: "Decisions made without Redis, one per limit of a request: by -on-redis-error because Redis failed or its circuit breaker was open (exact mode), or while Redis was unreachable or after an error reply about the key (batched mode: by -on-redis-error open or closed, or alone on the process's share of the limit under local).",
 		}, sum(func(s redisstore.Stats) float64 { return float64(s.Failures + s.ShortCircuits) },
 			func(s batched.Stats) float64 { return float64(s.OfflineDecisions) }, true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
