@@ -251,7 +251,9 @@ func (m *Multi) Allow(key string) bool { return m.Take(key, 1).Allowed }
 
 // Take decides n units for key against every limiter in order. Admitted, it returns the decision
 // of the limiter with the least Remaining; refused, the refusing limiter's decision, after giving
-// back what the earlier limiters counted.
+// back what the earlier limiters counted. A cost above the smallest of the limiters' limits is
+// refused by that limiter alone (the first of them, if several share it), with
+// ReasonCostAboveLimit and no RetryAfter, whatever the others hold: no wait admits it.
 func (m *Multi) Take(key string, n int64) Decision {
 	return m.take(n, func(l *Limiter) uint64 { return l.hashString(key) })
 }
@@ -264,6 +266,17 @@ func (m *Multi) TakeKey(k uint64, n int64) Decision {
 func (m *Multi) take(n int64, hash func(*Limiter) uint64) Decision {
 	if m == nil || len(m.ls) == 0 {
 		return Decision{Reason: ReasonClosed}
+	}
+	least := m.ls[0]
+	for _, l := range m.ls[1:] {
+		if l.limit < least.limit {
+			least = l
+		}
+	}
+	if n > least.limit {
+		// Asked alone, so that an earlier limiter's refusal, with a wait, does not answer for a
+		// request that no wait admits.
+		return least.takeDecision(hash(least), n)
 	}
 	var taken [8]Decision // enough for the usual few limits without allocating
 	ds := taken[:0]

@@ -608,3 +608,29 @@ func TestZeroMultiRefusesAsClosed(t *testing.T) {
 		require.False(t, m.Allow("k"), name)
 	}
 }
+
+// TestMultiCostNoWaitAdmits: a cost above one limiter's limit is refused by that limiter, for its
+// cost and with no RetryAfter, also when an earlier limiter is used up and would have refused
+// with a wait: no wait admits the request. Nothing is counted anywhere.
+func TestMultiCostNoWaitAdmits(t *testing.T) {
+	clk := clock.NewManual(start)
+	mk := func(limit int64) *Limiter {
+		l, err := New(policy.SlidingCounter{Limit: limit, Window: 10 * time.Second}, WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := mk(5), mk(2)
+	require.True(t, a.Take("k", 5).Allowed) // a used up
+	for _, order := range [][]*Limiter{{a, b}, {b, a}} {
+		m, err := All(order...)
+		require.NoError(t, err)
+		d := m.Take("k", 3)
+		require.False(t, d.Allowed)
+		require.Equal(t, ReasonCostAboveLimit, d.Reason)
+		require.Equal(t, int64(2), d.Limit, "b, the limit the cost is above")
+		require.Zero(t, d.RetryAfter)
+	}
+	require.Equal(t, int64(2), b.Peek("k").Remaining, "b counted nothing")
+	require.Equal(t, int64(0), a.Peek("k").Remaining)
+}

@@ -68,7 +68,10 @@ type Limit struct {
 //     than the request's cost does not lengthen it), and calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
-// Several limits are all or nothing: a request refused by one consumes nothing of the others.
+// Several limits are all or nothing: a request refused by one consumes nothing of the others. A
+// limit whose quota (Quota.Limit, or its Limiter's policy) the request's cost is above is asked
+// first: it refuses the request for its cost, with no Retry-After, where a used-up limit asked
+// before it would have given a wait after which the request is refused all the same.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
 // bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
@@ -636,7 +639,24 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	}
 	idx = -1
 	tightest := -1
+	// A limit whose quota the cost is above is asked first: it refuses for the cost, with no
+	// wait, where a used-up limit asked before it would refuse with a wait that admits nothing.
+	first := -1
 	for _, i := range h.order {
+		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit {
+			first = i
+			break
+		}
+	}
+	for k := -1; k < len(h.order); k++ {
+		i := first
+		if k >= 0 {
+			if i = h.order[k]; i == first {
+				continue
+			}
+		} else if first < 0 {
+			continue
+		}
 		e := &h.limits[i]
 		di, err := e.lim.Take(r.Context(), f.key, f.cost)
 		if err != nil {

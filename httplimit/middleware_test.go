@@ -741,3 +741,25 @@ func TestRefundErrorReachesOnError(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"ip:127.0.0.1: refund: store unavailable"}, seen)
 }
+
+// A cost above one limit's quota is refused for its cost, with no Retry-After, in whichever
+// order the limits are listed, also when a limit listed before it is used up and would give a
+// wait: no wait admits the request. It counts nothing.
+func TestCostAboveALaterLimitGetsNoWait(t *testing.T) {
+	a, _ := newEngine(t, 5, 10*time.Second, w0)
+	b, _ := newEngine(t, 2, 10*time.Second, w0)
+	require.True(t, a.Take("ip:127.0.0.1", 5).Allowed) // a used up
+	three := func(*http.Request) int64 { return 3 }
+	for _, order := range [][2]*engine.Limiter{{a, b}, {b, a}} {
+		mw := &httplimit.Middleware{
+			Limiter: httplimit.Local(order[0]), Quota: httplimit.Quota{Name: "first"},
+			Limits: []httplimit.Limit{{Limiter: httplimit.Local(order[1]), Quota: httplimit.Quota{Name: "second"}}},
+			Cost:   three,
+		}
+		ts := serve(t, mw.Wrap(ok))
+		r := get(t, ts.Client(), ts.URL, nil)
+		assert.Equal(t, 429, r.status)
+		assert.Empty(t, r.retryAfter, "no wait admits a cost of 3 under a limit of 2")
+	}
+	assert.Equal(t, int64(2), b.Peek("ip:127.0.0.1").Remaining, "b counted nothing")
+}

@@ -68,6 +68,10 @@ type Multi struct {
 	// minLimit is the smallest of the limiters' limits: no All admits a cost above it, so the
 	// failure choice refuses such a cost whichever limiter's limit it exceeds.
 	minLimit int64
+	// least is the first limiter whose limit is minLimit, and leastScript the script over it
+	// alone: a cost above minLimit is asked of it only, which refuses it for its cost.
+	least       []*Limiter
+	leastScript *script
 }
 
 // All returns a Multi over ls: at least one, at most 16, all on the same client (one script sees
@@ -99,20 +103,25 @@ func All(ls ...*Limiter) (*Multi, error) {
 		seen[id] = i
 		algos[i] = &l.algo
 	}
-	minLimit := ls[0].algo.limit
+	least := ls[0]
 	for _, l := range ls[1:] {
-		minLimit = min(minLimit, l.algo.limit)
+		if l.algo.limit < least.algo.limit {
+			least = l
+		}
 	}
-	return &Multi{ls: append([]*Limiter(nil), ls...), script: newScript(multiLua(algos)), minLimit: minLimit}, nil
+	return &Multi{ls: append([]*Limiter(nil), ls...), script: newScript(multiLua(algos)), minLimit: least.algo.limit,
+		least: []*Limiter{least}, leastScript: newScript(multiLua([]*algo{&least.algo}))}, nil
 }
 
 // Take decides n units for key against every limiter, all or nothing. Admitted, it returns the
 // decision of the limiter with the least Remaining (the tightest); refused, the decision of the
-// first limiter, in order, that refuses, and nothing was counted anywhere. When Redis does not
-// decide, it returns the first limiter's failure choice with an error wrapping ErrUnavailable,
-// as Take does. In every failure mode a cost above the smallest of the limiters' limits is then
-// refused with ReasonCostAboveLimit and that limit, since the limiters together can never admit
-// it (FailLocal's fallback is not asked), and FailOpen's admissions report that limit too. A ctx
+// first limiter, in order, that refuses, and nothing was counted anywhere. A cost above the
+// smallest of the limiters' limits is asked of that limiter alone (the first of them, if several
+// share it), which refuses it with ReasonCostAboveLimit and no RetryAfter, whatever the others
+// hold: no wait admits it. When Redis does not decide, it returns the first limiter's failure
+// choice with an error wrapping ErrUnavailable, as Take does; a cost above that smallest limit is
+// then refused with ReasonCostAboveLimit and that limit (FailLocal's fallback is not asked), and
+// FailOpen's admissions report that limit too. A ctx
 // done on entry is returned as ctx's error, as Take returns it, before the deny cache, the
 // breaker or the clock's range is consulted. Safe for
 // concurrent use; concurrent calls for one key are made atomic by Redis, which runs one script
@@ -149,11 +158,17 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	if now := local + l0.offset.Load(); now < 0 || now > MaxTimeMs {
 		return l0.fail(key, n, m.minLimit, l0.br.wait(), fmt.Errorf("%w: redisstore: time %d ms outside [0, %d]", ErrUnavailable, now, int64(MaxTimeMs)))
 	}
+	ls, script := m.ls, m.script
+	if n > m.minLimit {
+		// No wait admits it, whatever the limiters hold: the smallest limit alone is asked, as in
+		// the engine's Multi, rather than an earlier limiter's refusal with a wait answering.
+		ls, script = m.least, m.leastScript
+	}
 	sub := shortSubject(key)
 	// A refusal known here decides only for the first limiter: a later one's would leave open
 	// whether an earlier one refuses first, which only Redis knows (the deny cache knows refusals,
 	// never admissions).
-	if cost := min(n, l0.algo.limit+1); l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
+	if cost := min(n, l0.algo.limit+1); ls[0] == l0 && l0.deny != nil && (cost > 0 || l0.algo.kind == kindDualBucket) {
 		if e, ok := l0.deny.get(sub, local); ok {
 			if r := l0.algo.replay(e, local+e.off, cost); !r.Allowed {
 				l0.denyHits.Inc()
@@ -165,23 +180,23 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	if l0.cfg.serverTime {
 		argNow = -1
 	}
-	keys := make([]string, len(m.ls))
-	args := make([]any, 0, 1+5*len(m.ls))
+	keys := make([]string, len(ls))
+	args := make([]any, 0, 1+5*len(ls))
 	args = append(args, argNow)
-	for i, l := range m.ls {
+	for i, l := range ls {
 		keys[i] = l.redisKey(sub)
 		a := l.algo.args(argNow, min(n, l.algo.limit+1))
 		args = append(args, a[1:]...)
 	}
-	versions := make([]uint64, len(m.ls))
-	for i, l := range m.ls {
+	versions := make([]uint64, len(ls))
+	for i, l := range ls {
 		if l.deny != nil {
 			versions[i] = l.deny.version(sub)
 		}
 	}
-	res, wait, err := l0.eval(ctx, m.script, keys, args)
+	res, wait, err := l0.eval(ctx, script, keys, args)
 	if err == nil {
-		err = m.check(res)
+		err = checkReply(ls, res)
 	}
 	if err != nil {
 		return l0.fail(key, n, m.minLimit, wait, err)
@@ -195,7 +210,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	}
 	if res[0] < 0 {
 		i := int(-res[0]) - 1
-		l, r := m.ls[i], res[1:]
+		l, r := ls[i], res[1:]
 		if l.algo.kind == kindGCRA && n > l.algo.limit {
 			return gcraOverBurst(l), nil
 		}
@@ -207,7 +222,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		return l.decision(pr, cost, l.algo.limit), nil
 	}
 	var tightest engine.Decision
-	for i, l := range m.ls {
+	for i, l := range ls {
 		r := res[5*i : 5*i+5]
 		cost := min(n, l.algo.limit+1)
 		d := l.decision(policy.Result{Allowed: true, Limit: l.algo.limit, Remaining: r[1], ResetAtMs: r[3]}, cost, l.algo.limit)
@@ -226,17 +241,17 @@ func gcraOverBurst(l *Limiter) engine.Decision {
 	return engine.Decision{Limit: l.algo.limit, Reason: engine.ReasonCostAboveLimit}
 }
 
-// check validates the shape of the script's reply.
-func (m *Multi) check(res []int64) error {
+// checkReply validates the shape of the reply of the script over ls.
+func checkReply(ls []*Limiter, res []int64) error {
 	if len(res) > 0 && res[0] < 0 {
-		if i := -res[0]; i <= int64(len(m.ls)) {
-			if ok, _ := m.ls[i-1].algo.refusalShape(res[1:]); ok {
+		if i := -res[0]; i <= int64(len(ls)) {
+			if ok, _ := ls[i-1].algo.refusalShape(res[1:]); ok {
 				return nil
 			}
 		}
-	} else if len(res) == 5*len(m.ls) {
+	} else if len(res) == 5*len(ls) {
 		ok := true
-		for i := range m.ls {
+		for i := range ls {
 			ok = ok && res[5*i] == 1
 		}
 		if ok {

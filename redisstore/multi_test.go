@@ -84,7 +84,18 @@ func TestAllIsAllOrNothing(t *testing.T) {
 				cost := min(s.cost, 12)
 				var want engine.Decision
 				var commits []func()
+				// A cost above the smallest limit is asked of that limiter alone (the first of
+				// them): no wait admits it, whatever the others hold.
+				least := 0
+				for j, l := range ls {
+					if l.algo.limit < ls[least].algo.limit {
+						least = j
+					}
+				}
 				for j, mod := range models {
+					if cost > ls[least].algo.limit && j != least {
+						continue
+					}
 					d, commit := mod.try(s.key, s.now, cost)
 					if !d.Allowed {
 						want, commits = d, nil
@@ -274,5 +285,39 @@ func TestAllFailureRefusesCostAboveSmallestLimit(t *testing.T) {
 		}
 		_ = first.Close()
 		_ = second.Close()
+	}
+}
+
+// TestAllCostNoWaitAdmits: a cost above the smallest limit is refused for its cost, with no
+// RetryAfter, also when an earlier limiter is used up and would refuse with a wait, in either
+// order, as the engine's Multi refuses it; nothing is counted.
+func TestAllCostNoWaitAdmits(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(1_760_000_000_000)
+	client := newClient(t, testAddr)
+	mk := func(name string, limit int64) *Limiter {
+		l, err := New(client, name, policy.SlidingCounter{Limit: limit, Window: 10 * time.Second}, WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	a, b := mk("a", 5), mk("b", 2)
+	if d, err := a.Take(ctx, "k", 5); err != nil || !d.Allowed {
+		t.Fatalf("a.Take(5) = %+v, %v", d, err)
+	}
+	for _, order := range [][]*Limiter{{a, b}, {b, a}} {
+		m, err := All(order...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := m.Take(ctx, "k", 3)
+		if err != nil || d.Allowed || d.Reason != slidelimit.ReasonCostAboveLimit || d.Limit != 2 || d.RetryAfter != 0 || d.Remaining != 2 {
+			t.Fatalf("%s first: Take(3) = %+v, %v; want b's refusal for the cost: Limit 2, Remaining 2, no RetryAfter", order[0].name, d, err)
+		}
+	}
+	if d, _ := b.Take(ctx, "k", 0); d.Remaining != 2 {
+		t.Fatalf("b counted something: Remaining %d", d.Remaining)
 	}
 }
