@@ -31,6 +31,6 @@ func TestConstructorsRefuseInvalidPolicies(t *testing.T) {
 		require.PanicsWithValue(t, "atomic: "+err.Error(), func() { c.new() }, "%T%+v", c.p, c.p)
 	}
 	p := policy.SlidingCounter{Limit: 10, Window: time.Second}
-	require.PanicsWithValue(t, "atomic: NewSlidingCounterUpTo: maxLimit 9 is not in [Limit 10, 4294967295]", func() { NewSlidingCounterUpTo(p, 9) })
-	require.NotPanics(t, func() { NewSlidingCounterUpTo(p, 10) })
+	require.PanicsWithValue(t, "atomic: NewSlidingCounterUpTo: maxLimit 4294967296 is above policy.MaxLimit, 4294967295", func() { NewSlidingCounterUpTo(p, 1<<32) })
+	require.NotPanics(t, func() { NewSlidingCounterUpTo(p, 9) }, "below the policy's limit: raised to it")
 }

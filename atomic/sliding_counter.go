@@ -40,16 +40,16 @@ import (
 func NewSlidingCounter(p policy.SlidingCounter) Codec { return NewSlidingCounterUpTo(p, p.Limit) }
 
 // NewSlidingCounterUpTo is NewSlidingCounter with cells sized for per-key limits up to maxLimit
-// (at least p.Limit, at most policy.MaxLimit, or it panics), for TakeLimit. The Codec is immutable
-// and safe for concurrent use, as NewSlidingCounter's is.
+// (raised to p.Limit when below it; above policy.MaxLimit it panics), for TakeLimit. The Codec is
+// immutable and safe for concurrent use, as NewSlidingCounter's is.
 func NewSlidingCounterUpTo(p policy.SlidingCounter, maxLimit int64) Codec {
 	mustBeValid(p)
-	if maxLimit < p.Limit || maxLimit > policy.MaxLimit {
-		panic(fmt.Sprintf("atomic: NewSlidingCounterUpTo: maxLimit %d is not in [Limit %d, %d]", maxLimit, p.Limit, int64(policy.MaxLimit)))
+	if maxLimit > policy.MaxLimit {
+		panic(fmt.Sprintf("atomic: NewSlidingCounterUpTo: maxLimit %d is above policy.MaxLimit, %d", maxLimit, int64(policy.MaxLimit)))
 	}
 	w := rules.SlidingCounter(p).WindowMs()
 	rule := rules.SlidingCounter(p).Compile()
-	maxLimit = min(max(maxLimit, p.Limit), policy.MaxLimit)
+	maxLimit = max(maxLimit, p.Limit)
 	b := uint(bits.Len64(uint64(maxLimit)))
 	if b <= 21 {
 		k := 62 - 2*b

@@ -74,6 +74,13 @@ func TestWithMaxLimitPerPolicy(t *testing.T) {
 	require.ErrorContains(t, err, `WithMaxLimit(11): policy "fixed-window" takes per-key limits up to its own Limit (10) only`)
 	_, err = New(policy.TokenBucket{Rate: 10, Burst: 10}, WithMaxLimit(5))
 	require.ErrorContains(t, err, `WithMaxLimit(5): policy "token-bucket" takes no per-key limits`)
+	// The sliding counter takes any n, below its own Limit too.
+	sc, err := New(policy.SlidingCounter{Limit: 100, Window: time.Second}, WithMaxLimit(50))
+	require.NoError(t, err)
+	d := sc.TakeWithLimit("k", 1, 50)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(49), d.Remaining)
+	sc.Close()
 }
 
 func TestRefund(t *testing.T) {

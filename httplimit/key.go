@@ -303,8 +303,8 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 // header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
 // address (ClientIP with no trusted proxies). Host is read from Request.Host, where Go's server
 // moves it out of the header map, and written one way per virtual host (lower case, without a
-// trailing dot, and without the default port: 80, or 443 on a TLS connection), so that a client
-// cannot take a fresh quota by spelling its host another way. Clients choose their own header
+// trailing dot, and without its port), so that a client cannot take a fresh quota by spelling
+// its host another way. Clients choose their own header
 // values: key by a header only where something upstream of the limiter has authenticated it.
 // Safe for concurrent use.
 func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Request) string {
@@ -328,20 +328,15 @@ func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Re
 	}
 }
 
-// virtualHost returns r.Host spelt one way for each host and port the request may name.
+// virtualHost returns r.Host's name spelt one way: lower case, without a trailing dot, and without
+// the port, which a client may spell any number of ways (080, +80) and which does not tell
+// virtual hosts apart (nginx's server names and Go's ServeMux patterns ignore it too).
 func virtualHost(r *http.Request) string {
-	name, port := r.Host, ""
+	name := r.Host
 	if i := strings.LastIndexByte(name, ':'); i >= 0 && strings.IndexByte(name[i:], ']') < 0 {
-		name, port = name[:i], name[i+1:]
+		name = name[:i]
 	}
-	if (port == "80" && r.TLS == nil) || (port == "443" && r.TLS != nil) {
-		port = ""
-	}
-	name = strings.TrimSuffix(strings.ToLower(name), ".")
-	if port == "" {
-		return name
-	}
-	return name + ":" + port
+	return strings.TrimSuffix(strings.ToLower(name), ".")
 }
 
 // KeyByPathAndIP returns a key function that keys each request by its URL path together with the

@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -158,27 +157,20 @@ func TestLongForwardingChainCostsOnlyTheHopsRead(t *testing.T) {
 	}
 }
 
-// KeyByHeader("Host") gives each virtual host one key however the client spells it, and keeps
-// hosts and ports that are not the same apart.
+// KeyByHeader("Host") gives each virtual host one key however the client spells it, its port
+// included, and keeps hosts that are not the same apart.
 func TestKeyByHeaderHostIsOneKeyPerVirtualHost(t *testing.T) {
 	key := httplimit.KeyByHeader("host", nil)
-	req := func(host string, overTLS bool) *http.Request {
+	req := func(host string) *http.Request {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Host = host
-		if overTLS {
-			r.TLS = &tls.ConnectionState{}
-		}
 		return r
 	}
-	for _, spelling := range []string{"a.example", "A.Example", "a.example.", "a.example:80", "A.EXAMPLE.:80", "a.example:"} {
-		assert.Equal(t, "h:a.example", key(req(spelling, false)), spelling)
+	for _, spelling := range []string{"a.example", "A.Example", "a.example.", "a.example:80", "A.EXAMPLE.:80",
+		"a.example:", "a.example:080", "a.example:+80", "a.example:443", "a.example:8080"} {
+		assert.Equal(t, "h:a.example", key(req(spelling)), spelling)
 	}
-	assert.Equal(t, "h:a.example", key(req("a.example:443", true)))
-	assert.Equal(t, "h:a.example:443", key(req("a.example:443", false)), "443 is not the default port of plain HTTP")
-	assert.Equal(t, "h:a.example:80", key(req("a.example:80", true)), "80 is not the default port over TLS")
-	assert.Equal(t, "h:a.example:8080", key(req("A.example.:8080", false)))
-	assert.Equal(t, "h:b.example", key(req("b.example", false)))
-	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:DB8::1]:80", false)))
-	assert.Equal(t, "h:[2001:db8::1]:8080", key(req("[2001:db8::1]:8080", false)))
-	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:db8::1]", false)))
+	assert.Equal(t, "h:b.example", key(req("b.example")))
+	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:DB8::1]:80")))
+	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:db8::1]")))
 }

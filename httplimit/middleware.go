@@ -193,9 +193,10 @@ type Middleware struct {
 
 	// OnError observes every error from a Limiter, before ErrorMode is applied, and a
 	// configuration error (key ""), on every request, from a handler Wrap built out of a
-	// configuration Validate refuses. A Limiter's Refund that fails, giving back what a request
-	// another limit refused had counted, is reported too: its units stay counted, and the request
-	// is answered as it would have been. nil means none.
+	// configuration Validate refuses. A Limiter's Refund that fails, giving back what a request had
+	// counted there (refused by another limit, or answered 503 for another's error), is reported
+	// too: its units stay counted, and the request is answered as it would have been. nil means
+	// none.
 	OnError func(r *http.Request, key string, err error)
 
 	// ErrorMode is what happens to a request when a Limiter returns an error (default
@@ -735,15 +736,7 @@ func (f *frame) giveBackOwn(r *http.Request) {
 				f.ds[i].Remaining, f.ds[i].ResetAt = p.Remaining, p.ResetAt
 			} else {
 				f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
-				if e.rate > 0 && g > 0 && !f.ds[i].ResetAt.IsZero() {
-					// A bucket is full again sooner by what came back (never before now); g is at
-					// most a limit, below 2^32, so g seconds in nanoseconds stay within an int64.
-					at := f.ds[i].ResetAt.Add(-time.Duration(g) * time.Second / time.Duration(e.rate))
-					if now := f.h.now(); at.Before(now) {
-						at = now
-					}
-					f.ds[i].ResetAt = at
-				}
+				f.ds[i].ResetAt = rules.FullSooner(f.ds[i].ResetAt, g, e.rate, f.h.now())
 			}
 		}
 	}
@@ -824,6 +817,9 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 					rl = append(rl, ";t="...)
 					rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
 				}
+			case g.st[i] == returned && d.Limit > 0 && d.Remaining >= d.Limit:
+				// Given back whole: nothing is used, so nothing waits to reset (rls says the same).
+				rl = append(rl, ";t=0"...)
 			case !d.ResetAt.IsZero():
 				rl = append(rl, ";t="...)
 				rl = strconv.AppendInt(rl, ceilSeconds(d.ResetAt.Sub(now)), 10)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/slidelimit/slidelimit/rls"
@@ -191,12 +192,43 @@ func TestCostAboveLimitReportsWhatIsLeft(t *testing.T) {
 					r := s.call(t, "d", 0, withHits(desc("k", value), cost))
 					require.Equal(t, []string{over, over}, outcome(r), "cost %d", cost)
 					require.Equal(t, uint32(1), r.GetStatuses()[0].GetLimitRemaining(), "cost %d: one of two left", cost)
-					require.Contains(t, fieldsOf(r)["RateLimit"], ";r=1;", "cost %d", cost)
+					// No t: no wait admits the hit (as httplimit gives such a refusal none).
+					require.Equal(t, `"k";r=1`, fieldsOf(r)["RateLimit"], "cost %d", cost)
 				}
 				r := s.call(t, "d", 0, desc("k", value))
 				require.Equal(t, []string{ok, ok}, outcome(r), "the refused hits took nothing")
 				require.Equal(t, uint32(0), r.GetStatuses()[0].GetLimitRemaining())
 			})
 		}
+	}
+}
+
+// On Redis as in process, a bucket given back the units of a request another descriptor refused
+// is full again sooner, and its RateLimit item's t says so: the time moves back by the refill of
+// what came back (the Redis backend cannot be read back without a round trip).
+func TestRedisGivenBackBucketResetsSooner(t *testing.T) {
+	addr := startRedis(t)
+	clk := clock.NewManual(t0)
+	defer clk.Stop()
+	cfg := parse(t, `domain: d
+descriptors:
+  - key: a
+    rate_limit: {name: a, window: 2s, requests_per_unit: 4, policy: token-bucket}
+  - key: b
+    rate_limit: {name: b, window: 2s, requests_per_unit: 2, policy: token-bucket}
+`)
+	now := func() time.Time { return time.UnixMilli(clk.Now()) }
+	for name, backend := range map[string]rls.Option{
+		"engine": rls.WithBackend(rls.EngineBackend(engine.WithClock(clk))),
+		"redis":  rls.WithBackend(rls.RedisBackend(redisClient(t, addr), redisstore.WithClock(clk), patient)),
+	} {
+		s := serve(t, cfg, backend, rls.WithHeaders(true), rls.WithNow(now))
+		for range 2 { // a: 4 → 2 (rate 2 a second); b: 2 → 0 (rate 1 a second)
+			require.Equal(t, []string{ok, ok, ok}, outcome(s.call(t, "d", 0, desc("a", name), desc("b", name))), name)
+		}
+		r := s.call(t, "d", 0, desc("a", name), desc("b", name))
+		require.Equal(t, []string{over, ok, over}, outcome(r), name)
+		// a holds 2 again, 2 short of 4: full in 1 s at 2 a second (its take had said 1.5 s).
+		require.Regexp(t, `^"a";r=2;t=1, "b";r=0;t=1$`, fieldsOf(r)["RateLimit"], name)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -654,12 +655,15 @@ func (s *Server) giveBack(ctx context.Context, checks []check, atOnceToo bool) {
 			// Given back even if the caller has gone: the units must not stay charged.
 			g, err := c.live.refund(context.WithoutCancel(ctx), c.key, c.cost, c.d)
 			c.refunded = g
+			// The header's t then says when the limit resets as it stands again: for a bucket,
+			// the time it is full moves back with the units. The engine is read back; another
+			// backend (Redis) moves back by the exact refill of what came back, never before now.
 			if e := engineOf(c.live.lim); e != nil && g > 0 {
-				// The header's t then says when the limit resets as it stands again: for a
-				// bucket, the time it is full moves back with the units.
 				if p := e.Peek(c.key); p.QuotaKnown() {
 					c.d.ResetAt = p.ResetAt
 				}
+			} else if g > 0 {
+				c.d.ResetAt = rules.FullSooner(c.d.ResetAt, g, rules.BucketRate(c.live.pol), s.now())
 			}
 			if err != nil {
 				// The units stay charged (see refunderOf); the metric and the log say so.
@@ -859,16 +863,22 @@ func headersFor(checks []check, now time.Time) []*corev3.HeaderValue {
 		if c.refunded > 0 {
 			remaining = min(remaining+c.refunded, d.Limit)
 		}
+		item += ";r=" + strconv.FormatInt(remaining, 10)
 		t := d.RetryAfter
-		if d.Allowed || t == 0 {
-			t = max(d.ResetAt.Sub(now), 0)
-		}
-		if c.refunded > 0 && remaining >= d.Limit {
+		switch {
+		case c.refunded > 0 && remaining >= d.Limit:
 			// Given back whole: nothing is used, so nothing is waiting to reset. A partial
 			// refund keeps the decision's reset time, the latest the quota can be whole again.
 			t = 0
+		case !d.Allowed && t == 0:
+			// A cost above what the limit can ever admit: no wait admits it, and t would say
+			// one does (as httplimit, which gives such a refusal no t either).
+			cur = append(cur, item)
+			continue
+		case d.Allowed:
+			t = max(d.ResetAt.Sub(now), 0)
 		}
-		cur = append(cur, item+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10))
+		cur = append(cur, item+";t="+strconv.FormatInt(ceilSeconds(t), 10))
 	}
 	if len(pol) == 0 {
 		return nil
@@ -908,3 +918,4 @@ func ceilSeconds(d time.Duration) int64 {
 	}
 	return int64((d + time.Second - 1) / time.Second)
 }
+

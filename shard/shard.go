@@ -302,7 +302,7 @@ func (s *Shard) rebuild(cfg *Config, now int64, extra uint64) *Table {
 	// of an insert's time at 10M keys went to Dead in rebuilds.
 	pat := s.livePattern(cfg, now)
 	for i := range old.n {
-		k, c := old.Cell(i)
+		k, c := old.at(i)
 		if k == 0 {
 			continue
 		}
@@ -381,7 +381,7 @@ func (s *Shard) SweepRange(cfg *Config, t *Table, from, to uint64, now int64) (e
 	ev := cfg.evictor()
 	pat := s.livePattern(cfg, now)
 	for i := from; i < to; i++ {
-		k, c := t.Cell(i)
+		k, c := t.at(i)
 		if k == 0 {
 			continue
 		}
@@ -590,7 +590,7 @@ func (s *Shard) SampleStalestN(cfg *Config, now, limit int64, sample int, cs *Ca
 	step := uint64(0)
 	for ; step < t.n && seen < sample; step++ {
 		i := (s.cursor + step) % t.n
-		k, c := t.Cell(i)
+		k, c := t.at(i)
 		if k == 0 {
 			continue
 		}

@@ -282,9 +282,23 @@ func (f *filler) fill(h, w0, w1 uint64) {
 // for any other i: the slots are addressed without Go's bounds checks.
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 	if i >= t.n {
-		panic(fmt.Sprintf("shard: Cell(%d) of a table of %d slots", i, t.n))
+		panic(cellRange{i, t.n})
 	}
+	return t.at(i)
+}
+
+// at is Cell for the package's own loops, whose bounds keep i below t.n: unchecked, so that
+// it inlines into them (Cell's check and panic put it past the inlining budget, and a sweep of a
+// table took 2.7 times as long).
+func (t *Table) at(i uint64) (key uint64, cell *uint64) {
 	return satomic.LoadUint64(t.keyAt(i)), t.cellOf(i)
+}
+
+// cellRange is Cell's panic: an error whose text is built only when it is read.
+type cellRange struct{ i, n uint64 }
+
+func (e cellRange) Error() string {
+	return fmt.Sprintf("shard: Cell(%d) of a table of %d slots", e.i, e.n)
 }
 
 // nextSuspectLocked returns the first slot in [i, to) (to <= t.n) that holds a key whose state w0

@@ -483,6 +483,33 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 	assert.Error(t, <-failed, "the request in flight was cut off")
 }
 
+// A second SIGTERM is heard while a long reload (a large -config) is still running: the proxy does
+// not wait for the reload before it drains, so the second signal cuts off what is in flight at
+// once rather than after -shutdown-timeout, and the reload logs nothing after "stopped".
+func TestProxySecondSignalDuringAReload(t *testing.T) {
+	up := newHangingUpstream(t)
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 40_000 {
+		fmt.Fprintf(&b, "  - {name: r%d, paths: [/r%d], rates: [1/1h]}\n", i, i)
+	}
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(b.String()), 0o644))
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-shutdown-timeout", "1h")
+	failed := up.inFlight(t, p)
+	reloads := strings.Count(p.stderr(), "config reloaded")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP)) // a reload of 40,000 rules
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	time.Sleep(50 * time.Millisecond) // the reload still runs
+	terminateCuttingOff(t, p, "")
+	assert.Contains(t, p.stderr(), "a second stop signal")
+	log := p.stderr()
+	assert.NotContains(t, log[strings.Index(log, "msg=stopped"):], "config reload", "a reload logged after stopped")
+	assert.LessOrEqual(t, strings.Count(log, "config reloaded"), reloads+1)
+	assert.Error(t, <-failed, "the request in flight was cut off")
+}
+
 // A second SIGTERM while the proxy waits out -shutdown-timeout cuts off what is in flight at once,
 // and the proxy still exits 0: before, the first had given the signal back its default action,
 // and the second killed the process.

@@ -493,14 +493,18 @@ type proxy struct {
 	retired        []*redisstore.Limiter // Redis limiters a reload dropped, not yet closed, whose counts the metrics keep
 	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
 	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
-	// The counts of the Redis limiters closed after a reload, summed: the metrics keep them
-	// without keeping the limiters, whose fallback tables would otherwise stay in memory.
-	closedExact   redisstore.Stats
-	closedBatched batched.Stats
+	// The last counts of the Redis limiters closed after a reload: the metrics keep them without
+	// keeping the limiters, whose fallback tables would otherwise stay in memory.
+	closedExact   []redisstore.Stats
+	closedBatched []batched.Stats
 	logSecret     [32]byte // the access log's key for hashing keys (logKey), drawn at start
-	errLogged     atomic.Uint64
-	admittedSeen  atomic.Uint64
-	refusedSeen   atomic.Uint64
+	// reloadMu orders the reloads' log lines against stopping: once quiet is set, as the proxy
+	// starts to stop, a reload still running logs nothing, so no line follows "stopped".
+	reloadMu     sync.Mutex
+	quiet        bool
+	errLogged    atomic.Uint64
+	admittedSeen atomic.Uint64
+	refusedSeen  atomic.Uint64
 }
 
 // proxyState is one configuration, built and then only read; a reload swaps in a new one.
@@ -818,7 +822,12 @@ func (px *proxy) registerRedisMetrics() {
 			var total float64
 			rs, bs := px.allRedis(withRetired)
 			if withRetired {
-				total += exact(px.closedExact) + fleet(px.closedBatched)
+				for _, s := range px.closedExact {
+					total += exact(s)
+				}
+				for _, s := range px.closedBatched {
+					total += fleet(s)
+				}
 			}
 			for _, b := range rs {
 				var s redisstore.Stats
@@ -969,16 +978,13 @@ func (px *proxy) release(retire []*builtLimit) {
 		if b.rs != nil && slices.Contains(px.retired, b.rs) {
 			var s redisstore.Stats
 			b.rs.Stats(&s)
-			// The fields the counters registerRedisMetrics keeps over retired limiters read.
-			px.closedExact.Failures += s.Failures
-			px.closedExact.ShortCircuits += s.ShortCircuits
+			px.closedExact = append(px.closedExact, s)
 			px.retired = slices.DeleteFunc(px.retired, func(r *redisstore.Limiter) bool { return r == b.rs })
 		}
 		if b.bl != nil && slices.Contains(px.retiredBatched, b.bl) {
 			var s batched.Stats
 			b.bl.Stats(&s)
-			px.closedBatched.Failures += s.Failures
-			px.closedBatched.OfflineDecisions += s.OfflineDecisions
+			px.closedBatched = append(px.closedBatched, s)
 			px.retiredBatched = slices.DeleteFunc(px.retiredBatched, func(r *batched.Limiter) bool { return r == b.bl })
 		}
 	}
@@ -1631,7 +1637,7 @@ func cleanPath(p string) string {
 func (px *proxy) reload(why string) {
 	c := px.c
 	if c.configPath == "" {
-		px.log.Info("nothing to reload: no -config file", "signal", why)
+		px.logReload(func() { px.log.Info("nothing to reload: no -config file", "signal", why) })
 		return
 	}
 	spec, err := parseConfigFile(c.configPath, px.def)
@@ -1645,11 +1651,33 @@ func (px *proxy) reload(why string) {
 	}
 	if err != nil {
 		px.m.reloads.WithLabelValues("error").Inc()
-		px.log.Error("config reload failed; keeping the last good configuration", "config", c.configPath, "trigger", why, "error", err)
+		px.logReload(func() {
+			px.log.Error("config reload failed; keeping the last good configuration", "config", c.configPath, "trigger", why, "error", err)
+		})
 		return
 	}
 	px.m.reloads.WithLabelValues("ok").Inc()
-	px.log.Info("config reloaded", "config", c.configPath, "trigger", why, "rules", len(spec.rules))
+	px.logReload(func() {
+		px.log.Info("config reloaded", "config", c.configPath, "trigger", why, "rules", len(spec.rules))
+	})
+}
+
+// logReload writes a reload's log line, unless the proxy has started to stop (quietReloads).
+func (px *proxy) logReload(write func()) {
+	px.reloadMu.Lock()
+	defer px.reloadMu.Unlock()
+	if !px.quiet {
+		write()
+	}
+}
+
+// quietReloads makes every later reload log nothing. It waits only for a line being written,
+// not for a reload in progress, which may take a while for a large -config: a second stop
+// signal must not wait for it.
+func (px *proxy) quietReloads() {
+	px.reloadMu.Lock()
+	px.quiet = true
+	px.reloadMu.Unlock()
 }
 
 // watchConfig reloads -config on SIGHUP and, every -config-poll, when its modification time or
@@ -1679,7 +1707,9 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 					// Counted once, when the file goes, as a SIGHUP's failed reload is: an alert on
 					// the counter is how a deleted or renamed file gets noticed.
 					px.m.reloads.WithLabelValues("error").Inc()
-					px.log.Error("config file unreadable; keeping the last good configuration", "config", px.c.configPath, "error", err)
+					px.logReload(func() {
+						px.log.Error("config file unreadable; keeping the last good configuration", "config", px.c.configPath, "error", err)
+					})
 				}
 				last = nil
 				continue
@@ -1887,15 +1917,15 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	// No reload from here on: one that ran while the proxy drained would log after "stopped".
-	stopWatch()
-	<-watched
 	// A second stop signal cuts off what is in flight at once, still exit 0; caught before stop()
 	// gives the signals back their default action, which would kill the process.
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(again)
 	stop()
+	// No reload from here on, and none still running logs: its line would follow "stopped".
+	px.quietReloads()
+	stopWatch()
 	close(px.stopWaiting)
 	logger.Info(fmt.Sprintf("shutting down: waiting up to %v for requests in flight", c.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)

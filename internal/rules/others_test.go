@@ -512,3 +512,26 @@ func TestBucketRate(t *testing.T) {
 		}
 	}
 }
+
+// TestFullSooner: units given back to a bucket move the time it is full again back by their
+// refill, units×1000/rate ms, never before now; without a reset, units or a rate, nothing moves.
+func TestFullSooner(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	at := now.Add(4 * time.Second)
+	for _, c := range []struct {
+		units, rate int64
+		at, want    time.Time
+	}{
+		{1, 2, at, now.Add(3500 * time.Millisecond)}, // one unit at 2 a second: 500 ms
+		{3, 3, at, now.Add(3 * time.Second)},
+		{1, 3, at, now.Add(4*time.Second - 333333333)}, // a third of a second, to the nanosecond
+		{100, 1, at, now},                               // never before now
+		{0, 2, at, at},
+		{1, 0, at, at}, // a window: its reset does not move
+		{1, 2, time.Time{}, time.Time{}},
+	} {
+		if got := FullSooner(c.at, c.units, c.rate, now); !got.Equal(c.want) {
+			t.Errorf("FullSooner(%v, %d, %d) = %v, want %v", c.at.Sub(now), c.units, c.rate, got.Sub(now), c.want.Sub(now))
+		}
+	}
+}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"reflect"
+	"time"
 
 	"github.com/slidelimit/slidelimit/policy"
 )
@@ -45,4 +46,20 @@ func BucketRate(p policy.Policy) int64 {
 		return b.Rate
 	}
 	return 0
+}
+
+// FullSooner returns when a bucket refilling (or draining) at rate units a second, full again at
+// resetAt, is full again once units given back to it are refilled at once: resetAt moved back by
+// their refill, never before now. A zero resetAt (unknown), no units or a rate of 0 (a window,
+// whose reset does not move with what it holds) leave resetAt as it is.
+func FullSooner(resetAt time.Time, units, rate int64, now time.Time) time.Time {
+	if resetAt.IsZero() || units <= 0 || rate <= 0 {
+		return resetAt
+	}
+	// units is at most a limit, below 2^32, so units seconds in nanoseconds fit an int64.
+	at := resetAt.Add(-time.Duration(units) * time.Second / time.Duration(rate))
+	if at.Before(now) {
+		return now
+	}
+	return at
 }
