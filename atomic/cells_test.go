@@ -34,7 +34,7 @@ func replay(codec Codec, t0 int64, steps []cellStep) []string {
 			}
 			out = append(out, fmt.Sprintf("take(%d) at %d: %+v %v", s.cost, s.now, r, st))
 		case 'r':
-			g, st := codec.(Refunder).Refund(cell, s.now, s.cost, resets[s.of])
+			g, st := codec.(Refunder).Refund(cell, func() int64 { return s.now }, s.cost, resets[s.of])
 			out = append(out, fmt.Sprintf("refund(%d) at %d of step %d: %d %v", s.cost, s.now, s.of, g, st))
 		case 'p':
 			r, pr, st := codec.Peek(cell, s.now)

@@ -108,8 +108,11 @@ type CostChecker interface {
 // use, as every codec method is.
 type Refunder interface {
 	// Refund gives back up to cost units counted by a request admitted with result ResetAtMs
-	// resetAt, and returns how many it gave back.
-	Refund(c *uint64, now, cost, resetAt int64) (int64, Status)
+	// resetAt, and returns how many it gave back. It reads the time from clock after each load of
+	// the cell, so that it refunds at a time no earlier than that of any admission the cell holds:
+	// read once before, the time could be older than a racing admission's, and a bucket's rule
+	// would then count a refill that had not happened (GCRA's state keeps no time of its own).
+	Refund(c *uint64, clock func() int64, cost, resetAt int64) (int64, Status)
 }
 
 // LimitTaker is implemented by codecs that can decide a key against its own limit.

@@ -157,12 +157,13 @@ func (c *fixedWindowWord) Stale(w0, _ uint64, now, limit int64) (int64, bool) {
 // Refund gives back units counted in the window ending at resetAt while it is the cell's current
 // window (see rules.FixedWindow.Refund). A cell whose window a racing writer moved ahead, or that
 // rolled past resetAt's window, gives nothing back.
-func (c *fixedWindowWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *fixedWindowWord) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	for {
 		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return 0, statusOf(word)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s, at := c.decode(word, now)
 		g := c.p.Refund(&s, now, cost, resetAt)
 		if g == 0 || satomic.CompareAndSwapUint64(cell, word, c.encode(at, s.Count)) {

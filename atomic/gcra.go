@@ -152,12 +152,13 @@ func (c *gcraWord) Stale(w0, _ uint64, now, _ int64) (int64, bool) {
 
 // Refund moves the TAT back for the permits that rules.GCRA.Refund finds exact. Their lag stays
 // non-negative and at most Burst*1000, well inside the 62-bit cell's exact range.
-func (c *gcraWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *gcraWord) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	for {
 		w := satomic.LoadUint64(cell)
 		if w&Flags != 0 {
 			return 0, statusOf(w)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		tat, _ := c.decode(w, now)
 		s := rules.GCRAState{TAT: tat}
 		g := c.p.Refund(&s, now, cost, resetAt)

@@ -209,12 +209,13 @@ func (c *leakyBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 
 // Refund takes out of the level the units that rules.LeakyBucket.Refund finds exact, drained
 // to now.
-func (c *leakyBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *leakyBucketWord) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	for {
 		w := satomic.LoadUint64(cell)
 		if w&Flags != 0 {
 			return 0, statusOf(w)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s := c.decode(w, now)
 		g := c.p.Refund(&s, now, cost, resetAt)
 		if g == 0 || satomic.CompareAndSwapUint64(cell, w, c.encode(&s)) {
@@ -224,13 +225,14 @@ func (c *leakyBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64,
 }
 
 // Refund is leakyBucketWord.Refund for the two-word cell.
-func (c *leakyBucketPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *leakyBucketPair) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
 		if w0&Flags != 0 {
 			return 0, statusOf(w0)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s := c.decode(w0, w1)
 		g := c.p.Refund(&s, now, cost, resetAt)
 		n0, n1 := c.encode(&s)

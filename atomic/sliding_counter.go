@@ -151,12 +151,13 @@ func (c *slidingCounterWord) TakeLimit(cell *uint64, now, cost, limit int64) (po
 	return c.take(cell, now, cost, &rule)
 }
 
-func (c *slidingCounterWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *slidingCounterWord) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	for {
 		word := satomic.LoadUint64(cell)
 		if word&Flags != 0 {
 			return 0, statusOf(word)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s, n, at := c.decode(word, now)
 		g := c.p.Refund(&s, n*c.w, cost, resetAt)
 		if g == 0 || c.store(cell, word, s, n, at) {
@@ -368,13 +369,14 @@ func (c *slidingCounterPair) TakeLimit(cell *uint64, now, cost, limit int64) (po
 	return c.take(cell, now, cost, &rule)
 }
 
-func (c *slidingCounterPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *slidingCounterPair) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
 		if w0&Flags != 0 {
 			return 0, statusOf(w0)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s := c.decode(w0, w1)
 		g := c.p.Refund(&s, c.p.Start(now), cost, resetAt)
 		n0, n1 := c.encode(s)

@@ -329,12 +329,13 @@ func (c *tokenBucketPair) Stale(w0, w1 uint64, now, _ int64) (int64, bool) {
 }
 
 // Refund gives back the tokens that rules.TokenBucket.Refund finds exact, refilled to now.
-func (c *tokenBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *tokenBucketWord) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	for {
 		w := satomic.LoadUint64(cell)
 		if w&Flags != 0 {
 			return 0, statusOf(w)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s := c.decode(w, now)
 		g := c.p.Refund(&s, now, cost, resetAt)
 		if g == 0 || satomic.CompareAndSwapUint64(cell, w, c.encode(&s)) {
@@ -344,13 +345,14 @@ func (c *tokenBucketWord) Refund(cell *uint64, now, cost, resetAt int64) (int64,
 }
 
 // Refund is tokenBucketWord.Refund for the two-word cell.
-func (c *tokenBucketPair) Refund(cell *uint64, now, cost, resetAt int64) (int64, Status) {
+func (c *tokenBucketPair) Refund(cell *uint64, clock func() int64, cost, resetAt int64) (int64, Status) {
 	p := pair(cell)
 	for {
 		w0, w1 := load128(p)
 		if w0&Flags != 0 {
 			return 0, statusOf(w0)
 		}
+		now := clock() // read after the load: no earlier than any admission the cell holds
 		s := c.decode(w0, w1)
 		g := c.p.Refund(&s, now, cost, resetAt)
 		n0, n1 := c.encode(&s)

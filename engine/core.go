@@ -47,12 +47,15 @@ type Limiter struct {
 	wordSeed uintptr // hashSeed for hash, or mix[0] with WithSeed
 	mix      [3]uint64
 
-	pol     policy.Policy
-	limits  atomic.LimitTaker // nil where per-key limits are not supported
-	refunds atomic.Refunder   // nil where refunds are not supported
-	limit   int64
-	maxKeys int64
-	atCap   AtCap
+	pol policy.Policy
+	// clockNow is clk.Now, made once: Refund reads the time through it after each load of a
+	// cell (see atomic.Refunder).
+	clockNow func() int64
+	limits   atomic.LimitTaker // nil where per-key limits are not supported
+	refunds  atomic.Refunder   // nil where refunds are not supported
+	limit    int64
+	maxKeys  int64
+	atCap    AtCap
 	// judgeLimit is the limit EvictStalest judges every key against: the policy's, lowered to the
 	// lowest per-key limit TakeWithLimit has been given, so that no key is judged against a limit
 	// above its own. Written only when it falls.
@@ -141,6 +144,7 @@ func New(p policy.Policy, opts ...Option) (*Limiter, error) {
 	if l.clk == nil {
 		l.clk, l.ownsClock = clock.Acquire(), true
 	}
+	l.clockNow = l.clk.Now
 	l.maxCost = math.MaxInt64
 	if cc, ok := codec.(atomic.CostChecker); ok {
 		l.maxCost = cc.MaxCost()

@@ -99,6 +99,13 @@ func (l *Limiter) takeWithLimit(h uint64, n, limit int64) Decision {
 //     divides 1000, and may get fewer otherwise, as d.ResetAt holds the deficit only to the ms;
 //     what stays charged then is what cannot be told apart from a refill that really happened;
 //   - sliding log, dual bucket: none (they do not implement refunds).
+//
+// A bucket's refund is exact when no refund of the same key, for a request admitted before d,
+// comes after d's admission and before d's refund: such a refund raises what d's admission left,
+// which the bucket's rule cannot see, and d's refund may then give back up to that refund's
+// units (or what the bucket refilled in between, if fewer) more than exact (docs/design.md,
+// "Where a bucket's refund is not exact"). Refunds made at once, before the key's next
+// admission, or in the reverse order of their admissions, are exact.
 func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 	return l.refund(l.hashString(key), n, d)
 }
@@ -111,14 +118,13 @@ func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
 	if l.refunds == nil || !d.Allowed || n <= 0 || l.closed.Load() {
 		return 0
 	}
-	now := l.now()
-	sh := l.shardOf(h, now)
+	sh := l.shardOf(h, l.now())
 	for {
 		c := sh.Table().Find(h)
 		if c == nil {
 			return 0
 		}
-		g, st := l.refunds.Refund(c, now, n, d.ResetAt.UnixMilli())
+		g, st := l.refunds.Refund(c, l.clockNow, n, d.ResetAt.UnixMilli())
 		switch st {
 		case atomic.OK:
 			return g

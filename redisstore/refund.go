@@ -148,7 +148,10 @@ func gcd(a, b int64) int64 {
 // As with the engine's Refund, a Decision is a plain value: a second refund of the same d cannot
 // be told from the first, each call is bounded by d.Counted on its own, and k refunds of one d
 // (concurrent or not) give back at most k*d.Counted in all, never more than the key still holds.
-// Refund each decision once.
+// Refund each decision once. A bucket's refund is exact under the engine's conditions (see
+// engine.Limiter.Refund: not after a refund of an earlier request of the key that came after d's
+// admission), and, under client time (WithClientTime, WithClock), when the caller's clock is not
+// behind that of an admission Redis ran first (GCRA's state keeps no time to order them by).
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Decision) (int64, error) {
 	if l.closed.Load() {
 		return 0, ErrClosed
