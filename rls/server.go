@@ -918,4 +918,3 @@ func ceilSeconds(d time.Duration) int64 {
 	}
 	return int64((d + time.Second - 1) / time.Second)
 }
-

@@ -525,7 +525,7 @@ func TestFullSooner(t *testing.T) {
 		{1, 2, at, now.Add(3500 * time.Millisecond)}, // one unit at 2 a second: 500 ms
 		{3, 3, at, now.Add(3 * time.Second)},
 		{1, 3, at, now.Add(4*time.Second - 333333333)}, // a third of a second, to the nanosecond
-		{100, 1, at, now},                               // never before now
+		{100, 1, at, now},                              // never before now
 		{0, 2, at, at},
 		{1, 0, at, at}, // a window: its reset does not move
 		{1, 2, time.Time{}, time.Time{}},
