@@ -488,13 +488,7 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 // once rather than after -shutdown-timeout, and the reload logs nothing after "stopped".
 func TestProxySecondSignalDuringAReload(t *testing.T) {
 	up := newHangingUpstream(t)
-	var b strings.Builder
-	b.WriteString("rules:\n")
-	for i := range 40_000 {
-		fmt.Fprintf(&b, "  - {name: r%d, paths: [/r%d], rates: [1/1h]}\n", i, i)
-	}
-	cfg := filepath.Join(t.TempDir(), "rules.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(b.String()), 0o644))
+	cfg := writeRules(t, 40_000, "  - {name: r%[1]d, paths: [/r%[1]d], rates: [1/1h]}\n")
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-shutdown-timeout", "1h")
 	failed := up.inFlight(t, p)
 	reloads := strings.Count(p.stderr(), "config reloaded")
@@ -665,13 +659,7 @@ func TestProxyUpgradeKeepsPipelinedBytes(t *testing.T) {
 // A SIGTERM while the limiters of a large -config are still being built stops the proxy (exit 0),
 // as one after it listens does, rather than killing it with the signal's default action.
 func TestProxySIGTERMWhileStarting(t *testing.T) {
-	var rules strings.Builder
-	rules.WriteString("rules:\n")
-	for i := range 4000 {
-		fmt.Fprintf(&rules, "  - {name: r%d, paths: [/p%d/], rates: [10/1s, 1000/1h]}\n", i, i)
-	}
-	file := filepath.Join(t.TempDir(), "rules.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(rules.String()), 0o644))
+	file := writeRules(t, 4000, "  - {name: r%[1]d, paths: [/p%[1]d/], rates: [10/1s, 1000/1h]}\n")
 	cmd := exec.Command(binary, "proxy", "-listen", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-config", file)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -1169,4 +1157,18 @@ func TestProxyLogsAClientGoneDuringMaxDelayAs499(t *testing.T) {
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "status=499") })
 	assert.Equal(t, 1, strings.Count(p.stderr(), "status=499"), p.stderr())
 	assert.GreaterOrEqual(t, strings.Count(p.stderr(), "status=429"), probes, "the probes answered 429 are logged 429")
+}
+
+// writeRules writes a -config file of n rules, rule formatted with each index from 0, and returns
+// its path: a large file, whose limiters take a while to build.
+func writeRules(t *testing.T, n int, rule string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range n {
+		fmt.Fprintf(&b, rule, i)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
 }
