@@ -69,9 +69,10 @@ type Limit struct {
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others. A
-// limit whose quota (Quota.Limit, or its Limiter's policy) the request's cost is above is asked
-// first: it refuses the request for its cost, with no Retry-After, where a used-up limit asked
-// before it would have given a wait after which the request is refused all the same.
+// limit that can give back and whose quota (Quota.Limit, or its Limiter's policy) the request's
+// cost is above is asked first: it refuses the request for its cost, with no Retry-After, where a
+// used-up limit asked before it would have given a wait after which the request is refused all
+// the same.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
 // bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
@@ -642,9 +643,11 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	tightest := -1
 	// A limit whose quota the cost is above is asked first: it refuses for the cost, with no
 	// wait, where a used-up limit asked before it would refuse with a wait that admits nothing.
+	// Only one that can give back: a quota is what the middleware advertises, and a Limiter that
+	// admits more than it (a tier) must not be asked first if it cannot give the units back.
 	first := -1
 	for _, i := range h.order {
-		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit {
+		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit && e.refund != nil {
 			first = i
 			break
 		}
@@ -817,6 +820,10 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 					rl = append(rl, ";t="...)
 					rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
 				}
+			case g.st[i] == unasked && !d.Allowed && d.RetryAfter > 0:
+				// Used up, not asked: its wait for a unit, as a refusing limit's t is its wait.
+				rl = append(rl, ";t="...)
+				rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
 			case g.st[i] == returned && d.Limit > 0 && d.Remaining >= d.Limit:
 				// Given back whole: nothing is used, so nothing waits to reset (rls says the same).
 				rl = append(rl, ";t=0"...)

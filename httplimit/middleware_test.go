@@ -763,3 +763,55 @@ func TestCostAboveALaterLimitGetsNoWait(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), b.Peek("ip:127.0.0.1").Remaining, "b counted nothing")
 }
+
+// A used-up limit not asked (an earlier one refused) shows in RateLimit its wait for a unit as t,
+// as a refusing limit's t is its wait, not when it is full again: a token bucket of burst 10
+// refilling one a second, emptied, says t=1, not t=10.
+func TestUnaskedUsedUpLimitShowsItsWait(t *testing.T) {
+	clk := clock.NewManual(w0)
+	mk := func(p policy.Policy) *engine.Limiter {
+		l, err := engine.New(p, engine.WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	first := mk(policy.SlidingCounter{Limit: 1, Window: time.Minute})
+	bucket := mk(policy.TokenBucket{Rate: 1, Burst: 10})
+	require.True(t, first.Allow("ip:127.0.0.1"))
+	require.True(t, bucket.AllowN("ip:127.0.0.1", 10))
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(first), Quota: httplimit.Quota{Name: "minute"},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(bucket), Quota: httplimit.Quota{Name: "bucket"}}},
+		Now:    nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status)
+	// The minute's unit comes back 1 ms past the window's edge (60.001 s, rounded up).
+	assert.Equal(t, `"minute";r=0;t=61, "bucket";r=0;t=1`, r.rateLimit)
+	assert.Equal(t, "61", r.retryAfter)
+}
+
+// takeOnly is a Limiter with no Refund and no policy to report: one that cannot give units back.
+type takeOnly struct{ l *engine.Limiter }
+
+func (o takeOnly) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return o.l.Take(key, n), nil
+}
+
+// A limit that cannot give back is asked last even when the request's cost is above the quota it
+// advertises (it may admit more, as a tier does): asked first, it admitted, and the request that
+// a later limit refused stayed counted in it.
+func TestLimitThatCannotGiveBackIsNotAskedFirstForItsQuota(t *testing.T) {
+	tier, _ := newEngine(t, 10, time.Minute, w0)
+	used, _ := newEngine(t, 5, 10*time.Second, w0)
+	require.True(t, used.Take("ip:127.0.0.1", 5).Allowed)
+	mw := &httplimit.Middleware{
+		Limiter: takeOnly{tier}, Quota: httplimit.Quota{Name: "tier", Limit: 2},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(used), Quota: httplimit.Quota{Name: "used"}}},
+		Cost:   func(*http.Request) int64 { return 3 },
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 429, get(t, ts.Client(), ts.URL, nil).status)
+	assert.Equal(t, int64(10), tier.Peek("ip:127.0.0.1").Remaining, "the refused request took nothing from the tier")
+}

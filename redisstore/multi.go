@@ -143,8 +143,10 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 		return engine.Decision{Limit: l0.algo.limit, Reason: engine.ReasonNegativeCost}, nil
 	}
 	local := l0.clk.Now()
-	if l0.algo.kind == kindGCRA && n > l0.algo.limit {
-		return gcraOverBurst(l0), nil
+	if least := m.least[0]; least.algo.kind == kindGCRA && n > least.algo.limit {
+		// GCRA refuses a cost above its burst before reading the key; the smallest limit is the
+		// one asked for such a cost (see below), as in the engine's Multi.
+		return gcraOverBurst(least), nil
 	}
 	if ctx == nil {
 		ctx = context.Background()

@@ -321,3 +321,30 @@ func TestAllCostNoWaitAdmits(t *testing.T) {
 		t.Fatalf("b counted something: Remaining %d", d.Remaining)
 	}
 }
+
+// TestAllGCRAFirstCostAboveTheSmallestLimit: a GCRA listed first refuses a cost above its burst
+// before reading the key, but the smallest limit is the one that answers a cost above it, as in
+// the engine's Multi, also when that GCRA's burst is larger.
+func TestAllGCRAFirstCostAboveTheSmallestLimit(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(1_760_000_000_000)
+	client := newClient(t, testAddr)
+	g, err := New(client, "g", policy.GCRA{Rate: 10, Burst: 6}, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	b, err := New(client, "b", policy.TokenBucket{Rate: 10, Burst: 4}, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := All(g, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Take(ctx, "k", 8)
+	if err != nil || d.Reason != slidelimit.ReasonCostAboveLimit || d.Limit != 4 || d.Remaining != 4 {
+		t.Fatalf("Take(8) = %+v, %v; want the bucket of burst 4 to refuse it for its cost, with its 4 left", d, err)
+	}
+}

@@ -493,10 +493,10 @@ type proxy struct {
 	retired        []*redisstore.Limiter // Redis limiters a reload dropped, not yet closed, whose counts the metrics keep
 	retiredBatched []*batched.Limiter    // the same in -redis-mode batched
 	retiring       []*builtLimit         // limits a reload dropped, closed after -shutdown-timeout
-	// The last counts of the Redis limiters closed after a reload: the metrics keep them without
-	// keeping the limiters, whose fallback tables would otherwise stay in memory.
-	closedExact   []redisstore.Stats
-	closedBatched []batched.Stats
+	// The counts of the Redis limiters closed after a reload, summed (addCounts): the metrics keep
+	// them without keeping the limiters, whose fallback tables would otherwise stay in memory.
+	closedExact   redisstore.Stats
+	closedBatched batched.Stats
 	logSecret     [32]byte // the access log's key for hashing keys (logKey), drawn at start
 	// reloadMu orders the reloads' log lines against stopping: once quiet is set, as the proxy
 	// starts to stop, a reload still running logs nothing, so no line follows "stopped".
@@ -822,12 +822,7 @@ func (px *proxy) registerRedisMetrics() {
 			var total float64
 			rs, bs := px.allRedis(withRetired)
 			if withRetired {
-				for _, s := range px.closedExact {
-					total += exact(s)
-				}
-				for _, s := range px.closedBatched {
-					total += fleet(s)
-				}
+				total += exact(px.closedExact) + fleet(px.closedBatched)
 			}
 			for _, b := range rs {
 				var s redisstore.Stats
@@ -965,6 +960,28 @@ func (px *proxy) apply(spec *configSpec) error {
 	return nil
 }
 
+// addExactCounts adds b's counters to a; the gauges (BreakerOpen, DenyCacheKeys) describe a limiter
+// in use, and are left alone.
+func addExactCounts(a *redisstore.Stats, b redisstore.Stats) {
+	a.Calls += b.Calls
+	a.RoundTrips += b.RoundTrips
+	a.DenyCacheHits += b.DenyCacheHits
+	a.Failures += b.Failures
+	a.ShortCircuits += b.ShortCircuits
+	a.BreakerOpens += b.BreakerOpens
+}
+
+// addBatchedCounts is addExactCounts for fleet mode's counters (not Fleet, Offline or Keys).
+func addBatchedCounts(a *batched.Stats, b batched.Stats) {
+	a.Leases += b.Leases
+	a.Exchanges += b.Exchanges
+	a.Returns += b.Returns
+	a.Charges += b.Charges
+	a.OfflineDecisions += b.OfflineDecisions
+	a.RefusedLocally += b.RefusedLocally
+	a.Failures += b.Failures
+}
+
 // release closes limits a reload retired and lets them go, keeping only the counts the metrics
 // sum: every reload that changes a limit would otherwise keep the old limiter's tables until the
 // process exits.
@@ -978,13 +995,13 @@ func (px *proxy) release(retire []*builtLimit) {
 		if b.rs != nil && slices.Contains(px.retired, b.rs) {
 			var s redisstore.Stats
 			b.rs.Stats(&s)
-			px.closedExact = append(px.closedExact, s)
+			addExactCounts(&px.closedExact, s)
 			px.retired = slices.DeleteFunc(px.retired, func(r *redisstore.Limiter) bool { return r == b.rs })
 		}
 		if b.bl != nil && slices.Contains(px.retiredBatched, b.bl) {
 			var s batched.Stats
 			b.bl.Stats(&s)
-			px.closedBatched = append(px.closedBatched, s)
+			addBatchedCounts(&px.closedBatched, s)
 			px.retiredBatched = slices.DeleteFunc(px.retiredBatched, func(r *batched.Limiter) bool { return r == b.bl })
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ import (
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/redisstore"
+	"github.com/slidelimit/slidelimit/redisstore/batched"
 )
 
 // w0 is the start of a minute (and of every window that divides one): 28_333_333 × 60_000 ms.
@@ -627,4 +630,32 @@ func TestReloadReleasesRetiredLimiters(t *testing.T) {
 	p.px.mu.Lock()
 	defer p.px.mu.Unlock()
 	assert.Empty(t, p.px.retiring)
+}
+
+// The sums of retired Redis limiters' counts add every counter field, so that a counter added to
+// redisstore.Stats or batched.Stats later is not silently dropped from the metrics that sum them.
+func TestRetiredCountsAddEveryCounter(t *testing.T) {
+	gauges := map[string]bool{"BreakerOpen": true, "DenyCacheKeys": true, "Fleet": true, "Offline": true, "Keys": true}
+	check := func(name string, a, b any, add func()) {
+		bv := reflect.ValueOf(b).Elem()
+		for i := range bv.NumField() {
+			if f := bv.Field(i); f.Kind() == reflect.Int64 {
+				f.SetInt(int64(i + 1))
+			}
+		}
+		add()
+		av := reflect.ValueOf(a).Elem()
+		for i := range av.NumField() {
+			fn := av.Type().Field(i).Name
+			if gauges[fn] {
+				continue
+			}
+			require.Equal(t, reflect.Int64, av.Field(i).Kind(), "%s.%s: a counter that is not an int64, or a gauge to list", name, fn)
+			require.Equal(t, int64(i+1), av.Field(i).Int(), "%s.%s is not summed", name, fn)
+		}
+	}
+	var ea, eb redisstore.Stats
+	check("redisstore.Stats", &ea, &eb, func() { addExactCounts(&ea, eb) })
+	var ba, bb batched.Stats
+	check("batched.Stats", &ba, &bb, func() { addBatchedCounts(&ba, bb) })
 }
