@@ -644,8 +644,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // Key returns the Redis key that holds key's state, for inspection and administration:
-// <prefix>{<hash tag>}<name>:<policy fingerprint>:<key, or '#' and its hash when long>. A pure
-// function of the limiter's prefix, name and policy, safe for concurrent use.
+// <prefix>{<hash tag>}<name>:<policy fingerprint>:<key, or '#' and its hash when longer than
+// MaxInlineSubject bytes or starting with '#'>. A pure function of the limiter's prefix, name and
+// policy, safe for concurrent use.
 func (l *Limiter) Key(key string) string { return l.redisKey(shortSubject(key)) }
 
 func (l *Limiter) redisKey(sub string) string { return keyFor(l.cfg.prefix, l.name, l.algo.tag, sub) }

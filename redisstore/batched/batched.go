@@ -1046,7 +1046,11 @@ func (l *Limiter) goOffline(cause error) {
 	if !l.offline.Swap(true) && l.cfg.onError == nil {
 		// Not "deciding locally": a caller may act on ErrOffline otherwise (the command's
 		// -on-redis-error open and closed do).
-		slog.Warn("batched: Redis does not answer; offline, Take returns ErrOffline, until a heartbeat succeeds",
+		what := "Redis does not answer"
+		if check.HasPrefix(cause, "EPOCHLOST") {
+			what = "Redis answered without the fleet's counts (it lost its data)"
+		}
+		slog.Warn("batched: "+what+"; offline, Take returns ErrOffline, until a heartbeat succeeds",
 			"limiter", l.name, "err", cause.Error())
 	}
 }
@@ -1069,7 +1073,8 @@ func (l *Limiter) Policy() policy.Policy { return l.pol }
 
 // Key returns the Redis key that holds key's fleet counts ("window current previous"), for
 // inspection and administration: <prefix>{<hash tag>}<name>:w<window ms>:<key, or '#' and its
-// hash when long>. A pure function of the prefix, name and window, safe for concurrent use.
+// hash when longer than redisstore.MaxInlineSubject bytes or starting with '#'>. A pure function
+// of the prefix, name and window, safe for concurrent use.
 func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.space, key) }
 
 // Stats counts what the limiter has done since New: a plain value, a snapshot. Decisions made

@@ -1,6 +1,7 @@
 package batched
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -914,6 +915,86 @@ func TestOfflineErrorsSayWhatTheModeDid(t *testing.T) {
 		_, err := l.Take(context.Background(), "k", 1)
 		if !errors.Is(err, ErrOffline) || !errors.Is(err, redisstore.ErrUnavailable) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: %v; want ErrOffline saying %q", mode, err, want)
+		}
+	}
+}
+
+// TestMembersWithDifferentSyncIntervals: a live member whose sync interval is longer than
+// another's stays in the fleet that other counts (each member is judged by its own liveness), so
+// while Redis is away their shares add up to the limit, not more: a default member dropped a
+// member of 2 s from its count, took the whole limit as its share, and the two admitted 1.5 times
+// the limit in one window.
+func TestMembersWithDifferentSyncIntervals(t *testing.T) {
+	srv, c := ownServer(t)
+	clk := clock.NewManual(t0)
+	p := policy.SlidingCounter{Limit: 1000, Window: time.Minute}
+	fast := newLimiter(t, c, clk, p, WithTimeout(50*time.Millisecond))
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(50*time.Millisecond), WithSyncInterval(2*time.Second))
+	var sf, ss Stats
+	for ms := int64(50); ms <= 10_000; ms += 50 { // 10 s: fast exchanges every 50 ms, slow every 2 s
+		clk.Set(t0 + ms)
+		fast.step()
+		if ms%2000 == 0 {
+			slow.step()
+		}
+		if ms > 2000 { // once slow has had its first heartbeat
+			if fast.Stats(&sf); sf.Fleet != 2 {
+				t.Fatalf("at %d ms the default member counts a fleet of %d, want 2", ms, sf.Fleet)
+			}
+		}
+	}
+	if slow.Stats(&ss); ss.Fleet != 2 {
+		t.Fatalf("the slow member counts a fleet of %d, want 2", ss.Fleet)
+	}
+	srv.Kill()
+	admitted := 0
+	for _, l := range []*Limiter{fast, slow} {
+		for range 2000 {
+			if d, _ := l.Take(context.Background(), "k", 1); d.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted > int(p.Limit) {
+		t.Fatalf("with Redis away the two admitted %d units of one key in one window, above the limit of %d", admitted, p.Limit)
+	}
+}
+
+// TestDataLossFoundByTheHeartbeatIsSaid: a loss of Redis's data that the heartbeat finds first
+// starts a quiet in which requests get ErrOffline; it is said once, to the hook (an error wrapping
+// ErrUnavailable that names the loss) or, without one, in the log, as going offline is. It was
+// silent, and a loss a lease met first was logged as "Redis does not answer".
+func TestDataLossFoundByTheHeartbeatIsSaid(t *testing.T) {
+	for _, hook := range []bool{true, false} {
+		c := newClient(t, testAddr)
+		flushAll(t, c)
+		var buf bytes.Buffer
+		old := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+		var errs []error
+		var opts []Option
+		if hook {
+			opts = append(opts, WithOnError(func(err error) { errs = append(errs, err) }))
+		}
+		clk := clock.NewManual(t0)
+		l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Minute}, opts...)
+		if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+		flushAll(t, c)
+		clk.Advance(50 * time.Millisecond)
+		l.step() // the heartbeat finds the loss
+		_, err := l.Take(context.Background(), "other", 1)
+		slog.SetDefault(old)
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("hook %v: a request in the quiet: %v, want ErrOffline", hook, err)
+		}
+		if hook {
+			if len(errs) != 1 || !errors.Is(errs[0], redisstore.ErrUnavailable) || !strings.Contains(errs[0].Error(), "lost the fleet's counts") {
+				t.Fatalf("the hook heard %v, want one error naming the loss", errs)
+			}
+		} else if !strings.Contains(buf.String(), "Redis lost its data") || strings.Contains(buf.String(), "does not answer") {
+			t.Fatalf("the log says %q, want the loss named once", buf.String())
 		}
 	}
 }

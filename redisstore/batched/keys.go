@@ -59,7 +59,8 @@ func stateKey(prefix, sp, subject string) string {
 	return b.String()
 }
 
-// membersKey is the sorted set of live process ids scored by their last heartbeat (ms),
+// membersKey is the sorted set of live process ids scored by when their liveness ends (ms: their
+// last heartbeat plus their own liveness),
 // epochKey the token that tells a process whether Redis lost its data since the last heartbeat,
 // and quietKey when the quiet after such a loss ends, for processes that did not know the old
 // token. All carry the same hash tag, so one script touches them on a cluster.

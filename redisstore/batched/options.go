@@ -126,11 +126,13 @@ func WithProcessID(id string) Option {
 	}
 }
 
-// WithOnError sets a function called with every failed exchange with Redis, for logs and metrics.
-// It is called from the deciding goroutine or from the limiter's own goroutine, possibly from
-// several at once, and must be fast and safe for concurrent use. Without a hook, each time the
-// limiter goes offline is logged once with log/slog's default logger, at Warn, naming the failure
-// (a wrong password, a refused connection).
+// WithOnError sets a function called with every failed exchange with Redis, and with each loss
+// of Redis's data that a heartbeat finds (an error wrapping redisstore.ErrUnavailable: the
+// limiter then decides alone for a quiet while the fleet re-declares its counts), for logs and
+// metrics. It is called from the deciding goroutine or from the limiter's own goroutine, possibly
+// from several at once, and must be fast and safe for concurrent use. Without a hook, each time
+// the limiter goes offline, and each such loss, is logged once with log/slog's default logger, at
+// Warn, naming the failure (a wrong password, a refused connection, the lost data).
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f

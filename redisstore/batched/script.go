@@ -105,7 +105,11 @@ return {grant, win, cur, prev, now}
 
 // heartbeatLua records this process as live and reports the fleet. KEYS: members, epoch, quiet.
 // ARGV: id, now, liveness ms, a fresh epoch token, the epoch this process knew ("" for none). It
-// scores id with now, drops members silent for longer than the liveness, and returns {live
+// scores id with the time its liveness ends, now + its own liveness, so that a member with a
+// longer sync interval than the caller's is not dropped by the caller's shorter liveness (the
+// two would then count different fleets, and their shares while Redis is away add up to more
+// than the limit); drops the members whose liveness has ended, keeps the set at least as long
+// as the longest liveness in it, and returns {live
 // members, epoch, end of the quiet (0 for none)}: the epoch is created when missing, so a server
 // restarted empty hands out a new one and every process that knew the old one learns that its
 // counts are gone. Such a process starts a quiet of one liveness in Redis too, so that a process
@@ -114,9 +118,11 @@ return {grant, win, cur, prev, now}
 const heartbeatLua = `
 local call, tonumber = redis.call, tonumber
 local now, live = tonumber(ARGV[2]), tonumber(ARGV[3])
-call('ZADD', KEYS[1], now, ARGV[1])
-call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - live)
-call('PEXPIRE', KEYS[1], live * 4)
+call('ZADD', KEYS[1], now + live, ARGV[1])
+call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+local last = call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local keep = tonumber(last[2]) - now + live
+if call('PTTL', KEYS[1]) < keep then call('PEXPIRE', KEYS[1], keep) end
 local e = call('GET', KEYS[2])
 if not e then
   e = ARGV[4]

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -110,6 +111,14 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 		// until all live ones have had a heartbeat to do so. The quiet starts before the new
 		// epoch is published, so that no lease carries the new epoch without seeing the quiet.
 		l.quietUntil.Store(now + l.liveness().Milliseconds())
+		// Said once, as going offline is: requests get ErrOffline for the quiet, which says that
+		// the limiter decides alone but not why. A lease that met the loss first said it already.
+		err := fmt.Errorf("%w: batched: Redis lost the fleet's counts (a new epoch); deciding alone for %v while the fleet re-declares them", redisstore.ErrUnavailable, l.liveness())
+		if !l.offline.Load() && l.cfg.onError == nil {
+			slog.Warn("batched: Redis lost its data; deciding alone, Take returns ErrOffline, for the quiet while the fleet re-declares its counts",
+				"limiter", l.name, "quiet", l.liveness())
+		}
+		l.reportErr(err)
 	}
 	if quiet > l.quietUntil.Load() {
 		// A quiet another process started (this one knew no older epoch to miss): held to as
@@ -119,7 +128,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	l.leaseEpoch.Store(&epoch)
 	if lost || l.offline.Load() || now < l.quietUntil.Load() {
 		// After an outage the set has lost (a server restarted empty) or is about to drop (every
-		// score older than the liveness) the processes that have not had a heartbeat since: the
+		// member whose liveness ended) the processes that have not had a heartbeat since: the
 		// fleet is the larger count until every live one has.
 		n = max(n, l.fleet.Load())
 	}
