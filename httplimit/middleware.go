@@ -69,10 +69,10 @@ type Limit struct {
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others. A
-// limit that can give back and whose quota (Quota.Limit, or its Limiter's policy) the request's
-// cost is above is asked first: it refuses the request for its cost, with no Retry-After, where a
-// used-up limit asked before it would have given a wait after which the request is refused all
-// the same.
+// limit whose quota the request's cost is above is asked first, when that quota is its Limiter's
+// own policy's or the Limiter can give back (a Quota.Limit set by hand may be below what the
+// Limiter admits): it refuses the request for its cost, with no Retry-After, where a used-up
+// limit asked before it would have given a wait after which the request is refused all the same.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
 // bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
@@ -328,15 +328,16 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 
 func newEntry(l Limit) limitEntry {
 	q := l.Quota
+	ownQuota := false
 	if q.Limit == 0 {
 		if p, ok := l.Limiter.(policyReporter); ok {
-			q = QuotaOf(q.Name, p.Policy())
+			q, ownQuota = QuotaOf(q.Name, p.Policy()), true
 		}
 	}
 	if q.Name == "" {
 		q.Name = "default"
 	}
-	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name), limit: max(q.Limit, 0)}
+	e := limitEntry{lim: l.Limiter, rawName: q.Name, name: sfString(q.Name), limit: max(q.Limit, 0), ownQuota: ownQuota}
 	if p, ok := l.Limiter.(policyReporter); ok {
 		e.rate = rules.BucketRate(p.Policy())
 	}
@@ -414,8 +415,11 @@ type limitEntry struct {
 	name    string // the name as a structured-field string, quotes included
 	policy  string // the RateLimit-Policy item; "": none
 	limit   int64  // the quota's limit, as RateLimit-Policy gives it; 0: unknown
-	refund  func(ctx context.Context, key string, n int64, d engine.Decision) (int64, error)
-	peek    func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
+	// ownQuota: limit is the Limiter's own policy's, not a Quota.Limit the caller set (which a
+	// Limiter may admit more than, as a tier does).
+	ownQuota bool
+	refund   func(ctx context.Context, key string, n int64, d engine.Decision) (int64, error)
+	peek     func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
 	// rate is the units a second a bucket that gives units back refills at (0 for the windows,
 	// whose reset does not move with what they hold): units given back move the time it is full
 	// again back by their refill.
@@ -643,11 +647,12 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	tightest := -1
 	// A limit whose quota the cost is above is asked first: it refuses for the cost, with no
 	// wait, where a used-up limit asked before it would refuse with a wait that admits nothing.
-	// Only one that can give back: a quota is what the middleware advertises, and a Limiter that
-	// admits more than it (a tier) must not be asked first if it cannot give the units back.
+	// Only one whose quota is its own policy's (that refuses the cost, counting nothing), or that
+	// can give back: a Quota.Limit is what the middleware advertises, and a Limiter that admits
+	// more than it (a tier) must not be asked first if it cannot give the units back.
 	first := -1
 	for _, i := range h.order {
-		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit && e.refund != nil {
+		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit && (e.ownQuota || e.refund != nil) {
 			first = i
 			break
 		}

@@ -815,3 +815,25 @@ func TestLimitThatCannotGiveBackIsNotAskedFirstForItsQuota(t *testing.T) {
 	assert.Equal(t, 429, get(t, ts.Client(), ts.URL, nil).status)
 	assert.Equal(t, int64(10), tier.Peek("ip:127.0.0.1").Remaining, "the refused request took nothing from the tier")
 }
+
+// A cost above a sliding log's own limit (a limit that cannot give back, whose quota is its
+// policy's) is refused by it, for the cost and with no Retry-After, though a used-up limit that
+// can give back is listed after it and would have given a wait.
+func TestCostAboveASlidingLogGetsNoWait(t *testing.T) {
+	clk := clock.NewManual(w0)
+	log, err := engine.New(policy.SlidingLog{Limit: 2, Window: 10 * time.Second}, engine.WithClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() { log.Close() })
+	used, _ := newEngine(t, 5, 10*time.Second, w0)
+	require.True(t, used.Take("ip:127.0.0.1", 5).Allowed)
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(log), Quota: httplimit.Quota{Name: "log"},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(used), Quota: httplimit.Quota{Name: "counter"}}},
+		Cost:   func(*http.Request) int64 { return 3 },
+		Now:    nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status)
+	assert.Empty(t, r.retryAfter, "no wait admits a cost of 3 under a limit of 2")
+}

@@ -85,6 +85,9 @@ type Limiter struct {
 	fleet      atomic.Int64 // the size shares are divided by, at least 1 (see WithInitialFleetSize)
 	offline    atomic.Bool
 	quietUntil atomic.Int64 // ms: after a data loss, no lease before this (every process re-declares first)
+	// lossSaid: going offline on a lease's EPOCHLOST logged the loss, so the heartbeat that
+	// finds the new epoch does not log it again.
+	lossSaid atomic.Bool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -100,6 +103,10 @@ type Limiter struct {
 	// declared says which loss it has re-declared for, so that none is declared twice).
 	lossGen   uint64
 	redeclare bool
+	// liveEnd is when the longest liveness among the fleet's members ends, as the last answered
+	// heartbeat saw it: after a data loss (which empties the membership too) every member that
+	// was live has had a heartbeat, and so re-declared, by then, whatever its sync interval.
+	liveEnd int64
 
 	leases, returns, charges, offlineDecisions, exchanges, failures, refusedLocally *xsync.Counter
 }
@@ -1049,6 +1056,7 @@ func (l *Limiter) goOffline(cause error) {
 		what := "Redis does not answer"
 		if check.HasPrefix(cause, "EPOCHLOST") {
 			what = "Redis answered without the fleet's counts (it lost its data)"
+			l.lossSaid.Store(true)
 		}
 		slog.Warn("batched: "+what+"; offline, Take returns ErrOffline, until a heartbeat succeeds",
 			"limiter", l.name, "err", cause.Error())

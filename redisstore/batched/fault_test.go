@@ -998,3 +998,103 @@ func TestDataLossFoundByTheHeartbeatIsSaid(t *testing.T) {
 		}
 	}
 }
+
+// After a data loss the quiet lasts until the longest liveness the finder saw ends: a member with
+// a longer sync interval re-declares only at its next heartbeat, and a finder whose quiet was its
+// own, shorter liveness leased again against the emptied counts (20 admitted for a limit of 10).
+func TestQuietAfterALossOutlastsTheSlowestMember(t *testing.T) {
+	srv, c := ownServer(t)
+	clk := clock.NewManual(t0)
+	p := policy.SlidingCounter{Limit: 10, Window: time.Hour}
+	ctx := context.Background()
+	fast := newLimiter(t, c, clk, p, WithTimeout(50*time.Millisecond), WithProcessID("fast"))
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(50*time.Millisecond), WithSyncInterval(2*time.Second), WithProcessID("slow"))
+	fast.step()
+	for i := range 10 {
+		if d, err := slow.Take(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("slow %d: %+v %v", i, d, err)
+		}
+	}
+	if d, err := fast.Take(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("limit used up, fast: %+v %v", d, err)
+	}
+	flushAll(t, c) // the data loss
+	silent := 0
+	for ms := int64(100); ms < 2000; ms += 50 {
+		clk.Set(t0 + ms)
+		fast.step()
+		if ms >= 1300 {
+			if d, err := fast.Take(ctx, "k", 1); err == nil && d.Allowed {
+				silent++
+			}
+		}
+	}
+	var s Stats
+	fast.Stats(&s)
+	t.Logf("fast after its quiet, before slow's heartbeat: %d admitted by Redis with no error; fleet %d", silent, s.Fleet)
+	clk.Set(t0 + 2000)
+	slow.step()
+	fast.step()
+	t.Logf("Redis key after slow re-declared: %q", c.Get(ctx, fast.Key("k")).Val())
+	if silent > 0 {
+		t.Errorf("a limit of 10 used up before the loss, then %d more admitted without error", silent)
+	}
+}
+
+// Redis restarted empty after a heartbeat found it down: the loss the next heartbeat finds is
+// logged, though the limiter is still offline then (it was not).
+func TestLossFoundAfterAnOutageIsLogged(t *testing.T) {
+	srv, c := ownServer(t)
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(old)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Minute}, WithTimeout(200*time.Millisecond))
+	if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	srv.Kill()
+	clk.Advance(50 * time.Millisecond)
+	l.step() // heartbeat fails: offline
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(50 * time.Millisecond)
+	l.step() // heartbeat answers with a new epoch: the loss, and a quiet
+	var s Stats
+	l.Stats(&s)
+	_, err := l.Take(context.Background(), "other", 1)
+	t.Logf("after the answered heartbeat: Offline=%v, Take err=%v (ErrOffline: %v)", s.Offline, err, errors.Is(err, ErrOffline))
+	t.Logf("log:\n%s", buf.String())
+	if !bytes.Contains(buf.Bytes(), []byte("lost its data")) {
+		t.Errorf("the loss the heartbeat found was not logged")
+	}
+}
+
+// A loss a lease meets first is logged once, in the words of the loss, and the heartbeat that then
+// finds the new epoch adds nothing.
+func TestLossMetByALeaseIsLoggedOnce(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(old)
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 10, Window: time.Minute})
+	if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	flushAll(t, c)
+	_, err := l.Take(context.Background(), "cold", 1)
+	t.Logf("lease after loss: %v", err)
+	for range 30 {
+		clk.Advance(50 * time.Millisecond)
+		l.step()
+	}
+	t.Logf("log:\n%s", buf.String())
+	if n := bytes.Count(buf.Bytes(), []byte("level=WARN")); n != 1 || !bytes.Contains(buf.Bytes(), []byte("lost its data")) {
+		t.Errorf("%d warnings, want one naming the loss:\n%s", n, buf.String())
+	}
+}

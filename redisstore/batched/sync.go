@@ -75,7 +75,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
-	keys, args := []string{l.members, l.epochK, l.quietK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]), l.epoch}
+	keys, args := []string{l.members, l.epochK, l.quietK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]), l.epoch, l.liveEnd}
 	cmd, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
 		return heartbeatScript.run(ctx, l.client, keys, args...)
 	})
@@ -83,18 +83,19 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	var v []any
 	if err == nil {
 		v, err = cmd.Slice()
-		if err == nil && len(v) != 3 {
+		if err == nil && len(v) != 4 {
 			err = fmt.Errorf("batched: heartbeat returned %v", v)
 		}
 	}
-	var n, quiet int64
+	var n, quiet, liveEnd int64
 	var epoch string
 	if err == nil {
-		var okN, okE, okQ bool
+		var okN, okE, okQ, okL bool
 		n, okN = v[0].(int64)
 		epoch, okE = v[1].(string)
 		quiet, okQ = v[2].(int64)
-		if !okN || !okE || !okQ {
+		liveEnd, okL = v[3].(int64)
+		if !okN || !okE || !okQ || !okL {
 			err = fmt.Errorf("batched: heartbeat returned %v", v)
 		}
 	}
@@ -110,16 +111,21 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 		// Redis came back empty: every process re-declares what it has counted, and none leases
 		// until all live ones have had a heartbeat to do so. The quiet starts before the new
 		// epoch is published, so that no lease carries the new epoch without seeing the quiet.
-		l.quietUntil.Store(now + l.liveness().Milliseconds())
+		// Until every member that was live has had a heartbeat: its own liveness, or the
+		// longest it saw before the loss emptied the membership, whichever ends later.
+		until := max(now+l.liveness().Milliseconds(), l.liveEnd)
+		l.quietUntil.Store(until)
 		// Said once, as going offline is: requests get ErrOffline for the quiet, which says that
 		// the limiter decides alone but not why. A lease that met the loss first said it already.
-		err := fmt.Errorf("%w: batched: Redis lost the fleet's counts (a new epoch); deciding alone for %v while the fleet re-declares them", redisstore.ErrUnavailable, l.liveness())
-		if !l.offline.Load() && l.cfg.onError == nil {
+		quietFor := time.Duration(until-now) * time.Millisecond
+		err := fmt.Errorf("%w: batched: Redis lost the fleet's counts (a new epoch); deciding alone for %v while the fleet re-declares them", redisstore.ErrUnavailable, quietFor)
+		if !l.lossSaid.Swap(false) && l.cfg.onError == nil {
 			slog.Warn("batched: Redis lost its data; deciding alone, Take returns ErrOffline, for the quiet while the fleet re-declares its counts",
-				"limiter", l.name, "quiet", l.liveness())
+				"limiter", l.name, "quiet", quietFor)
 		}
 		l.reportErr(err)
 	}
+	l.liveEnd = liveEnd
 	if quiet > l.quietUntil.Load() {
 		// A quiet another process started (this one knew no older epoch to miss): held to as
 		// its own, on this process's clock, which reads close to the starter's.
