@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
@@ -177,7 +180,7 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 	for i, fr := range fc.Rules {
 		where := fmt.Sprintf("rules[%d]", i)
 		if fr.Name != "" {
-			where += fmt.Sprintf(" (%s)", fr.Name)
+			where += " (" + shownName(fr.Name) + ")"
 		}
 		if err := checkName(fr.Name); err != nil {
 			return nil, fmt.Errorf("%s: name %v", where, err)
@@ -304,14 +307,25 @@ func checkRates(rs []rate) error {
 	return nil
 }
 
+// shownName is a rule's name as errors show it: as written, or quoted (%q) when it holds a
+// character that would break the one-line error (a newline, a terminal escape); checkName refuses
+// such a name anyway.
+func shownName(name string) string {
+	if strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(name)
+	}
+	return name
+}
+
 // matches reports whether r applies to a request with method and path.
 func (r *ruleSpec) matches(method, path string) bool {
 	if r.methods != nil {
 		ok := false
 		for _, m := range r.methods {
 			// In any case: frameworks that upper-case the method (WSGI's REQUEST_METHOD) serve
-			// "post" as POST, so a rule for POST must limit it too.
-			if strings.EqualFold(m, method) {
+			// "post" as POST, so a rule for POST must limit it too. HEAD falls under GET, whose
+			// handler most servers run for it (Go's ServeMux, Express, Flask, Rails).
+			if strings.EqualFold(m, method) || strings.EqualFold(method, http.MethodHead) && m == http.MethodGet {
 				ok = true
 				break
 			}
@@ -398,7 +412,7 @@ func checkShape(top *yaml.Node) error {
 		if r := deref(rn); r.Kind == yaml.MappingNode {
 			for j := 0; j+1 < len(r.Content); j += 2 {
 				if k, v := deref(r.Content[j]), deref(r.Content[j+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && v.Value != "" {
-					where += " (" + v.Value + ")"
+					where += " (" + shownName(v.Value) + ")"
 					break // a second name is refused below, as any field given twice
 				}
 			}

@@ -1555,6 +1555,12 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		px.badRequest(w, "the path holds a backslash, which some upstreams read as /")
 		return
 	}
+	if r.Method == http.MethodConnect && r.URL.Path == "" {
+		// Authority-form (CONNECT host:port) asks for a tunnel: no rule's path would see it, and
+		// the upstream would be sent "/".
+		px.badRequest(w, "CONNECT host:port asks for a tunnel, and this proxy forwards to its upstream only")
+		return
+	}
 	r, ok := cleanRequestPath(r)
 	if !ok {
 		px.badRequest(w, "the path's dot segments or repeated slashes involve an encoded / or .")
@@ -1597,9 +1603,6 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 // names, so it is refused rather than limited as one resource and served as another. r itself is
 // left alone, as http.StripPrefix does.
 func cleanRequestPath(r *http.Request) (clean *http.Request, ok bool) {
-	if r.Method == http.MethodConnect && r.URL.Path == "" {
-		return r, true // host:port: no path to clean
-	}
 	p := cleanPath(r.URL.Path)
 	if p == r.URL.Path {
 		return r, true

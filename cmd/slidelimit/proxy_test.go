@@ -659,3 +659,41 @@ func TestRetiredCountsAddEveryCounter(t *testing.T) {
 	var ba, bb batched.Stats
 	check("batched.Stats", &ba, &bb, func() { addBatchedCounts(&ba, bb) })
 }
+
+// HEAD falls under a rule for GET, whose handler most servers run for it: a rule that limits
+// downloads by GET must limit HEAD too. A rule for POST does not take HEAD.
+func TestRuleForGETTakesHEAD(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	spec, err := parseConfig([]byte("rules:\n  - {name: dl, methods: [get], paths: [/download], rates: [1/1m]}\n  - {name: up, methods: [POST], rates: [1/1m]}\n"), def)
+	require.NoError(t, err)
+	assert.True(t, spec.rules[0].matches("HEAD", "/download/big"))
+	assert.True(t, spec.rules[0].matches("head", "/download/big"))
+	assert.False(t, spec.rules[1].matches("HEAD", "/x"))
+	assert.False(t, spec.rules[0].matches("POST", "/download/big"))
+}
+
+// A rule name that would break the one-line error (a newline, a terminal escape) is shown quoted.
+func TestConfigErrorQuotesAnUnprintableName(t *testing.T) {
+	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	_, err := parseConfig([]byte("rules:\n  - name: \"lo\\ngin\\u001b[31m\"\n    ratez: [5/1m]\n"), def)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `rules[0] ("lo\ngin\x1b[31m"): unknown field "ratez"`)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.NotContains(t, err.Error(), "\x1b")
+}
+
+// An authority-form CONNECT asks for a tunnel, which a reverse proxy does not open: refused with
+// 400, where it missed every rule's paths and reached the upstream as "/".
+func TestConnectAuthorityFormRefused(t *testing.T) {
+	p := startInProcess(t, w0)
+	conn, err := net.Dial("tcp", p.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+	require.NoError(t, err)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+	assert.Zero(t, p.up.hits.Load(), "the upstream was asked")
+}
