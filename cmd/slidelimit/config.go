@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,13 +54,16 @@ type fileRule struct {
 
 // ruleSpec is one validated rule.
 type ruleSpec struct {
-	name     string
-	methods  []string // upper case; nil: any
-	prefixes []string // nil: any
-	rates    []rate
-	policyID string
-	key      string
-	where    string // "rules[2] (login)" for a rule of the -config file; "": the command line's
+	name    string
+	methods []string // upper case; nil: any
+	// getTakesHead: a GET in methods takes HEAD too, as no rule of the file lists HEAD itself
+	// (one that does decides HEAD where it matches, wherever it stands).
+	getTakesHead bool
+	prefixes     []string // nil: any
+	rates        []rate
+	policyID     string
+	key          string
+	where        string // "rules[2] (login)" for a rule of the -config file; "": the command line's
 }
 
 // configSpec is a validated configuration: the rules in order, the default rule last.
@@ -232,6 +236,13 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		}
 		spec.rules = append(spec.rules, r)
 	}
+	headListed := false
+	for _, r := range spec.rules {
+		headListed = headListed || slices.Contains(r.methods, http.MethodHead)
+	}
+	for i := range spec.rules {
+		spec.rules[i].getTakesHead = !headListed
+	}
 	spec.rules = append(spec.rules, def)
 	if err := checkLimitNames(spec.rules); err != nil {
 		return nil, err
@@ -324,8 +335,9 @@ func (r *ruleSpec) matches(method, path string) bool {
 		for _, m := range r.methods {
 			// In any case: frameworks that upper-case the method (WSGI's REQUEST_METHOD) serve
 			// "post" as POST, so a rule for POST must limit it too. HEAD falls under GET, whose
-			// handler most servers run for it (Go's ServeMux, Express, Flask, Rails).
-			if strings.EqualFold(m, method) || strings.EqualFold(method, http.MethodHead) && m == http.MethodGet {
+			// handler most servers run for it (Go's ServeMux, Express, Flask, Rails), unless the
+			// file gives HEAD rules of its own.
+			if strings.EqualFold(m, method) || r.getTakesHead && m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
 				ok = true
 				break
 			}

@@ -670,6 +670,11 @@ func TestRuleForGETTakesHEAD(t *testing.T) {
 	assert.True(t, spec.rules[0].matches("head", "/download/big"))
 	assert.False(t, spec.rules[1].matches("HEAD", "/x"))
 	assert.False(t, spec.rules[0].matches("POST", "/download/big"))
+	// A file that lists HEAD itself decides HEAD by those rules only, wherever they stand.
+	spec, err = parseConfig([]byte("rules:\n  - {name: pages, methods: [GET], rates: [100/1m]}\n  - {name: probes, methods: [HEAD], rates: [1/1m]}\n"), def)
+	require.NoError(t, err)
+	assert.False(t, spec.rules[0].matches("HEAD", "/"))
+	assert.True(t, spec.rules[1].matches("HEAD", "/"))
 }
 
 // A rule name that would break the one-line error (a newline, a terminal escape) is shown quoted.
