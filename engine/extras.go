@@ -227,6 +227,8 @@ func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 // request with ReasonClosed, as a limiter that cannot decide: admitting would limit nothing.
 type Multi struct {
 	ls []*Limiter
+	// least is the first of ls with the smallest limit: a cost above its limit is asked of it alone.
+	least *Limiter
 }
 
 // All returns a Multi over ls, which must be non-empty and all give units back exactly
@@ -249,7 +251,13 @@ func All(ls ...*Limiter) (*Multi, error) {
 			return nil, fmt.Errorf("engine: All: limiter %d (%s) cannot give units back", i, l.pol.ID())
 		}
 	}
-	return &Multi{ls: append([]*Limiter(nil), ls...)}, nil
+	least := ls[0]
+	for _, l := range ls[1:] {
+		if l.limit < least.limit {
+			least = l
+		}
+	}
+	return &Multi{ls: append([]*Limiter(nil), ls...), least: least}, nil
 }
 
 // Allow reports whether one unit for key is admitted by every limiter.
@@ -273,16 +281,10 @@ func (m *Multi) take(n int64, hash func(*Limiter) uint64) Decision {
 	if m == nil || len(m.ls) == 0 {
 		return Decision{Reason: ReasonClosed}
 	}
-	least := m.ls[0]
-	for _, l := range m.ls[1:] {
-		if l.limit < least.limit {
-			least = l
-		}
-	}
-	if n > least.limit {
+	if n > m.least.limit {
 		// Asked alone, so that an earlier limiter's refusal, with a wait, does not answer for a
 		// request that no wait admits.
-		return least.takeDecision(hash(least), n)
+		return m.least.takeDecision(hash(m.least), n)
 	}
 	var taken [8]Decision // enough for the usual few limits without allocating
 	ds := taken[:0]

@@ -314,6 +314,15 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 	}
 	h.order = append(h.order, last...)
+	// The limit a cost above its quota is asked of first (see decide): the smallest quota among
+	// those that are the Limiter's own policy's, which refuses the cost counting nothing, or whose
+	// Limiter can give back; a Quota.Limit set by hand may be below what a Limiter admits (a tier).
+	h.least = -1
+	for _, i := range h.order {
+		if e := &h.limits[i]; e.limit > 0 && (e.ownQuota || e.refund != nil) && (h.least < 0 || e.limit < h.limits[h.least].limit) {
+			h.least = i
+		}
+	}
 	var items []string
 	for _, e := range h.limits {
 		if e.policy != "" {
@@ -441,6 +450,7 @@ type handler struct {
 	next       http.Handler
 	limits     []limitEntry // in the order the fields list them
 	order      []int        // the order they are asked in: those that can give back first
+	least      int          // the limit asked first for a cost above its quota; -1: none
 	key        func(*http.Request) string
 	cost       func(*http.Request) int64
 	skip       func(*http.Request) bool
@@ -645,17 +655,11 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	}
 	idx = -1
 	tightest := -1
-	// A limit whose quota the cost is above is asked first: it refuses for the cost, with no
-	// wait, where a used-up limit asked before it would refuse with a wait that admits nothing.
-	// Only one whose quota is its own policy's (that refuses the cost, counting nothing), or that
-	// can give back: a Quota.Limit is what the middleware advertises, and a Limiter that admits
-	// more than it (a tier) must not be asked first if it cannot give the units back.
+	// A cost above h.least's quota is asked of it first: it refuses for the cost, with no wait,
+	// where a used-up limit asked before it would refuse with a wait that admits nothing.
 	first := -1
-	for _, i := range h.order {
-		if e := &h.limits[i]; e.limit > 0 && f.cost > e.limit && (e.ownQuota || e.refund != nil) {
-			first = i
-			break
-		}
+	if h.least >= 0 && f.cost > h.limits[h.least].limit {
+		first = h.least
 	}
 	for k := -1; k < len(h.order); k++ {
 		i := first
