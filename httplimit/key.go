@@ -244,10 +244,22 @@ func parseHop(s string) netip.Addr {
 	default:
 		a, err = netip.ParseAddr(s)
 	}
-	if err != nil {
+	if err != nil || !plainZone(a.Zone()) {
 		return netip.Addr{}
 	}
 	return canon(a)
+}
+
+// plainZone reports whether an IPv6 zone is one an interface could be named. netip takes any
+// bytes after '%', so "::% 0" would parse as "::" with the zone " 0": a hop that is no address a
+// proxy writes, and one whose address appears nowhere in the header as a token.
+func plainZone(z string) bool {
+	for i := 0; i < len(z); i++ {
+		if z[i] <= ' ' || z[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func canon(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }

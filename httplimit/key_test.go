@@ -39,6 +39,7 @@ func TestClientIPAddr(t *testing.T) {
 		{"IPv4-mapped peer", xff, "[::ffff:10.0.0.1]:1", map[string][]string{"X-Forwarded-For": {"::ffff:203.0.113.5"}}, "203.0.113.5"},
 		{"IPv6 trusted range", xff, "[2001:db8:ffff:1::1]:1", map[string][]string{"X-Forwarded-For": {"2001:db8:1::5"}}, "2001:db8:1::5"},
 		{"zone dropped", &httplimit.ClientIP{}, "[fe80::1%eth0]:1", nil, "fe80::1"},
+		{"zone with a space is garbage", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"::% 0, 10.2.2.2"}}, "10.2.2.2"},
 		{"not an IP peer", xff, "@", nil, ""},
 		{"Forwarded ignored when XFF configured", xff, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=203.0.113.5"}}, "10.0.0.1"},
 		{"XFF ignored when Forwarded configured", fwd, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5"}}, "10.0.0.1"},
