@@ -660,3 +660,21 @@ func TestMisconfOpensBreaker(t *testing.T) {
 	}
 	t.Logf("%d calls: %d round trips, %d reported, %d admitted by FailOpen", calls, st.RoundTrips, len(log.all()), admitted)
 }
+
+// Stats(nil) leaves nothing to fill, as the engine's does; it panicked.
+func TestStatsNilIsLeftAlone(t *testing.T) {
+	l := mustNew(t, "statsnil", policy.SlidingCounter{Limit: 10, Window: time.Minute})
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("Stats(nil) panicked: %v", r)
+		}
+	}()
+	l.Stats(nil)
+	if _, err := l.Take(context.Background(), "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	var s Stats
+	if l.Stats(&s); s.Calls != 1 {
+		t.Errorf("Stats(&s) after Stats(nil): Calls %d, want 1", s.Calls)
+	}
+}

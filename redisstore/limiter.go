@@ -670,9 +670,12 @@ type Stats struct {
 	DenyCacheKeys int   // keys remembered by the deny cache now
 }
 
-// Stats fills s with the limiter's counters, allocating nothing, as engine.Limiter.Stats does.
-// Safe to call at any time, including after Close.
+// Stats fills s with the limiter's counters, allocating nothing, as engine.Limiter.Stats does; a
+// nil s is left alone. Safe to call at any time, including after Close.
 func (l *Limiter) Stats(s *Stats) {
+	if s == nil {
+		return
+	}
 	*s = Stats{
 		Calls: l.calls.Value(), RoundTrips: l.roundTrips.Value(), DenyCacheHits: l.denyHits.Value(),
 		Failures: l.failures.Value(), ShortCircuits: l.shortCircuits.Value(),

@@ -634,6 +634,12 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 		// given up gets its own error back and nothing is counted for it.
 		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 	}
+	if l.closed.Load() {
+		// Close sets closed before its give-back visits each entry under e.mu, so a lease taken
+		// after that visit would stay counted on Redis for a process that has left, and a charge
+		// recorded offline would never be sent.
+		return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonClosed}, ErrClosed
+	}
 	// Read before the quiet: a heartbeat that finds a data loss starts the quiet before it
 	// publishes the new epoch, so a lease sent with the new epoch is never one of the quiet's.
 	epoch := l.checkedEpoch()
@@ -1101,9 +1107,12 @@ type Stats struct {
 	Keys             int   // keys with a local entry: every key leased in this window or the last, and older ones until a pass forgets them (one runs every window, or every second if longer)
 }
 
-// Stats fills s with the limiter's counters, allocating nothing. Safe at any time, including
-// after Close.
+// Stats fills s with the limiter's counters, allocating nothing; a nil s is left alone. Safe at
+// any time, including after Close.
 func (l *Limiter) Stats(s *Stats) {
+	if s == nil {
+		return
+	}
 	*s = Stats{
 		Leases: l.leases.Value(), Exchanges: l.exchanges.Value(), Returns: l.returns.Value(), Charges: l.charges.Value(),
 		OfflineDecisions: l.offlineDecisions.Value(), RefusedLocally: l.refusedLocally.Value(), Failures: l.failures.Value(),
@@ -1120,8 +1129,9 @@ func (l *Limiter) Stats(s *Stats) {
 // given back: its units stay counted, less admission only, until that window ages out. Each call
 // to Redis is bounded by the timeout, and an exchange already running finishes first, so while
 // Redis hangs Close can take a few timeouts. It does not close the client.
-// Idempotent and safe for concurrent use; a Take running concurrently with Close may still
-// complete.
+// Idempotent and safe for concurrent use. A Take running concurrently with Close may still be
+// decided on its lease, or on a lease it is taking as Close begins, which Close waits for and
+// gives back the rest of; one that would ask Redis once Close has begun returns ErrClosed.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

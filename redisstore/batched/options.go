@@ -130,9 +130,12 @@ func WithProcessID(id string) Option {
 // of Redis's data that a heartbeat finds (an error wrapping redisstore.ErrUnavailable: the
 // limiter then decides alone for a quiet while the fleet re-declares its counts), for logs and
 // metrics. It is called from the deciding goroutine or from the limiter's own goroutine, possibly
-// from several at once, and must be fast and safe for concurrent use. Without a hook, each time
-// the limiter goes offline, and each such loss, is logged once with log/slog's default logger, at
-// Warn, naming the failure (a wrong password, a refused connection, the lost data).
+// from several at once, and must be fast and safe for concurrent use. It must not call Close,
+// which waits for the limiter's goroutine and for each key's call in progress, the hook's caller
+// among them: a hook that closes the limiter on an error must do it from a goroutine of its own.
+// Without a hook, each time the limiter goes offline, and each such loss, is logged once with
+// log/slog's default logger, at Warn, naming the failure (a wrong password, a refused connection,
+// the lost data).
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f

@@ -281,7 +281,7 @@ func (l *Limiter) flush(now int64, all bool) {
 		}
 	}
 	// Then every entry holding units: ended windows give back what is left.
-	l.holding.Range(func(e *entry, _ struct{}) bool {
+	visit := func(e *entry) bool {
 		if !ok {
 			return false
 		}
@@ -319,7 +319,16 @@ func (l *Limiter) flush(now int64, all bool) {
 		}
 		push(pending{e: e, a: a, idx: idx, now: now})
 		return true
-	})
+	}
+	if all {
+		// Close's give-back visits every entry, not only those holding units: a Take leasing
+		// under e.mu for a key whose lease had run dry (so not in holding) puts its grant there
+		// only once it returns. Locking each entry waits for such a lease; a Take that locks it
+		// after the visit finds the limiter closed and leases nothing (see decideLocked).
+		l.entries.Range(func(_ string, e *entry) bool { return visit(e) })
+	} else {
+		l.holding.Range(func(e *entry, _ struct{}) bool { return visit(e) })
+	}
 	if ok {
 		l.send(ps)
 	} else {
