@@ -1172,3 +1172,36 @@ func writeRules(t *testing.T, n int, rule string) string {
 	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
 	return path
 }
+
+// The client chooses the method and the path, so a log line holds only their first 32 and 128
+// bytes: the access line of a refusal (logged by default) and a 502's error line wrote a
+// megabyte-long method or path whole, for every request that sent one.
+func TestProxyLogLinesCapWhatTheClientChooses(t *testing.T) {
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-limit", "1")
+	c := newClient(t, true)
+	method, path := strings.Repeat("M", 1000), "/"+strings.Repeat("p", 1000)
+	for want := range []int{http.StatusBadGateway, http.StatusTooManyRequests} {
+		req, err := http.NewRequest(method, p.url(path), nil)
+		require.NoError(t, err)
+		res, err := c.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, []int{http.StatusBadGateway, http.StatusTooManyRequests}[want], res.StatusCode)
+	}
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "status=429") })
+	var errLine, accessLine string
+	for _, l := range strings.Split(p.stderr(), "\n") {
+		switch {
+		case strings.Contains(l, "proxy error"):
+			errLine = l
+		case strings.Contains(l, "status=429"):
+			accessLine = l
+		}
+	}
+	assert.Contains(t, errLine, "path=/"+strings.Repeat("p", 127)+"…")
+	assert.Contains(t, accessLine, "method="+strings.Repeat("M", 32)+"…")
+	assert.Contains(t, accessLine, "path=/"+strings.Repeat("p", 127)+"…")
+	for _, l := range []string{errLine, accessLine} {
+		assert.Less(t, len(l), 600, "a line of %d bytes: %.200s", len(l), l)
+	}
+}

@@ -697,18 +697,18 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 				// rollout.
 				// Its access-log line says 499, nginx's "client closed request", not 502, so
 				// that client aborts are not counted as upstream failures.
-				logger.Debug("request cancelled before the upstream answered", "path", r.URL.Path)
+				logger.Debug("request cancelled before the upstream answered", "path", truncate(r.URL.Path, 128))
 				w.WriteHeader(statusClientClosed)
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				// No answer in time (-upstream-timeout, or the dial's): the gateway timed out.
-				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", r.URL.Path)
+				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", truncate(r.URL.Path, 128))
 				upstreamFailed(w, c.problem, http.StatusGatewayTimeout, "the upstream did not answer in time")
 				return
 			}
-			logger.Error("http: proxy error: "+err.Error(), "path", r.URL.Path)
+			logger.Error("http: proxy error: "+err.Error(), "path", truncate(r.URL.Path, 128))
 			upstreamFailed(w, c.problem, http.StatusBadGateway, "the upstream could not be reached or gave no valid answer")
 		},
 	}
@@ -1387,7 +1387,7 @@ func (px *proxy) accessLog(r *http.Request, rule string, ri *requestInfo, status
 		reason = reasonLabel(ri.d.Reason)
 	}
 	px.log.Info("request", "rule", rule, "decision", decision, "reason", reason, "status", status,
-		"key", px.logKey(ri.key), "method", r.Method, "path", truncate(r.URL.Path, 128),
+		"key", px.logKey(ri.key), "method", truncate(r.Method, 32), "path", truncate(r.URL.Path, 128),
 		"remaining", ri.d.Remaining, "retry_after_ms", ri.d.RetryAfter.Milliseconds(), "duration_ms", float64(took.Microseconds())/1000,
 		"sampled", every)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -23,9 +24,10 @@ import (
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/batched"
 	"github.com/slidelimit/slidelimit/rls"
+	"google.golang.org/grpc"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-connection-age D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-connection-age D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
@@ -33,6 +35,7 @@ type rlsConfig struct {
 	redisTimeout                  time.Duration
 	denyMaxAge                    time.Duration
 	maxKeys, expectedKeys         int
+	maxStreams                    int64
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -61,6 +64,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	dur(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long (a `duration`)")
 	dur(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this (a `duration`)")
 	dur(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often (a `duration`) a client may ping; keep it at or below Envoy's connection_keepalive interval")
+	fs.Int64Var(&c.maxStreams, "max-streams", 100, "calls (HTTP/2 streams) one connection may have in progress at once, so that a client that does not read its answers holds at most this many; gRPC clients wait for one to end and Envoy opens another connection, and a stream past it is refused")
 	dur(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long (a `duration`), so that clients spread over new replicas (0: never)")
 	return c, fs
 }
@@ -80,6 +84,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "-shutdown-timeout %v: must be positive, like 10s", c.shutdown)
 	case c.keepalive.MaxConnectionAge < 0:
 		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", c.keepalive.MaxConnectionAge)
+	case c.maxStreams < 1 || c.maxStreams > math.MaxUint32:
+		return usageErr(fs, "-max-streams %d: must be in [1, %d]", c.maxStreams, uint32(math.MaxUint32))
 	}
 	if err := checkRedisTimeout(c.redisTimeout); err != nil {
 		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
@@ -273,7 +279,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	logger.Printf("listening on %s, domains %s, deciding %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe)
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown) }()
+	go func() {
+		serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown, grpc.MaxConcurrentStreams(uint32(c.maxStreams)))
+	}()
 	var runErr error
 	select {
 	case err := <-msErr:

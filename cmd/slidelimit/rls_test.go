@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -88,6 +90,8 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-keepalive-timeout", "-1s"}, "-keepalive-timeout -1s: must be positive"},
 		{[]string{"-config", "x.yaml", "-keepalive-min-ping-interval", "-1s"}, "-keepalive-min-ping-interval -1s: must be positive"},
 		{[]string{"-config", "x.yaml", "-max-connection-age", "-1s"}, "-max-connection-age -1s: must be 0 (never) or positive"},
+		{[]string{"-config", "x.yaml", "-max-streams", "0"}, "-max-streams 0: must be in [1, 4294967295]"},
+		{[]string{"-config", "x.yaml", "-max-streams", "4294967296"}, "-max-streams 4294967296: must be in [1, 4294967295]"},
 		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
 		{[]string{"-config", "x.yaml", "-listen", ":"}, `-listen ":": no port`},
 		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
@@ -442,4 +446,37 @@ func TestRLSSignalWhileStarting(t *testing.T) {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		wait(t, done, stderr)
 	})
+}
+
+// -max-streams is what the server tells each connection it may have in progress at once (its
+// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS), 100 unless set: without a bound a client that sent
+// calls and never read the answers held every answer in the server's memory.
+func TestRLSMaxStreams(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"), 0o644))
+	for _, c := range []struct {
+		args []string
+		want uint32
+	}{{nil, 100}, {[]string{"-max-streams", "3"}, 3}} {
+		p := startRLS(t, append([]string{"-config", file, "-listen", "127.0.0.1:0"}, c.args...)...)
+		conn, err := net.DialTimeout("tcp", p.addr, failsafe)
+		require.NoError(t, err)
+		require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
+		_, err = io.WriteString(conn, http2.ClientPreface)
+		require.NoError(t, err)
+		fr := http2.NewFramer(conn, conn)
+		require.NoError(t, fr.WriteSettings())
+		got, ok := uint32(0), false
+		for {
+			f, err := fr.ReadFrame()
+			require.NoError(t, err)
+			if s, isSettings := f.(*http2.SettingsFrame); isSettings && !s.IsAck() {
+				got, ok = s.Value(http2.SettingMaxConcurrentStreams)
+				break
+			}
+		}
+		conn.Close()
+		assert.True(t, ok, "%v: the server's SETTINGS set no SETTINGS_MAX_CONCURRENT_STREAMS", c.args)
+		assert.Equal(t, c.want, got, "%v", c.args)
+	}
 }
