@@ -17,11 +17,11 @@ import (
 // figures it printed.
 func TestBenchOutput(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"bench", "-keys", "2000", "-duration", "50ms", "-workers", "2"}, &stdout, &stderr)
+	code := run([]string{"bench", "-keys", "20000", "-duration", "50ms", "-workers", "2"}, &stdout, &stderr)
 	require.Equal(t, exitOK, code, stderr.String())
 	out := stdout.String()
 
-	assert.Contains(t, out, "slidelimit bench: sliding-counter, limit 10 per 1s, 2,000 keys (uniform), 2 goroutines")
+	assert.Contains(t, out, "slidelimit bench: sliding-counter, limit 10 per 1s, 20,000 keys (uniform), 2 goroutines")
 	assert.Contains(t, out, "Keys tracked are the keys with live state at the end of the run")
 	assert.Contains(t, out, "reference, measured just now on the same keys and goroutines")
 
@@ -30,7 +30,7 @@ func TestBenchOutput(t *testing.T) {
 	tracked := regexp.MustCompile(`(?m)^  keys tracked +([0-9,]+)$`).FindAllStringSubmatch(out, -1)
 	require.Len(t, tracked, 2, out)
 	// The reference never forgets a key, and every key was offered in its warm-up.
-	assert.Equal(t, "2,000", tracked[1][1])
+	assert.Equal(t, "20,000", tracked[1][1])
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "  ns per decision") {
 			assert.NotContains(t, line, "(", "one figure per metric: %q", line)

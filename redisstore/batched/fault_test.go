@@ -928,8 +928,8 @@ func TestMembersWithDifferentSyncIntervals(t *testing.T) {
 	srv, c := ownServer(t)
 	clk := clock.NewManual(t0)
 	p := policy.SlidingCounter{Limit: 1000, Window: time.Minute}
-	fast := newLimiter(t, c, clk, p, WithTimeout(50*time.Millisecond))
-	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(50*time.Millisecond), WithSyncInterval(2*time.Second))
+	fast := newLimiter(t, c, clk, p)
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithSyncInterval(2*time.Second))
 	var sf, ss Stats
 	for ms := int64(50); ms <= 10_000; ms += 50 { // 10 s: fast exchanges every 50 ms, slow every 2 s
 		clk.Set(t0 + ms)
@@ -1007,8 +1007,8 @@ func TestQuietAfterALossOutlastsTheSlowestMember(t *testing.T) {
 	clk := clock.NewManual(t0)
 	p := policy.SlidingCounter{Limit: 10, Window: time.Hour}
 	ctx := context.Background()
-	fast := newLimiter(t, c, clk, p, WithTimeout(50*time.Millisecond), WithProcessID("fast"))
-	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(50*time.Millisecond), WithSyncInterval(2*time.Second), WithProcessID("slow"))
+	fast := newLimiter(t, c, clk, p, WithProcessID("fast"))
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithSyncInterval(2*time.Second), WithProcessID("slow"))
 	fast.step()
 	for i := range 10 {
 		if d, err := slow.Take(ctx, "k", 1); err != nil || !d.Allowed {
