@@ -250,12 +250,15 @@ func parseHop(s string) netip.Addr {
 	return canon(a)
 }
 
-// plainZone reports whether an IPv6 zone is one an interface could be named. netip takes any
-// bytes after '%', so "::% 0" would parse as "::" with the zone " 0": a hop that is no address a
-// proxy writes, and one whose address appears nowhere in the header as a token.
+// plainZone reports whether an IPv6 zone is one a URI could carry: RFC 6874's unreserved
+// characters (letters, digits, "-", ".", "_", "~"), as interface names and scope numbers are.
+// netip takes any bytes after '%', so "::% 0" or `::%"` would parse as "::": a hop no proxy
+// writes, whose address appears in the header as no token of its own.
 func plainZone(z string) bool {
 	for i := 0; i < len(z); i++ {
-		if z[i] <= ' ' || z[i] >= 0x7f {
+		switch c := z[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+		default:
 			return false
 		}
 	}
