@@ -352,9 +352,20 @@ func (l *Limiter) reconcile(lost bool) bool {
 		now, idx := l.lockedNow(e)
 		a := l.adjustments(e, lost)
 		if a.none() {
+			if a.lost {
+				// Nothing used to re-declare, but the lease was counted only on the server that
+				// lost it: recorded as declared and returned, or the next flush would give its
+				// unused units back to a server that never counted them, uncounting the units
+				// the rest of the fleet has just re-declared.
+				l.acked(e, a)
+			}
 			e.mu.Unlock()
 			return true
 		}
+		// A lease Redis granted in a later window than this clock's (see applyGrant) is declared
+		// in that window: a script that finds no state starts its window at now, and would drop
+		// the adjustment of a window past it.
+		now = max(now, e.rec[0].win)
 		ps = append(ps, pending{e: e, a: a, idx: idx, now: now})
 		if len(ps) >= maxBatch {
 			ok = l.send(ps)
