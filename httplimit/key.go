@@ -48,7 +48,9 @@ const DefaultIPv6Prefix = 64
 // behind a trusted proxy only what the proxy appended counts. If every hop is trusted the leftmost
 // one is the client; if a trusted proxy reports a hop that is not an address ("unknown", an
 // obfuscated identifier, garbage), that proxy is taken as the client. An address whose port is
-// obfuscated (RFC 7239's for="192.0.2.43:_hidden") is an address.
+// obfuscated (RFC 7239's for="192.0.2.43:_hidden") is an address, and so is an IPv6 address with
+// a zone of letters, digits and "-._~" (fe80::1%eth0), whose zone is dropped; any other zone makes
+// the hop garbage.
 //
 // Configure a ClientIP before use and do not change it afterwards; its methods may then be called
 // from any number of goroutines at once.
