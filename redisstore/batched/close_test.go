@@ -3,11 +3,12 @@ package batched
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
@@ -16,19 +17,7 @@ import (
 // redisCount is what Redis counts for key in its current and previous windows.
 func redisCount(t *testing.T, l *Limiter, key string) int64 {
 	t.Helper()
-	v, err := l.client.Get(context.Background(), l.Key(key)).Result()
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(v)
-	if len(f) != 3 {
-		t.Fatalf("state of %q is %q, not three fields", key, v)
-	}
-	cur, err1 := strconv.ParseInt(f[1], 10, 64)
-	prev, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("state of %q is %q", key, v)
-	}
+	_, cur, prev := stateOf(t, l.client.(*redis.Client), l.Key(key))
 	return cur + prev
 }
 
