@@ -512,7 +512,9 @@ func TestFailClosedRetryAfterForACallerThatGaveUp(t *testing.T) {
 		ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
 	newLimiter := func(name string, cooldown time.Duration, opts ...Option) *Limiter {
-		opts = append([]Option{WithTimeout(faultTimeout), WithBreaker(1, cooldown), WithOnFailure(FailClosed), WithOnError(func(error) {})}, opts...)
+		// A long timeout: every call dials and logs in afresh, and must be refused with WRONGPASS,
+		// not cut short by a loaded machine.
+		opts = append([]Option{WithTimeout(5 * time.Second), WithBreaker(1, cooldown), WithOnFailure(FailClosed), WithOnError(func(error) {})}, opts...)
 		l, err := New(c, name, policy.FixedWindow{Limit: 10, Window: time.Minute}, opts...)
 		if err != nil {
 			t.Fatal(err)

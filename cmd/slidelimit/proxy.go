@@ -1870,8 +1870,21 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	}
 	// Caught before the limiters are built, which takes seconds for a file of thousands of rules:
 	// a stop asked for meanwhile is a stop, exit 0, not a kill by the signal's default action.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// One channel takes every stop signal until the proxy returns: the first stops it, a second
+	// cuts off what is in flight (below). With room for both, a second that comes before the
+	// shutdown listens for it is held, where a channel of its own, registered only then, lost it.
+	stopSignals := make(chan os.Signal, 2)
+	signal.Notify(stopSignals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stopSignals)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	go func() {
+		select {
+		case <-stopSignals:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	// SIGHUP reloads -config and never stops the proxy; one that comes while the limiters are
 	// built is held, and reloads once the proxy runs.
 	hup := make(chan os.Signal, 1)
@@ -1937,12 +1950,6 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	// A second stop signal cuts off what is in flight at once, still exit 0; caught before stop()
-	// gives the signals back their default action, which would kill the process.
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(again)
-	stop()
 	// No reload from here on, and none still running logs: its line would follow "stopped".
 	px.quietReloads()
 	stopWatch()
@@ -1953,7 +1960,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	var signalled atomic.Bool // the second signal, not the timeout, ended the wait
 	go func() {
 		select {
-		case <-again:
+		case <-stopSignals: // a second stop signal cuts off what is in flight at once, still exit 0
 			signalled.Store(true)
 			logger.Info("a second stop signal: cutting off what is in flight")
 			cancel()

@@ -99,7 +99,7 @@ func metric(t *testing.T, body, name string) float64 {
 func TestProxyRedisFailureModes(t *testing.T) {
 	addr, stopRedis := startRedis(t)
 	up := newUpstream(t)
-	base := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-redis-timeout", "20ms", "-trusted-proxies", "127.0.0.1"}
+	base := []string{"-upstream", up.URL, "-limit", "4", "-window", "1h", "-redis", "redis://" + addr + "/0", "-redis-timeout", "5s", "-trusted-proxies", "127.0.0.1"}
 	closed := startProxy(t, append(base, "-name", "modes-closed", "-on-redis-error", "closed")...)
 	local := startProxy(t, append(base, "-name", "modes-local", "-on-redis-error", "local", "-fleet-size", "2")...)
 	open := startProxy(t, append(base, "-name", "modes-open", "-on-redis-error", "open")...)
@@ -377,7 +377,7 @@ func TestProxyBreakerGaugeForgetsRetiredLimiters(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, cfg, "rules:\n  - name: r\n    paths: [/r]\n    rates: [3/1m]\n")
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "50ms", "-redis", "redis://"+srv.Addr+"/0",
-		"-redis-timeout", "20ms", "-on-redis-error", "open", "-metrics-listen", "127.0.0.1:0")
+		"-redis-timeout", "5s", "-on-redis-error", "open", "-metrics-listen", "127.0.0.1:0")
 	c := newClient(t, true)
 	gauge := func() float64 {
 		return metric(t, do(t, c, "http://"+p.metrics+"/metrics", nil).body, "slidelimit_redis_breaker_open")

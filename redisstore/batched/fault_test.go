@@ -127,12 +127,22 @@ func runOutage(t *testing.T, fault string) {
 		return s
 	}
 
-	time.Sleep(300 * time.Millisecond)
+	// Each process hears of the whole fleet only at the heartbeats after the others' first: waited
+	// for, not assumed within a fixed time, which a loaded machine can pass.
+	started := time.Now()
 	for i, l := range ls {
-		if s := stats(l); s.Fleet != faultProcs || s.Offline {
-			t.Errorf("process %d before the fault: %+v, want a fleet of %d, online", i, s, faultProcs)
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s := stats(l)
+			if s.Fleet == faultProcs && !s.Offline {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("process %d before the fault: %+v, want a fleet of %d, online", i, s, faultProcs)
+				break
+			}
 		}
 	}
+	time.Sleep(300*time.Millisecond - time.Since(started))
 	phase.Store(1)
 	switch fault {
 	case "SIGSTOP":

@@ -84,6 +84,18 @@ func runChild() int {
 			mu.Unlock()
 		})
 	}
+	// Ready once this process counts the whole fleet, which it hears of only at the heartbeats
+	// after the others' first: a loaded machine can take longer than any fixed wait.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var s Stats
+		if l.Stats(&s); s.Fleet == faultProcs && !s.Offline {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Println("error", "no fleet of", faultProcs, "after 15s")
+			return 1
+		}
+	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -207,7 +219,7 @@ func runOutageProcesses(t *testing.T, fault string) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 	for _, c := range children {
-		c.expect(t, "ready", 10*time.Second)
+		c.expect(t, "ready", 20*time.Second)
 	}
 	time.Sleep(500 * time.Millisecond)
 	for _, c := range children {
