@@ -973,7 +973,7 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	}()
 	// The second request waits for the next unit. With -max-waiting 1, a third one is refused at
 	// once while it does (and waits itself, until its client gives up, while it does not yet).
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // long enough for a loaded machine to have the second request waiting
 	deadline := time.Now().Add(failsafe)
 	for {
 		select {
@@ -1131,7 +1131,7 @@ func TestProxyLogsAClientGoneDuringMaxDelayAs499(t *testing.T) {
 		done <- err
 	}()
 	// With -max-waiting 1, another request is refused at once only while the second one waits.
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // long enough for a loaded machine to have the second request waiting
 	deadline := time.Now().Add(failsafe)
 	probes := 0
 	for {

@@ -664,7 +664,7 @@ func TestProxyRetiredLimiterOutlivesWaiters(t *testing.T) {
 		defer res.Body.Close()
 		waited <- resp{status: res.StatusCode, rateLimit: res.Header.Get("RateLimit")}
 	}()
-	time.Sleep(200 * time.Millisecond) // the second request is waiting for its turn
+	time.Sleep(500 * time.Millisecond) // the second request is waiting for its turn (it waits until 2s)
 	writeFile(t, cfg, rule("5/2s"))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
