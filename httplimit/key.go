@@ -74,7 +74,7 @@ type ClientIP struct {
 // zone. It returns the zero Addr when RemoteAddr is not an IP address (a Unix socket, a test
 // request without a peer).
 func (c *ClientIP) Addr(r *http.Request) netip.Addr {
-	peer := parseHop(r.RemoteAddr)
+	peer := parsePeer(r.RemoteAddr)
 	if !peer.IsValid() || !c.trusted(peer) {
 		return peer
 	}
@@ -216,9 +216,30 @@ func unquote(s string) string {
 
 // parseHop parses one address as proxies write it: "192.0.2.1", "192.0.2.1:4711", "2001:db8::1",
 // "[2001:db8::1]" or "[2001:db8::1]:4711", the port possibly obfuscated as RFC 7239 allows
-// ("192.0.2.1:_p"). It returns the zero Addr for anything else. The form is told apart before
-// parsing, so that the common cases build no error value.
+// ("192.0.2.1:_p"). It returns the zero Addr for anything else, an IPv6 zone that is not
+// plainZone's included.
 func parseHop(s string) netip.Addr {
+	a, ok := parseAddr(s)
+	if !ok || !plainZone(a.Zone()) {
+		return netip.Addr{}
+	}
+	return canon(a)
+}
+
+// parsePeer is parseHop for the connection's own peer, whose zone is whatever the kernel names
+// its interface (any byte but '/', ':' and white space on Linux): the address is the kernel's,
+// not a header's, and refused it would key each connection apart.
+func parsePeer(s string) netip.Addr {
+	a, ok := parseAddr(s)
+	if !ok {
+		return netip.Addr{}
+	}
+	return canon(a)
+}
+
+// parseAddr is parseHop's parsing, zone kept. The form is told apart before parsing, so that the
+// common cases build no error value.
+func parseAddr(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(s)
 	// A hidden port hides nothing of the address, which still tells clients apart: without it
 	// every client behind a proxy that hides ports would share that proxy's key.
@@ -230,7 +251,7 @@ func parseHop(s string) netip.Addr {
 	var err error
 	switch {
 	case s == "":
-		return netip.Addr{}
+		return netip.Addr{}, false
 	case s[0] == '[':
 		if s[len(s)-1] == ']' {
 			a, err = netip.ParseAddr(s[1 : len(s)-1])
@@ -246,10 +267,7 @@ func parseHop(s string) netip.Addr {
 	default:
 		a, err = netip.ParseAddr(s)
 	}
-	if err != nil || !plainZone(a.Zone()) {
-		return netip.Addr{}
-	}
-	return canon(a)
+	return a, err == nil
 }
 
 // plainZone reports whether an IPv6 zone is one a URI could carry: RFC 6874's unreserved

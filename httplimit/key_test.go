@@ -42,6 +42,9 @@ func TestClientIPAddr(t *testing.T) {
 		{"zone with a space is garbage", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"::% 0, 10.2.2.2"}}, "10.2.2.2"},
 		{"zone with a quote is garbage", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {`::%", 10.2.2.2`}}, "10.2.2.2"},
 		{"zone of unreserved characters dropped", xff, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"fe80::1%eth0.1_a-b~"}}, "fe80::1"},
+		// The peer's zone is the kernel's name of its interface, whatever its bytes: refused, it
+		// would key each of the peer's connections apart.
+		{"peer zone of any bytes dropped", &httplimit.ClientIP{}, "[fe80::1%br+lan]:1", nil, "fe80::1"},
 		{"not an IP peer", xff, "@", nil, ""},
 		{"Forwarded ignored when XFF configured", xff, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=203.0.113.5"}}, "10.0.0.1"},
 		{"XFF ignored when Forwarded configured", fwd, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.5"}}, "10.0.0.1"},

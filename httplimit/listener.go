@@ -145,7 +145,7 @@ func (l *Listener) peerKey(a net.Addr) string {
 		ip, _ = netip.AddrFromSlice(a.IP)
 	default:
 		if a != nil {
-			ip = parseHop(a.String())
+			ip = parsePeer(a.String())
 		}
 	}
 	if !ip.IsValid() {

@@ -488,14 +488,15 @@ func TestProxyShutdownCutsOffLateRequests(t *testing.T) {
 // once rather than after -shutdown-timeout, and the reload logs nothing after "stopped".
 func TestProxySecondSignalDuringAReload(t *testing.T) {
 	up := newHangingUpstream(t)
-	cfg := writeRules(t, 10_000, "  - {name: r%[1]d, paths: [/r%[1]d], rates: [1/1h]}\n")
+	cfg := writeRules(t, 20_000, "  - {name: r%[1]d, paths: [/r%[1]d], rates: [1/1h]}\n")
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-shutdown-timeout", "1h")
 	failed := up.inFlight(t, p)
 	reloads := strings.Count(p.stderr(), "config reloaded")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP)) // a reload of 10,000 rules
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP)) // a reload of 20,000 rules, about 0.3s
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") }) // the reload still runs
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
+	assert.Equal(t, reloads, strings.Count(p.stderr(), "config reloaded"), "the drain began only once the reload had ended")
 	terminateCuttingOff(t, p, "")
 	assert.Contains(t, p.stderr(), "a second stop signal")
 	log := p.stderr()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
 )
@@ -61,8 +62,9 @@ func TestCloseGivesBackALeaseInFlight(t *testing.T) {
 }
 
 // Takes racing Close on many keys: once Close and every Take have returned, Redis counts exactly
-// the units admitted. Before, leases taken while or after Close gave back (by Takes queued
-// behind its give-back, or leasing for keys it did not visit) stayed counted.
+// the units admitted. Before, leases taken while Close gave back, for keys it did not visit,
+// stayed counted (a Take that locks its key only after the visit is
+// TestTakeLeasesNothingOnceCloseHasBegun's).
 func TestCloseRacingTakesLeavesOnlyAdmittedCounted(t *testing.T) {
 	c := newClient(t, testAddr)
 	flushAll(t, c)
@@ -122,5 +124,36 @@ func TestStatsNilIsLeftAlone(t *testing.T) {
 	l.Stats(&s)
 	if s.Fleet < 1 {
 		t.Errorf("Stats(&s) after Stats(nil): Fleet %d, want at least 1", s.Fleet)
+	}
+}
+
+// A Take that passed the closed check on its way in, and locks its key only after Close's
+// give-back has visited the key, must not lease: nothing would give that lease back. The race is
+// too narrow to force from outside, so the test takes the Take's last step itself, with the
+// limiter marked closed as Close marks it before its give-back.
+func TestTakeLeasesNothingOnceCloseHasBegun(t *testing.T) {
+	c := newClient(t, testAddr)
+	flushAll(t, c)
+	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 100, Window: time.Minute}, WithMaxChunk(1))
+	if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	e, ok := l.entries.Load("k")
+	if !ok || uint32(e.cell.Load()) != 0 {
+		t.Fatalf("want an entry whose lease is spent: %v", ok)
+	}
+	var before, after Stats
+	l.Stats(&before)
+	l.closed.Store(true) // as Close does first
+	d, _, err := l.decideEntry(context.Background(), e, 1)
+	l.Stats(&after)
+	if err != ErrClosed || d.Allowed || d.Reason != slidelimit.ReasonClosed {
+		t.Errorf("a Take deciding after Close began: %+v, %v; want ReasonClosed and ErrClosed", d, err)
+	}
+	if after.Leases != before.Leases {
+		t.Errorf("it leased from Redis (%d leases, %d before): nothing would give that lease back", after.Leases, before.Leases)
+	}
+	if got := redisCount(t, l, "k"); got != 1 {
+		t.Errorf("Redis counts %d units, want 1: the one admitted", got)
 	}
 }

@@ -938,16 +938,20 @@ func TestMembersWithDifferentSyncIntervals(t *testing.T) {
 	srv, c := ownServer(t)
 	clk := clock.NewManual(t0)
 	p := policy.SlidingCounter{Limit: 1000, Window: time.Minute}
-	fast := newLimiter(t, c, clk, p)
-	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithSyncInterval(2*time.Second))
+	// A second for each call: enough for a loaded machine, and short enough that the default
+	// member's liveness (3s) ends before the slow member's next heartbeat, as the defect needs.
+	fast := newLimiter(t, c, clk, p, WithTimeout(time.Second))
+	slowSync := fast.liveness() + time.Second
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(time.Second), WithSyncInterval(slowSync))
+	every := slowSync.Milliseconds()
 	var sf, ss Stats
-	for ms := int64(50); ms <= 10_000; ms += 50 { // 10 s: fast exchanges every 50 ms, slow every 2 s
+	for ms := int64(50); ms <= 5*every; ms += 50 { // fast exchanges every 50 ms, slow every slowSync
 		clk.Set(t0 + ms)
 		fast.step()
-		if ms%2000 == 0 {
+		if ms%every == 0 {
 			slow.step()
 		}
-		if ms > 2000 { // once slow has had its first heartbeat
+		if ms > every { // once slow has had its first heartbeat
 			if fast.Stats(&sf); sf.Fleet != 2 {
 				t.Fatalf("at %d ms the default member counts a fleet of %d, want 2", ms, sf.Fleet)
 			}
@@ -1017,8 +1021,12 @@ func TestQuietAfterALossOutlastsTheSlowestMember(t *testing.T) {
 	clk := clock.NewManual(t0)
 	p := policy.SlidingCounter{Limit: 10, Window: time.Hour}
 	ctx := context.Background()
-	fast := newLimiter(t, c, clk, p, WithProcessID("fast"))
-	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithSyncInterval(2*time.Second), WithProcessID("slow"))
+	// As in TestMembersWithDifferentSyncIntervals: the fast member's own liveness (3s) ends well
+	// before the slow member's next heartbeat, which is when the slow one re-declares.
+	fast := newLimiter(t, c, clk, p, WithTimeout(time.Second), WithProcessID("fast"))
+	live := fast.liveness().Milliseconds()
+	slowSync := fast.liveness() + time.Second
+	slow := newLimiter(t, newClient(t, srv.Addr), clk, p, WithTimeout(time.Second), WithSyncInterval(slowSync), WithProcessID("slow"))
 	fast.step()
 	for i := range 10 {
 		if d, err := slow.Take(ctx, "k", 1); err != nil || !d.Allowed {
@@ -1030,10 +1038,10 @@ func TestQuietAfterALossOutlastsTheSlowestMember(t *testing.T) {
 	}
 	flushAll(t, c) // the data loss
 	silent := 0
-	for ms := int64(100); ms < 2000; ms += 50 {
+	for ms := int64(100); ms < slowSync.Milliseconds(); ms += 50 {
 		clk.Set(t0 + ms)
 		fast.step()
-		if ms >= 1300 {
+		if ms >= 100+live+200 { // past the end of a quiet of fast's own liveness from the loss found at 100 ms
 			if d, err := fast.Take(ctx, "k", 1); err == nil && d.Allowed {
 				silent++
 			}
@@ -1041,8 +1049,8 @@ func TestQuietAfterALossOutlastsTheSlowestMember(t *testing.T) {
 	}
 	var s Stats
 	fast.Stats(&s)
-	t.Logf("fast after its quiet, before slow's heartbeat: %d admitted by Redis with no error; fleet %d", silent, s.Fleet)
-	clk.Set(t0 + 2000)
+	t.Logf("fast after its own liveness, before slow's heartbeat: %d admitted by Redis with no error; fleet %d", silent, s.Fleet)
+	clk.Set(t0 + slowSync.Milliseconds())
 	slow.step()
 	fast.step()
 	t.Logf("Redis key after slow re-declared: %q", c.Get(ctx, fast.Key("k")).Val())
