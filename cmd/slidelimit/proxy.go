@@ -1545,6 +1545,22 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
+// dotParam reports whether a segment of path p is "." or ".." followed by a ;parameter.
+func dotParam(p string) bool {
+	for i := strings.Index(p, ".;"); i >= 0; {
+		// The segment's start: "." or ".." right after a / (or at the path's start).
+		if i == 0 || p[i-1] == '/' || p[i-1] == '.' && (i == 1 || p[i-2] == '/') {
+			return true
+		}
+		j := strings.Index(p[i+2:], ".;")
+		if j < 0 {
+			return false
+		}
+		i += 2 + j
+	}
+	return false
+}
+
 // serve routes a request: exempt ones straight to the upstream, the others to the first rule
 // that matches (the command line's rule matches everything).
 func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
@@ -1553,6 +1569,12 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		// a /: /healthz\..\api would pass here as exempt and be served there as /api, and
 		// /admin\x would miss a rule for /admin/ and be served as /admin/x.
 		px.badRequest(w, "the path holds a backslash, which some upstreams read as /")
+		return
+	}
+	if dotParam(r.URL.Path) {
+		// Servlet containers (Tomcat, Jetty) drop a segment's ;parameters before they resolve dot
+		// segments: /healthz/..;/api would pass here as exempt and be served there as /api.
+		px.badRequest(w, "the path holds a dot segment with a ;parameter (..;), which some upstreams read as ..")
 		return
 	}
 	if r.Method == http.MethodConnect && r.URL.Path == "" {

@@ -489,6 +489,15 @@ func TestPathsAreMatchedCleanAndForwardedClean(t *testing.T) {
 		assert.Equal(t, 400, r.status, path)
 		assert.Contains(t, r.body, "backslash", path)
 	}
+	// So is a dot segment with a ;parameter, which servlet containers read as the dot segment.
+	for _, path := range []string{"/healthz/..;/api", "/x/..;x=1/login/", "/healthz/.;/../api", "/healthz/%2e%2e;/api", "/..;/login/"} {
+		r := p.get(t, path, nil)
+		assert.Equal(t, 400, r.status, path)
+		assert.Contains(t, r.body, "(..;)", path)
+	}
+	for _, path := range []string{"/api;v=1", "/file.;x", "/a..;b"} { // ;parameters of other segments pass
+		assert.NotEqual(t, 400, p.get(t, path, nil).status, path)
+	}
 	// Under -problem-json these 400s are problems, as the proxy's other errors are.
 	prob := startInProcess(t, w0, "-problem-json")
 	for _, path := range []string{"/a%2F..%2Fb", `/a\b`} {
