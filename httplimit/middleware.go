@@ -823,16 +823,13 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			rl = append(rl, ";r="...)
 			rl = strconv.AppendInt(rl, min(max(d.Remaining, 0), maxSFInteger), 10)
 			switch {
-			case g == f && i == refusedIdx:
-				// Seconds until the quota is available again: what Retry-After says.
+			case g == f && i == refusedIdx, g.st[i] == unasked && !d.Allowed && d.RetryAfter > 0:
+				// Seconds until the quota is available again, what Retry-After says: the refusing
+				// limit's wait, or a used-up limit's not asked, for a unit.
 				if d.RetryAfter > 0 {
 					rl = append(rl, ";t="...)
 					rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
 				}
-			case g.st[i] == unasked && !d.Allowed && d.RetryAfter > 0:
-				// Used up, not asked: its wait for a unit, as a refusing limit's t is its wait.
-				rl = append(rl, ";t="...)
-				rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)
 			case g.st[i] == returned && d.Limit > 0 && d.Remaining >= d.Limit:
 				// Given back whole: nothing is used, so nothing waits to reset (rls says the same).
 				rl = append(rl, ";t=0"...)

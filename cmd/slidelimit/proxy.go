@@ -697,18 +697,18 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 				// rollout.
 				// Its access-log line says 499, nginx's "client closed request", not 502, so
 				// that client aborts are not counted as upstream failures.
-				logger.Debug("request cancelled before the upstream answered", "path", truncate(r.URL.Path, 128))
+				logger.Debug("request cancelled before the upstream answered", "path", truncate(r.URL.Path, logPathBytes))
 				w.WriteHeader(statusClientClosed)
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				// No answer in time (-upstream-timeout, or the dial's): the gateway timed out.
-				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", truncate(r.URL.Path, 128))
+				logger.Error("http: proxy error: upstream did not answer in time: "+err.Error(), "path", truncate(r.URL.Path, logPathBytes))
 				upstreamFailed(w, c.problem, http.StatusGatewayTimeout, "the upstream did not answer in time")
 				return
 			}
-			logger.Error("http: proxy error: "+err.Error(), "path", truncate(r.URL.Path, 128))
+			logger.Error("http: proxy error: "+err.Error(), "path", truncate(r.URL.Path, logPathBytes))
 			upstreamFailed(w, c.problem, http.StatusBadGateway, "the upstream could not be reached or gave no valid answer")
 		},
 	}
@@ -1387,7 +1387,7 @@ func (px *proxy) accessLog(r *http.Request, rule string, ri *requestInfo, status
 		reason = reasonLabel(ri.d.Reason)
 	}
 	px.log.Info("request", "rule", rule, "decision", decision, "reason", reason, "status", status,
-		"key", px.logKey(ri.key), "method", truncate(r.Method, 32), "path", truncate(r.URL.Path, 128),
+		"key", px.logKey(ri.key), "method", truncate(r.Method, logMethodBytes), "path", truncate(r.URL.Path, logPathBytes),
 		"remaining", ri.d.Remaining, "retry_after_ms", ri.d.RetryAfter.Milliseconds(), "duration_ms", float64(took.Microseconds())/1000,
 		"sampled", every)
 }
@@ -1401,6 +1401,10 @@ func (px *proxy) logKey(key string) string {
 	m.Write([]byte(key))
 	return "hmac:" + hex.EncodeToString(m.Sum(nil)[:6])
 }
+
+// logPathBytes and logMethodBytes bound what a log line holds of the request's path and method,
+// which the client chooses: whole, a megabyte-long one would be written for every request.
+const logPathBytes, logMethodBytes = 128, 32
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -1547,16 +1551,15 @@ func (w *statusWriter) status() int {
 
 // dotParam reports whether a segment of path p is "." or ".." followed by a ;parameter.
 func dotParam(p string) bool {
-	for i := strings.Index(p, ".;"); i >= 0; {
-		// The segment's start: "." or ".." right after a / (or at the path's start).
-		if i == 0 || p[i-1] == '/' || p[i-1] == '.' && (i == 1 || p[i-2] == '/') {
+	if !strings.Contains(p, ".;") {
+		return false // nearly every path: one scan
+	}
+	for p != "" {
+		var seg string
+		seg, p, _ = strings.Cut(p, "/")
+		if strings.HasPrefix(seg, ".;") || strings.HasPrefix(seg, "..;") {
 			return true
 		}
-		j := strings.Index(p[i+2:], ".;")
-		if j < 0 {
-			return false
-		}
-		i += 2 + j
 	}
 	return false
 }

@@ -105,14 +105,13 @@ return {grant, win, cur, prev, now}
 
 // heartbeatLua records this process as live and reports the fleet. KEYS: members, epoch, quiet.
 // ARGV: id, now, liveness ms, a fresh epoch token, the epoch this process knew ("" for none), when
-// the longest liveness among the members it last saw ends (0 for none). It
-// scores id with the time its liveness ends, now + its own liveness, so that a member with a
-// longer sync interval than the caller's is not dropped by the caller's shorter liveness (the
-// two would then count different fleets, and their shares while Redis is away add up to more
-// than the limit); drops the members whose liveness has ended, keeps the set at least as long
-// as the longest liveness in it, and returns {live
-// members, epoch, end of the quiet (0 for none), end of the longest liveness}: the epoch is
-// created when missing, so a server restarted empty hands out a new one and every process that
+// the longest liveness among the members it last saw ends (0 for none). It scores id with the
+// time its liveness ends, now + its own liveness, so that a member with a longer sync interval
+// than the caller's is not dropped by the caller's shorter liveness (the two would then count
+// different fleets, and their shares while Redis is away add up to more than the limit); drops
+// the members whose liveness has ended, keeps the set at least as long as the longest liveness in
+// it, and returns {live members, epoch, end of the quiet (0 for none), end of the longest
+// liveness}: the epoch is created when missing, so a server restarted empty hands out a new one and every process that
 // knew the old one learns that its counts are gone. Such a process starts a quiet in Redis too,
 // until its own liveness or the longest it last saw ends, whichever is later (the loss emptied the
 // membership, and a member with a longer sync interval re-declares only at its next heartbeat),
