@@ -62,6 +62,19 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// DefaultMaxStreams is how many calls (HTTP/2 streams) one connection may have in progress at
+// once under Serve, unless its options set grpc.MaxConcurrentStreams: a client that sends calls
+// and never reads the answers holds at most this many answers in the server's memory.
+const DefaultMaxStreams = 100
+
+// DefaultMaxHeaderBytes is the most header bytes (as HTTP/2 counts them: each field's name and
+// value and 32 bytes more) one call may send under Serve, unless its options set
+// grpc.MaxHeaderListSize; a call that sends more has its stream reset, and the connection's other
+// calls go on. gRPC's own default is 16 MiB a call, which with DefaultMaxStreams calls in progress
+// lets one connection hold 1.7 GB of them, where a gRPC client's own headers on a call are a few
+// hundred bytes.
+const DefaultMaxHeaderBytes = 64 << 10
+
 // Serve serves the rate limit and health services on lis until ctx ends, then shuts down
 // gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the replica),
 // the listener closes, and calls in progress have up to grace (default 10s) to finish before their
@@ -70,7 +83,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // holds Serve past grace until that call returns. It returns nil after a shutdown that ctx
 // asked for, the listener's error otherwise, and an error for a nil lis. It does not Close s: a
 // later Serve (on a new listener) turns health SERVING again. It is safe to call from several
-// goroutines at once, on different listeners; they share the health status (see Register).
+// goroutines at once, on different listeners; they share the health status (see Register). Each
+// connection may have DefaultMaxStreams calls in progress and send DefaultMaxHeaderBytes of
+// headers a call, unless opts set grpc.MaxConcurrentStreams or grpc.MaxHeaderListSize: opts come
+// after these defaults, and gRPC's later options win.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace time.Duration, opts ...grpc.ServerOption) error {
 	if lis == nil {
 		return errors.New("rls: Serve: nil listener")
@@ -78,7 +94,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	g := grpc.NewServer(append(k.ServerOptions(), opts...)...)
+	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes))
+	g := grpc.NewServer(append(base, opts...)...)
 	s.Register(g)
 	s.setServing(true)
 	served := make(chan error, 1)

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-connection-age D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-header-bytes N] [-max-connection-age D]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
@@ -35,7 +35,7 @@ type rlsConfig struct {
 	redisTimeout                  time.Duration
 	denyMaxAge                    time.Duration
 	maxKeys, expectedKeys         int
-	maxStreams                    int64
+	maxStreams, maxHeaderBytes    int64
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -64,7 +64,8 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	dur(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long (a `duration`)")
 	dur(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this (a `duration`)")
 	dur(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often (a `duration`) a client may ping; keep it at or below Envoy's connection_keepalive interval")
-	fs.Int64Var(&c.maxStreams, "max-streams", 100, "calls (HTTP/2 streams) one connection may have in progress at once, so that a client that does not read its answers holds at most this many; gRPC clients wait for one to end and Envoy opens another connection, and a stream past it is refused")
+	fs.Int64Var(&c.maxStreams, "max-streams", rls.DefaultMaxStreams, "calls (HTTP/2 streams) one connection may have in progress at once, so that a client that does not read its answers holds at most this many; gRPC clients wait for one to end and Envoy opens another connection, and a stream past it is refused")
+	fs.Int64Var(&c.maxHeaderBytes, "max-header-bytes", rls.DefaultMaxHeaderBytes, "the most header bytes one call may send (each field's name and value, and 32 more), so that a client cannot hold gRPC's default of 16 MiB a call; a call that sends more is reset, and its connection's other calls go on")
 	dur(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long (a `duration`), so that clients spread over new replicas (0: never)")
 	return c, fs
 }
@@ -86,6 +87,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", c.keepalive.MaxConnectionAge)
 	case c.maxStreams < 1 || c.maxStreams > math.MaxUint32:
 		return usageErr(fs, "-max-streams %d: must be in [1, %d]", c.maxStreams, uint32(math.MaxUint32))
+	case c.maxHeaderBytes < minHeaderBytes || c.maxHeaderBytes > math.MaxUint32:
+		return usageErr(fs, "-max-header-bytes %d: must be in [%d, %d]", c.maxHeaderBytes, minHeaderBytes, uint32(math.MaxUint32))
 	}
 	if err := checkRedisTimeout(c.redisTimeout); err != nil {
 		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
@@ -280,7 +283,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown, grpc.MaxConcurrentStreams(uint32(c.maxStreams)))
+		serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown, grpc.MaxConcurrentStreams(uint32(c.maxStreams)), grpc.MaxHeaderListSize(uint32(c.maxHeaderBytes)))
 	}()
 	var runErr error
 	select {
@@ -312,6 +315,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	return runErr
 }
+
+// minHeaderBytes is the least -max-header-bytes: room for the headers every gRPC call carries (its
+// method, path, authority, content type, deadline, user agent) several times over, with tracing
+// headers beside them, so that the flag cannot refuse every call.
+const minHeaderBytes = 4096
 
 // policyOnly is the limiter of a server built only to check a config's policies: it is never
 // asked to decide.

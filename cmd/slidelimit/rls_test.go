@@ -92,6 +92,8 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-max-connection-age", "-1s"}, "-max-connection-age -1s: must be 0 (never) or positive"},
 		{[]string{"-config", "x.yaml", "-max-streams", "0"}, "-max-streams 0: must be in [1, 4294967295]"},
 		{[]string{"-config", "x.yaml", "-max-streams", "4294967296"}, "-max-streams 4294967296: must be in [1, 4294967295]"},
+		{[]string{"-config", "x.yaml", "-max-header-bytes", "4095"}, "-max-header-bytes 4095: must be in [4096, 4294967295]"},
+		{[]string{"-config", "x.yaml", "-max-header-bytes", "4294967296"}, "-max-header-bytes 4294967296: must be in [4096, 4294967295]"},
 		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
 		{[]string{"-config", "x.yaml", "-listen", ":"}, `-listen ":": no port`},
 		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
@@ -448,16 +450,21 @@ func TestRLSSignalWhileStarting(t *testing.T) {
 	})
 }
 
-// -max-streams is what the server tells each connection it may have in progress at once (its
-// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS), 100 unless set: without a bound a client that sent
-// calls and never read the answers held every answer in the server's memory.
+// -max-streams and -max-header-bytes are what the server tells each connection it may have in
+// progress at once and send as one call's headers (its HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS and
+// SETTINGS_MAX_HEADER_LIST_SIZE), 100 and 64 KiB unless set: without the first, a client that sent
+// calls and never read the answers held every answer in the server's memory, and gRPC's own bound
+// on headers is 16 MiB a call.
 func TestRLSMaxStreams(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "edge.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"), 0o644))
 	for _, c := range []struct {
-		args []string
-		want uint32
-	}{{nil, 100}, {[]string{"-max-streams", "3"}, 3}} {
+		args             []string
+		streams, headers uint32
+	}{
+		{nil, 100, 65536},
+		{[]string{"-max-streams", "3", "-max-header-bytes", "4096"}, 3, 4096},
+	} {
 		p := startRLS(t, append([]string{"-config", file, "-listen", "127.0.0.1:0"}, c.args...)...)
 		conn, err := net.DialTimeout("tcp", p.addr, failsafe)
 		require.NoError(t, err)
@@ -466,17 +473,27 @@ func TestRLSMaxStreams(t *testing.T) {
 		require.NoError(t, err)
 		fr := http2.NewFramer(conn, conn)
 		require.NoError(t, fr.WriteSettings())
-		got, ok := uint32(0), false
-		for {
+		var s *http2.SettingsFrame
+		for s == nil {
 			f, err := fr.ReadFrame()
 			require.NoError(t, err)
-			if s, isSettings := f.(*http2.SettingsFrame); isSettings && !s.IsAck() {
-				got, ok = s.Value(http2.SettingMaxConcurrentStreams)
-				break
+			if sf, isSettings := f.(*http2.SettingsFrame); isSettings && !sf.IsAck() {
+				s = sf
 			}
 		}
 		conn.Close()
-		assert.True(t, ok, "%v: the server's SETTINGS set no SETTINGS_MAX_CONCURRENT_STREAMS", c.args)
-		assert.Equal(t, c.want, got, "%v", c.args)
+		for _, want := range []struct {
+			id  http2.SettingID
+			val uint32
+		}{{http2.SettingMaxConcurrentStreams, c.streams}, {http2.SettingMaxHeaderListSize, c.headers}} {
+			got, ok := s.Value(want.id)
+			assert.True(t, ok, "%v: the server's SETTINGS set no %v", c.args, want.id)
+			assert.Equal(t, want.val, got, "%v: %v", c.args, want.id)
+		}
 	}
+	// The smallest -max-header-bytes still serves a gRPC client's call.
+	p := startRLS(t, "-config", file, "-listen", "127.0.0.1:0", "-max-header-bytes", "4096")
+	client, _ := rlsClient(t, p.addr)
+	res := rlsCall(t, client, "edge", "remote_address", "10.0.0.1")
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
 }
