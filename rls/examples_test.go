@@ -9,11 +9,13 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ratelimit/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/require"
@@ -37,6 +39,23 @@ func TestExampleEnvoyConfigIsValid(t *testing.T) {
 	require.NoError(t, bs.ValidateAll())
 	require.Contains(t, string(js), "envoy.filters.network.ratelimit")
 	require.Contains(t, string(js), "envoy.filters.http.ratelimit")
+}
+
+// The example cluster for a service run with TLS is a valid Envoy cluster that offers HTTP/2 by
+// ALPN, which the service requires.
+func TestExampleTLSClusterIsValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(exampleDir, "rls-cluster-tls.yaml"))
+	require.NoError(t, err)
+	var doc any
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	js, err := json.Marshal(doc)
+	require.NoError(t, err)
+	var c clusterv3.Cluster
+	require.NoError(t, protojson.Unmarshal(js, &c))
+	require.NoError(t, c.ValidateAll())
+	var up tlsv3.UpstreamTlsContext
+	require.NoError(t, c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&up))
+	require.Equal(t, []string{"h2"}, up.GetCommonTlsContext().GetAlpnProtocols())
 }
 
 // The example's service config loads, and answers the descriptors the example Envoy sends.

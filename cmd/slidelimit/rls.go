@@ -25,12 +25,14 @@ import (
 	"github.com/slidelimit/slidelimit/redisstore/batched"
 	"github.com/slidelimit/slidelimit/rls"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-header-bytes N] [-max-connection-age D]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-header-bytes N] [-max-connection-age D] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
+	tlsCert, tlsKey, tlsClientCA  string
 	redisURL, redisMode, onError  string
 	redisTimeout                  time.Duration
 	denyMaxAge                    time.Duration
@@ -67,6 +69,9 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.Int64Var(&c.maxStreams, "max-streams", rls.DefaultMaxStreams, "calls (HTTP/2 streams) one connection may have in progress at once, so that a client that does not read its answers holds at most this many; gRPC clients wait for one to end and Envoy opens another connection, and a stream past it is refused")
 	fs.Int64Var(&c.maxHeaderBytes, "max-header-bytes", rls.DefaultMaxHeaderBytes, "the most header bytes one call may send (each field's name and value, and 32 more), so that a client cannot hold gRPC's default of 16 MiB a call; a call that sends more is reset, and its connection's other calls go on")
 	dur(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long (a `duration`), so that clients spread over new replicas (0: never)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve gRPC over TLS with the PEM certificate chain in this `file` (with -tls-key); read again when it changes, for new connections")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `file` of -tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "with -tls-cert: require each client to present a certificate signed by a CA in this PEM `file` (mutual TLS)")
 	return c, fs
 }
 
@@ -138,7 +143,26 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err := checkListenAddrs(c.listen, c.metricsListen); err != nil {
 		return usageErr(fs, "%v", err)
 	}
+	switch {
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return usageErr(fs, "-tls-cert and -tls-key go together: give both, or neither for plaintext gRPC")
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return usageErr(fs, "-tls-client-ca %s: needs -tls-cert and -tls-key (mutual TLS is TLS first)", c.tlsClientCA)
+	}
 	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
+	var creds []grpc.ServerOption
+	transport := "plaintext gRPC"
+	if c.tlsCert != "" {
+		files, err := newTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, logger)
+		if err != nil {
+			return usageErr(fs, "%v", err)
+		}
+		creds = append(creds, grpc.Creds(credentials.NewTLS(files.serverConfig())))
+		transport = "gRPC over TLS, " + describeCert(files.cfg)
+		if c.tlsClientCA != "" {
+			transport += ", client certificates required"
+		}
+	}
 	// The libraries' own lines (redisstore's, when its breaker opens) go to log/slog's default
 	// logger, which writes through the standard one: prefixed like every other line.
 	log.SetOutput(stderr)
@@ -279,11 +303,11 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 			}
 		}
 	}()
-	logger.Printf("listening on %s, domains %s, deciding %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe)
+	logger.Printf("listening on %s, domains %s, deciding %s; %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe, transport)
 
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown, grpc.MaxConcurrentStreams(uint32(c.maxStreams)), grpc.MaxHeaderListSize(uint32(c.maxHeaderBytes)))
+		serveErr <- srv.Serve(ctx, ln, c.keepalive, c.shutdown, append(creds, grpc.MaxConcurrentStreams(uint32(c.maxStreams)), grpc.MaxHeaderListSize(uint32(c.maxHeaderBytes)))...)
 	}()
 	var runErr error
 	select {

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+	pem  []byte
+}
+
+var serial int64
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a PEM certificate and key for name, signed by ca: for 127.0.0.1 as a server, or
+// as a client.
+func (ca *testCA) issue(t *testing.T, name string, client bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	if client {
+		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// tlsCall makes one ShouldRateLimit call on a new connection with creds, and returns its error.
+func tlsCall(addr string, creds credentials.TransportCredentials) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}})
+	return err
+}
+
+// servedName is the common name of the certificate the server at addr presents to a new
+// connection.
+func servedName(t *testing.T, addr string, roots *x509.CertPool) string {
+	t.Helper()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}})
+	require.NoError(t, err)
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+}
+
+func edgeConfig(t *testing.T) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644))
+	return file
+}
+
+// With -tls-cert and -tls-key the service speaks gRPC over TLS only, and a certificate renewed on
+// disk is what new connections get, within a second or so; files that do not load leave the last
+// good ones in use.
+func TestRLSTLS(t *testing.T) {
+	// The files are laid out as Kubernetes mounts a secret: each path a symbolic link through
+	// data, itself a link to the directory of one version, swapped for a link to the next.
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	version := func(v string, c, k []byte) {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, v), 0o700))
+		writeFile(t, filepath.Join(dir, v, "tls.crt"), string(c))
+		writeFile(t, filepath.Join(dir, v, "tls.key"), string(k))
+		require.NoError(t, os.Symlink(v, filepath.Join(dir, "data.new")))
+		require.NoError(t, os.Rename(filepath.Join(dir, "data.new"), filepath.Join(dir, "data")))
+	}
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, "rls-1", false)
+	version("v1", c, k)
+	require.NoError(t, os.Symlink(filepath.Join("data", "tls.crt"), certFile))
+	require.NoError(t, os.Symlink(filepath.Join("data", "tls.key"), keyFile))
+	p := startRLS(t, "-config", edgeConfig(t), "-tls-cert", certFile, "-tls-key", keyFile)
+	assert.Contains(t, p.stderr(), `; gRPC over TLS, the certificate for "rls-1", valid until `)
+
+	tlsCreds := credentials.NewTLS(&tls.Config{RootCAs: ca.pool})
+	require.NoError(t, tlsCall(p.addr, tlsCreds))
+	assert.Error(t, tlsCall(p.addr, insecure.NewCredentials()), "a plaintext call")
+	// A client that offers no protocol by ALPN is refused: Envoy must be told to offer h2
+	// (examples/envoy/rls-cluster-tls.yaml).
+	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{RootCAs: ca.pool})
+	if err == nil {
+		require.NoError(t, raw.SetDeadline(time.Now().Add(failsafe)))
+		_, err = raw.Read(make([]byte, 1))
+		raw.Close()
+	}
+	assert.ErrorIs(t, err, io.EOF, "a TLS client without ALPN")
+	other := newTestCA(t, "another CA")
+	assert.Error(t, tlsCall(p.addr, credentials.NewTLS(&tls.Config{RootCAs: other.pool})), "a client that trusts another CA")
+
+	// Renewed: the new pair is served to new connections, and a connection made before goes on.
+	before, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(tlsCreds))
+	require.NoError(t, err)
+	defer before.Close()
+	client := rlsv3.NewRateLimitServiceClient(before)
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), failsafe)
+		defer cancel()
+		_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.2"}}}}})
+		return err
+	}
+	require.NoError(t, call())
+	c, k = ca.issue(t, "rls-2", false)
+	version("v2", c, k)
+	require.Eventually(t, func() bool { return servedName(t, p.addr, ca.pool) == "rls-2" }, failsafe, 100*time.Millisecond)
+	require.NoError(t, tlsCall(p.addr, tlsCreds))
+	require.NoError(t, call(), "the connection made before the renewal")
+	assert.Contains(t, p.stderr(), `TLS files reloaded: new connections get the certificate for "rls-2"`)
+
+	// A key that does not match its certificate (written first, in a renewal) keeps the last pair.
+	_, k = ca.issue(t, "rls-3", false)
+	writeFile(t, filepath.Join(dir, "v2", "tls.key"), string(k))
+	require.Eventually(t, func() bool {
+		servedName(t, p.addr, ca.pool) // a handshake looks at the files
+		return strings.Contains(p.stderr(), "TLS files changed but do not load")
+	}, failsafe, 100*time.Millisecond)
+	assert.Equal(t, "rls-2", servedName(t, p.addr, ca.pool))
+	require.NoError(t, tlsCall(p.addr, tlsCreds))
+}
+
+// With -tls-client-ca each client must present a certificate signed by one of its CAs.
+func TestRLSMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, clients, other := newTestCA(t, "server CA"), newTestCA(t, "client CA"), newTestCA(t, "another CA")
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	c, k := ca.issue(t, "rls", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	writeFile(t, caFile, string(clients.pem))
+	p := startRLS(t, "-config", edgeConfig(t), "-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
+	assert.Contains(t, p.stderr(), ", client certificates required")
+
+	with := func(signer *testCA) credentials.TransportCredentials {
+		cfg := &tls.Config{RootCAs: ca.pool}
+		if signer != nil {
+			c, k := signer.issue(t, "envoy", true)
+			pair, err := tls.X509KeyPair(c, k)
+			require.NoError(t, err)
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+		return credentials.NewTLS(cfg)
+	}
+	require.NoError(t, tlsCall(p.addr, with(clients)))
+	assert.Error(t, tlsCall(p.addr, with(nil)), "no client certificate")
+	assert.Error(t, tlsCall(p.addr, with(other)), "a client certificate of another CA")
+}
+
+// Bad TLS flags and files are a bad command line (exit 2), named.
+func TestRLSBadTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	c, k := ca.issue(t, "rls", false)
+	certFile, keyFile, junk := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "junk.pem")
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	writeFile(t, junk, "not a certificate\n")
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls-cert", certFile}, "-tls-cert and -tls-key go together"},
+		{[]string{"-tls-key", keyFile}, "-tls-cert and -tls-key go together"},
+		{[]string{"-tls-client-ca", junk}, "-tls-client-ca " + junk + ": needs -tls-cert and -tls-key"},
+		{[]string{"-tls-cert", missing, "-tls-key", keyFile}, "-tls-cert: open " + missing + ": no such file or directory"},
+		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + ": no PEM certificate in it"},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", missing}, "-tls-client-ca: open " + missing + ": no such file or directory"},
+	} {
+		out, code := runRLS(t, append([]string{"-config", edgeConfig(t), "-listen", "127.0.0.1:0"}, tc.args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
+		assert.Contains(t, out, tc.want, "%v", tc.args)
+	}
+}
