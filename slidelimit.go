@@ -101,7 +101,8 @@ func (d Decision) QuotaKnown() bool {
 	return d.Reason.QuotaKnown() && (d.Reason != ReasonCostAboveLimit || !d.ResetAt.IsZero())
 }
 
-// Reason says why a Decision came out as it did. A plain value, safe to copy and share.
+// Reason says why a Decision came out as it did. A plain value, safe to copy and to share between
+// goroutines.
 type Reason uint8
 
 const (
@@ -187,7 +188,8 @@ func (r Reason) Err() error {
 // FailureMode says what happens to a request when a limiter cannot decide it through its store:
 // Redis timed out, refused the connection, answered with an error, or the circuit breaker is open.
 // The same names serve a backend (redisstore: what Take decides) and a caller (httplimit, the
-// proxy: what to do with a Take that returned an error). A plain value, safe to copy and share.
+// proxy: what to do with a Take that returned an error). A plain value, safe to copy and to share
+// between goroutines.
 type FailureMode uint8
 
 const (

@@ -12,7 +12,8 @@ const (
 	Flags        = Dead | Moved
 )
 
-// Status says whether an operation found its cell live: a plain value.
+// Status says whether an operation found its cell live: a plain value, safe to copy and to share
+// between goroutines.
 type Status uint8
 
 const (

@@ -133,11 +133,13 @@ func (c *Clock) Refresh() int64 {
 //go:linkname cheaprand runtime.cheaprand
 func cheaprand() uint32
 
-// Manual reports whether c is a manual clock.
+// Manual reports whether c is a manual clock. Safe for concurrent use: a clock's kind never
+// changes.
 func (c *Clock) Manual() bool { return c.manual }
 
 // Set moves a manual clock to ms (clamped into [0, MaxMs]), forward or back. It panics on a
-// coarse clock, whose time is not the caller's to set.
+// coarse clock, whose time is not the caller's to set. Safe for concurrent use: one atomic store,
+// which a concurrent Advance may build on or overwrite, and which readers see at their next Now.
 func (c *Clock) Set(ms int64) {
 	c.mustBeManual("Set")
 	c.now.Store(clamp(ms))

@@ -45,7 +45,8 @@ func (l *Limiter) AllowBatch(keys []string, n int64, out []bool) {
 }
 
 // AllowKeyBatch is AllowBatch for integer keys: out[i] is what AllowKey(keys[i], n) would
-// return, called in order, for the first min(len(keys), len(out)) keys.
+// return, called in order, for the first min(len(keys), len(out)) keys. It is safe for concurrent
+// use, as AllowBatch is, with the same caveat: the batch is not decided atomically as a group.
 func (l *Limiter) AllowKeyBatch(keys []uint64, n int64, out []bool) {
 	// AllowBatch's loop with the other hash. One generic function for both was tried: Go compiles
 	// a type parameter's type switch into a run-time test per key, with both hashes in each copy.

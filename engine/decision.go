@@ -8,7 +8,7 @@ import "github.com/slidelimit/slidelimit"
 type Decision = slidelimit.Decision
 
 // Reason says why a Decision came out as it did (the root package's type): a plain value, safe to
-// share.
+// copy and to share between goroutines.
 type Reason = slidelimit.Reason
 
 // The reasons, as in the root package.

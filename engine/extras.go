@@ -49,7 +49,8 @@ func (l *Limiter) TakeWithLimit(key string, n, limit int64) Decision {
 	return l.takeWithLimit(l.hashString(key), n, limit)
 }
 
-// TakeKeyWithLimit is TakeWithLimit for an integer key.
+// TakeKeyWithLimit is TakeWithLimit for an integer key. Safe for concurrent use, as TakeWithLimit
+// is.
 func (l *Limiter) TakeKeyWithLimit(k uint64, n, limit int64) Decision {
 	return l.takeWithLimit(l.hashKey(k), n, limit)
 }
@@ -110,7 +111,7 @@ func (l *Limiter) Refund(key string, n int64, d Decision) int64 {
 	return l.refund(l.hashString(key), n, d)
 }
 
-// RefundKey is Refund for an integer key.
+// RefundKey is Refund for an integer key. Safe for concurrent use, as Refund is.
 func (l *Limiter) RefundKey(k uint64, n int64, d Decision) int64 { return l.refund(l.hashKey(k), n, d) }
 
 func (l *Limiter) refund(h uint64, n int64, d Decision) int64 {
@@ -168,7 +169,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	return l.wait(ctx, l.hashString(key), n)
 }
 
-// WaitKey is Wait for an integer key.
+// WaitKey is Wait for an integer key. Safe for concurrent use, as Wait is: any number of goroutines
+// may wait on one key.
 func (l *Limiter) WaitKey(ctx context.Context, k uint64, n int64) error {
 	return l.wait(ctx, l.hashKey(k), n)
 }
@@ -260,19 +262,22 @@ func All(ls ...*Limiter) (*Multi, error) {
 	return &Multi{ls: append([]*Limiter(nil), ls...), least: least}, nil
 }
 
-// Allow reports whether one unit for key is admitted by every limiter.
+// Allow reports whether one unit for key is admitted by every limiter. Safe for concurrent use, as
+// Take is.
 func (m *Multi) Allow(key string) bool { return m.Take(key, 1).Allowed }
 
 // Take decides n units for key against every limiter in order. Admitted, it returns the decision
 // of the limiter with the least Remaining; refused, the refusing limiter's decision, after giving
 // back what the earlier limiters counted. A cost above the smallest of the limiters' limits is
 // refused by that limiter alone (the first of them, if several share it), with
-// ReasonCostAboveLimit and no RetryAfter, whatever the others hold: no wait admits it.
+// ReasonCostAboveLimit and no RetryAfter, whatever the others hold: no wait admits it. Safe for
+// concurrent use: the Multi is never changed after All, and a concurrent request may find taken
+// the units that this call gives back after a refusal (see Multi).
 func (m *Multi) Take(key string, n int64) Decision {
 	return m.take(n, func(l *Limiter) uint64 { return l.hashString(key) })
 }
 
-// TakeKey is Take for an integer key.
+// TakeKey is Take for an integer key. Safe for concurrent use, as Take is.
 func (m *Multi) TakeKey(k uint64, n int64) Decision {
 	return m.take(n, func(l *Limiter) uint64 { return l.hashKey(k) })
 }

@@ -43,10 +43,13 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// Allow reports whether one unit for key is admitted now, counting it if so.
+// Allow reports whether one unit for key is admitted now, counting it if so. Safe for concurrent
+// use: each decision is applied to the key's state atomically (see the package doc for how), so
+// concurrent calls for one key are decided as if one after another.
 func (l *Limiter) Allow(key string) bool { return l.admit(l.hashString(key), 1) }
 
-// AllowN reports whether n units for key are admitted now, counting them if so.
+// AllowN reports whether n units for key are admitted now, counting them if so. Safe for concurrent
+// use, as Allow is.
 func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString(key), n) }
 
 // Take decides n units for key now and returns the full Decision. An admitted request is counted;
@@ -57,6 +60,7 @@ func (l *Limiter) AllowN(key string, n int64) bool { return l.admit(l.hashString
 // before it is decided, cost 0 included: at the key cap (WithMaxKeys) cost 0 for a new key is
 // refused with ReasonKeyCap, or under WithAtCap(EvictStalest) evicts to make room as any new key
 // does (Peek reads a key without creating it). A negative n is refused with ReasonNegativeCost.
+// Safe for concurrent use, as Allow is.
 func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.hashString(key), n) }
 
 // Peek reports key's state now, consuming nothing and creating no key. Its Allowed, RetryAfter and
@@ -64,28 +68,34 @@ func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.h
 // describe the state as it stands, before any request (an admitted unit request's Decision
 // reports the state after it); Counted is 0. A key not tracked reports a new key's state, also at
 // the key cap (WithMaxKeys): whether a request for it would find room, or be refused with
-// ReasonKeyCap, is known only by trying, since making room may reclaim or evict other keys.
+// ReasonKeyCap, is known only by trying, since making room may reclaim or evict other keys. Safe
+// for concurrent use: it reads the key's state as one snapshot, which concurrent decisions for the
+// key may have changed by the time it returns.
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
 // are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
-// the shards. Integer and string keys share one space of 64-bit hashes.
+// the shards. Integer and string keys share one space of 64-bit hashes. Safe for concurrent use, as
+// Allow is.
 func (l *Limiter) AllowKey(k uint64, n int64) bool { return l.admit(l.hashKey(k), n) }
 
-// TakeKey is Take for an integer key.
+// TakeKey is Take for an integer key. Safe for concurrent use, as Take is.
 func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.takeDecision(l.hashKey(k), n) }
 
-// PeekKey is Peek for an integer key.
+// PeekKey is Peek for an integer key. Safe for concurrent use, as Peek is.
 func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }
 
 // Inspect reports the policy's probe values for key at the limiter's current time (the estimate
 // for the sliding counter; see policy.Probe), and whether the key is tracked. An untracked key
 // reports a new key's values. It consumes nothing and creates nothing. After Close, when Peek
-// refuses with ReasonClosed, Inspect reports a zero Probe and false, and touches nothing.
+// refuses with ReasonClosed, Inspect reports a zero Probe and false, and touches nothing. Safe for
+// concurrent use: like Peek, it reads one snapshot of the key's state, which concurrent decisions
+// may have changed by the time it returns.
 func (l *Limiter) Inspect(key string) (policy.Probe, bool) { return l.inspect(l.hashString(key)) }
 
-// InspectKey is Inspect for an integer key.
+// InspectKey is Inspect for an integer key. Safe for concurrent use, as Inspect is.
 func (l *Limiter) InspectKey(k uint64) (policy.Probe, bool) { return l.inspect(l.hashKey(k)) }
 
-// Policy returns the policy the limiter was built with.
+// Policy returns the policy the limiter was built with. Safe for concurrent use: New sets it and
+// nothing changes it.
 func (l *Limiter) Policy() policy.Policy { return l.pol }

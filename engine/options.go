@@ -70,7 +70,9 @@ func defaultConfig() config {
 }
 
 // WithClock makes the limiter read time from c instead of the shared coarse clock. The limiter
-// does not stop c on Close; its owner does. Use clock.NewManual for tests and simulations.
+// does not stop c on Close; its owner does. Use clock.NewManual for tests and simulations. c may
+// be shared: any number of limiters read it, and a test may move a manual one from another
+// goroutine while they decide (see clock.Clock).
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
@@ -98,7 +100,8 @@ func WithShards(n int) Option {
 // per-limiter seed, which an attacker cannot aim at one shard or one counter; use WithSeed only
 // where reproducibility matters more than that (tests, simulations). Either way string keys hash
 // to 64 bits on every platform (two 32-bit hashes where a word has 32 bits), so two distinct keys
-// share a counter with probability about 2^-64.
+// share a counter with probability about 2^-64. The Option it returns holds only seed and may be
+// passed to any number of New calls, concurrently too.
 func WithSeed(seed uint64) Option {
 	return func(cfg *config) error {
 		cfg.seed, cfg.seeded = seed, true
@@ -110,7 +113,8 @@ func WithSeed(seed uint64) Option {
 // identical to a new key's) on or off; it is on by default. With eviction off, dead keys are
 // never forgotten (nor reclaimed at the key cap, see WithMaxKeys) and Len counts every key ever
 // seen, as the registry's stateSize does. The one exception is WithAtCap(EvictStalest), which
-// still evicts a key at the cap to make room for a new one.
+// still evicts a key at the cap to make room for a new one. The Option it returns holds only on and
+// may be passed to any number of New calls, concurrently too.
 func WithEviction(on bool) Option {
 	return func(cfg *config) error {
 		cfg.eviction = on
@@ -131,7 +135,8 @@ func WithEviction(on bool) Option {
 // max(P, d) at most, and then resumes its steps. Either way it paces itself to at most
 // evict.MaxSlotsPerSecond slots a second (for d under about 2.7ms, where that pace gives a step
 // fewer than 4,096 slots, 4,096 a step), so tables of more slots than that pace covers in the
-// period take longer. d must be at least 1ms.
+// period take longer. d must be at least 1ms. The Option it returns holds only d and may be passed
+// to any number of New calls, concurrently too.
 func WithSweepInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < evict.MinInterval {
@@ -195,7 +200,8 @@ func WithExpectedKeys(n int) Option {
 	}
 }
 
-// WithAtCap chooses what a limiter at its key cap does with a new key (default RefuseNewKeys).
+// WithAtCap chooses what a limiter at its key cap does with a new key (default RefuseNewKeys). The
+// Option it returns holds only a and may be passed to any number of New calls, concurrently too.
 func WithAtCap(a AtCap) Option {
 	return func(cfg *config) error {
 		if a > EvictStalest {
@@ -211,7 +217,8 @@ func WithAtCap(a AtCap) Option {
 // counter accepts any n; the fixed window, whose cells take per-key limits up to its own Limit
 // only, accepts n up to that Limit (and changes nothing); New refuses it for the other policies,
 // which take no per-key limits, and for the fixed window above its Limit, with an error naming
-// the policy.
+// the policy. The Option it returns holds only n and may be passed to any number of New calls,
+// concurrently too.
 func WithMaxLimit(n int64) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > policy.MaxLimit {

@@ -177,7 +177,8 @@ func New(shards []shard.Shard, cfg *shard.Config, clk *clock.Clock) *Sweeper {
 	return &Sweeper{shards: shards, cfg: cfg, clk: clk}
 }
 
-// Evicted returns the number of keys the sweeper has evicted.
+// Evicted returns the number of keys the sweeper has evicted. One atomic load: safe for concurrent
+// use with Stop and with the sweeper's goroutine, whose step in progress it may not count yet.
 func (s *Sweeper) Evicted() int64 { return s.evicted.Load() }
 
 // Stop ends the sweeper's goroutine and waits for it. It is idempotent.

@@ -16,7 +16,7 @@ import (
 )
 
 // ForwardedHeader names the request header that trusted proxies write the client chain into. It
-// is a plain value, safe to copy and share.
+// is a plain value, safe to copy and to share between goroutines.
 type ForwardedHeader uint8
 
 const (
@@ -26,7 +26,7 @@ const (
 	Forwarded
 )
 
-// String returns the header's canonical name.
+// String returns the header's canonical name. A pure function of h: safe for concurrent use.
 func (h ForwardedHeader) String() string {
 	if h == Forwarded {
 		return "Forwarded"
@@ -72,7 +72,8 @@ type ClientIP struct {
 
 // Addr returns the client's address, unmapped from IPv6 when it is an IPv4 address and without
 // zone. It returns the zero Addr when RemoteAddr is not an IP address (a Unix socket, a test
-// request without a peer).
+// request without a peer). It only reads c and r, so it is safe for concurrent use once c is
+// configured (see ClientIP).
 func (c *ClientIP) Addr(r *http.Request) netip.Addr {
 	peer := parsePeer(r.RemoteAddr)
 	if !peer.IsValid() || !c.trusted(peer) {
@@ -96,7 +97,7 @@ func (c *ClientIP) Addr(r *http.Request) netip.Addr {
 // Key returns the rate-limiting key of the request's client: "ip:" and the IPv4 address, or "ip:"
 // and the masked IPv6 prefix such as "ip:2001:db8:1:2::/64" (the address itself with IPv6Prefix
 // 128). A request whose peer is not an IP address is keyed by its raw RemoteAddr ("addr:" and the
-// value).
+// value). Safe for concurrent use once c is configured, as Addr is.
 func (c *ClientIP) Key(r *http.Request) string {
 	a := c.Addr(r)
 	if !a.IsValid() {

@@ -75,7 +75,9 @@ func (l *Listener) Validate() error {
 
 // Accept returns the next connection that the Limiter admits, closing refused ones. It returns
 // the wrapped listener's own errors, and Validate's error without accepting anything when the
-// configuration is refused (http.Server.Serve then returns it).
+// configuration is refused (http.Server.Serve then returns it). It may be called from several
+// goroutines at once if the wrapped listener allows it, as long as l's fields are not changed
+// meanwhile.
 func (l *Listener) Accept() (net.Conn, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err

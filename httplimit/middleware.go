@@ -31,7 +31,7 @@ import (
 // RateLimit item, as under FailOpen: the fallback's figures (a share of the limit, the count of one
 // process) are not those of the quota RateLimit-Policy advertises. A closed limiter's Decision
 // (ReasonClosed) decides nothing, so FailLocal answers it as FailClosed does. A plain value, safe
-// to share.
+// to copy and to share between goroutines.
 type ErrorMode = slidelimit.FailureMode
 
 // The error modes, as in the root package.
@@ -48,7 +48,8 @@ const (
 var ErrNoLimiter = errors.New("httplimit: no limiter")
 
 // Limit is one more limit a request must fit, beside Middleware.Limiter: a Limiter and the
-// Quota its fields advertise. A plain value, safe to copy.
+// Quota its fields advertise. A plain value, safe to copy and to share between goroutines; copies
+// share one Limiter, which the middleware calls from every request's goroutine at once.
 type Limit struct {
 	// Limiter decides this limit. Required.
 	Limiter Limiter

@@ -16,12 +16,13 @@ type DualBucket struct {
 	TokensPerMin   int64 // tokens per minute and the token bucket's size, 1 … MaxLimit
 }
 
-// ID returns "dual-bucket".
+// ID returns "dual-bucket". A constant: safe for concurrent use.
 func (DualBucket) ID() string { return "dual-bucket" }
 
 func (DualBucket) sealed() {}
 
-// Validate checks RequestsPerMin and TokensPerMin, each 1 … MaxLimit.
+// Validate checks RequestsPerMin and TokensPerMin, each 1 … MaxLimit. A pure function of p: safe
+// for concurrent use.
 func (p DualBucket) Validate() error {
 	if err := checkLimit("DualBucket.RequestsPerMin", p.RequestsPerMin); err != nil {
 		return err

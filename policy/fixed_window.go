@@ -13,12 +13,13 @@ type FixedWindow struct {
 	Window time.Duration // a whole number of milliseconds, 1ms … MaxWindow
 }
 
-// ID returns "fixed-window".
+// ID returns "fixed-window". A constant: safe for concurrent use.
 func (FixedWindow) ID() string { return "fixed-window" }
 
 func (FixedWindow) sealed() {}
 
-// Validate checks Limit (1 … MaxLimit) and Window (a whole number of ms, 1ms … MaxWindow).
+// Validate checks Limit (1 … MaxLimit) and Window (a whole number of ms, 1ms … MaxWindow). A pure
+// function of p: safe for concurrent use.
 func (p FixedWindow) Validate() error {
 	if err := checkLimit("FixedWindow.Limit", p.Limit); err != nil {
 		return err

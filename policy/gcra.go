@@ -14,12 +14,12 @@ type GCRA struct {
 	Burst int64 // permits that may be taken at once, 1 … MaxLimit
 }
 
-// ID returns "gcra".
+// ID returns "gcra". A constant: safe for concurrent use.
 func (GCRA) ID() string { return "gcra" }
 
 func (GCRA) sealed() {}
 
-// Validate checks Rate and Burst, each 1 … MaxLimit.
+// Validate checks Rate and Burst, each 1 … MaxLimit. A pure function of p: safe for concurrent use.
 func (p GCRA) Validate() error {
 	if err := checkLimit("GCRA.Rate", p.Rate); err != nil {
 		return err

@@ -10,12 +10,13 @@ type LeakyBucket struct {
 	Capacity int64 // the most units the bucket holds, 1 … MaxLimit
 }
 
-// ID returns "leaky-bucket".
+// ID returns "leaky-bucket". A constant: safe for concurrent use.
 func (LeakyBucket) ID() string { return "leaky-bucket" }
 
 func (LeakyBucket) sealed() {}
 
-// Validate checks Rate and Capacity, each 1 … MaxLimit.
+// Validate checks Rate and Capacity, each 1 … MaxLimit. A pure function of p: safe for concurrent
+// use.
 func (p LeakyBucket) Validate() error {
 	if err := checkLimit("LeakyBucket.Rate", p.Rate); err != nil {
 		return err

@@ -66,7 +66,8 @@ type Result struct {
 }
 
 // Probe is what engine.Inspect reports about one key at the current time, changing nothing: each
-// policy fills the fields that apply to it and leaves the rest 0. It is a plain value.
+// policy fills the fields that apply to it and leaves the rest 0. It is a plain value, safe to copy
+// and to share between goroutines.
 type Probe struct {
 	Estimate int64 // sliding counter: carried + current
 	Count    int64 // sliding log, fixed window

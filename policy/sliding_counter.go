@@ -23,12 +23,12 @@ type SlidingCounter struct {
 	Window time.Duration // a whole number of milliseconds, 1ms … MaxWindow
 }
 
-// ID returns "sliding-counter".
+// ID returns "sliding-counter". A constant: safe for concurrent use.
 func (SlidingCounter) ID() string { return "sliding-counter" }
 
 func (SlidingCounter) sealed() {}
 
-// Validate checks Limit and Window.
+// Validate checks Limit and Window. A pure function of p: safe for concurrent use.
 func (p SlidingCounter) Validate() error {
 	if err := checkLimit("SlidingCounter.Limit", p.Limit); err != nil {
 		return err

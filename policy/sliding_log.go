@@ -27,13 +27,14 @@ type SlidingLog struct {
 	Window time.Duration // a whole number of milliseconds, 1ms … MaxWindow
 }
 
-// ID returns "sliding-log".
+// ID returns "sliding-log". A constant: safe for concurrent use.
 func (SlidingLog) ID() string { return "sliding-log" }
 
 func (SlidingLog) sealed() {}
 
 // Validate checks Limit (1 … MaxLogLimit: the state holds one uint32 per unit) and Window (a whole
-// number of ms, 1ms … MaxWindow: the 32-bit entries need every live timestamp within 2^32 ms).
+// number of ms, 1ms … MaxWindow: the 32-bit entries need every live timestamp within 2^32 ms). A
+// pure function of p: safe for concurrent use.
 func (p SlidingLog) Validate() error {
 	if p.Limit < 1 || p.Limit > MaxLogLimit {
 		return fmt.Errorf("policy: SlidingLog.Limit = %d out of range [1, %d]", p.Limit, MaxLogLimit)

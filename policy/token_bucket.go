@@ -11,12 +11,12 @@ type TokenBucket struct {
 	Burst int64 // the bucket's size, 1 … MaxLimit
 }
 
-// ID returns "token-bucket".
+// ID returns "token-bucket". A constant: safe for concurrent use.
 func (TokenBucket) ID() string { return "token-bucket" }
 
 func (TokenBucket) sealed() {}
 
-// Validate checks Rate and Burst, each 1 … MaxLimit.
+// Validate checks Rate and Burst, each 1 … MaxLimit. A pure function of p: safe for concurrent use.
 func (p TokenBucket) Validate() error {
 	if err := checkLimit("TokenBucket.Rate", p.Rate); err != nil {
 		return err

@@ -658,7 +658,9 @@ func (l *Limiter) Policy() policy.Policy { return l.algo.pol }
 func (l *Limiter) Name() string { return l.name }
 
 // Stats counts what the limiter has done since New: a plain value, a snapshot. Counters are read
-// one by one while calls go on, so they are mutually consistent only when the limiter is idle.
+// one by one while calls go on, so they are mutually consistent only when the limiter is idle. A
+// Stats belongs to the caller: fill one from one goroutine at a time; once filled it may be read
+// from any goroutine.
 type Stats struct {
 	Calls         int64 // Take calls
 	RoundTrips    int64 // calls attempted to Redis (scripts, and Reset's DEL), answered or not, reached or not (a refused dial counts)
@@ -671,7 +673,9 @@ type Stats struct {
 }
 
 // Stats fills s with the limiter's counters, allocating nothing, as engine.Limiter.Stats does; a
-// nil s is left alone. Safe to call at any time, including after Close.
+// nil s is left alone. Safe to call at any time, including after Close, and concurrently with
+// every other method: each counter is read atomically, one by one (see Stats); two calls must not
+// fill the same s at once.
 func (l *Limiter) Stats(s *Stats) {
 	if s == nil {
 		return

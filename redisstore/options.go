@@ -38,6 +38,8 @@ type Option func(*config) error
 // A call that timed out on a server that stalls rather than goes away still runs once the server
 // resumes (see the package doc): its units are then counted on Redis too, whatever the mode
 // decided, which only ever admits less.
+//
+// A plain value, safe to copy and to share between goroutines.
 type OnFailure = slidelimit.FailureMode
 
 // The failure modes, as in the root package.
@@ -110,7 +112,8 @@ func defaultConfig() config {
 // the server's time: client time, as WithClientTime, on c rather than the process-wide coarse
 // clock. Use clock.NewManual to pass explicit times in tests and simulations. The limiter does
 // not stop c. With WithServerTime as well, decisions use the server's time and c serves only the
-// deny cache's reckoning between replies.
+// deny cache's reckoning between replies. c may be shared: any number of limiters read it, and a
+// test may move a manual one from another goroutine while they decide (see clock.Clock).
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
@@ -124,7 +127,8 @@ func WithClock(c *clock.Clock) Option {
 // WithServerTime makes every decision read the time from the Redis server (TIME, inside the
 // script, so still one round trip), so that hosts with skewed clocks agree. It is the default;
 // the option exists to keep it when WithClock is given too. In a cluster, each key's time comes
-// from the node that holds it.
+// from the node that holds it. The Option it returns holds nothing and may be passed to any number
+// of New calls, concurrently too.
 func WithServerTime() Option {
 	return func(cfg *config) error {
 		cfg.forceSrv = true
@@ -138,6 +142,8 @@ func WithServerTime() Option {
 // then see each other's windows shifted by the difference; the deny cache stays bounded by the
 // key's TTL on Redis, and may refuse what Redis would admit for at most the hosts' clock
 // difference after a host whose clock is ahead takes from the key (see the package documentation).
+// The Option it returns holds nothing and may be passed to any number of New calls, concurrently
+// too.
 func WithClientTime() Option {
 	return func(cfg *config) error {
 		cfg.clientTime = true
@@ -148,7 +154,8 @@ func WithClientTime() Option {
 // WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The
 // caller's context still applies when it is shorter, through a go-redis client without
 // ContextTimeoutEnabled too (see New). A call that times out is never retried: the script may
-// have run.
+// have run. The Option it returns holds only d and may be passed to any number of New calls,
+// concurrently too.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -160,7 +167,8 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithClockSkew sets the clock skew allowed between hosts (default DefaultSkew, 2s), which
-// lengthens each key's TTL so that a host whose clock runs behind still finds the state.
+// lengthens each key's TTL so that a host whose clock runs behind still finds the state. The
+// Option it returns holds only d and may be passed to any number of New calls, concurrently too.
 func WithClockSkew(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < 0 || d > time.Hour || d%time.Millisecond != 0 {
@@ -172,7 +180,8 @@ func WithClockSkew(d time.Duration) Option {
 }
 
 // WithOnFailure chooses what Take decides when Redis cannot (default FailOpen). FailFallback
-// needs WithFallback as well.
+// needs WithFallback as well. The Option it returns holds only f and may be passed to any number of
+// New calls, concurrently too.
 func WithOnFailure(f OnFailure) Option {
 	return func(cfg *config) error {
 		if f > FailFallback {
@@ -184,7 +193,9 @@ func WithOnFailure(f OnFailure) Option {
 }
 
 // WithFallback sets the in-process limiter that decides while Redis is unavailable, and selects
-// FailFallback. The Limiter does not close l.
+// FailFallback. The Limiter does not close l. The Option it returns holds only l, whose methods are
+// safe for concurrent use: several limiters, built concurrently too, may share it as their
+// fallback.
 func WithFallback(l *engine.Limiter) Option {
 	return func(cfg *config) error {
 		if l == nil {
@@ -200,7 +211,9 @@ func WithFallback(l *engine.Limiter) Option {
 // choice without touching Redis; after cooldown one call (and only one) tries Redis again,
 // closing the breaker on success and reopening it on failure. With threshold 1 a single slow
 // reply takes Redis out of the decisions for a whole cooldown, which suits tests more than
-// production; the default (WithBreakerRatio) rides out a short stall.
+// production; the default (WithBreakerRatio) rides out a short stall. The Option it returns holds
+// only threshold and cooldown and may be passed to any number of New calls, concurrently too; each
+// limiter gets a breaker of its own.
 func WithBreaker(threshold int, cooldown time.Duration) Option {
 	return func(cfg *config) error {
 		if threshold < 1 || threshold > 1<<20 {
@@ -215,7 +228,7 @@ func WithBreaker(threshold int, cooldown time.Duration) Option {
 }
 
 // BreakerRatio configures the failure-ratio circuit breaker; a zero field takes its default. A
-// plain value, safe to copy and share.
+// plain value, safe to copy and to share between goroutines.
 type BreakerRatio struct {
 	// Ratio is the share of failed calls, in (0, 1], that opens the breaker (default
 	// DefaultBreakerRatio).
@@ -295,7 +308,8 @@ func WithDenyCache(maxKeys int) Option {
 // WithDenyCache): for d at most, wherever the change was made. The price is one round trip per d
 // for each key still blocked, instead of one per retry time; an hourly limit with d = 1s still
 // answers all but one of a blocked client's requests a second in process. d must be 0 or at least
-// 1ms. Like every option, it is read once, by New.
+// 1ms. Like every option, it is read once, by New. The Option it returns holds only d and may be
+// passed to any number of New calls, concurrently too.
 func WithDenyCacheMaxAge(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < 0 || d > 0 && d < time.Millisecond {
@@ -313,7 +327,8 @@ const DenyCacheEntryBytes = 512
 
 // WithDenyCacheBytes bounds the deny cache's memory instead of its key count: it remembers at
 // most maxBytes / DenyCacheEntryBytes keys (0 turns it off). The default, DefaultDenyCacheKeys
-// keys, is at most 32 MiB.
+// keys, is at most 32 MiB. The Option it returns holds only maxBytes and may be passed to any
+// number of New calls, concurrently too.
 func WithDenyCacheBytes(maxBytes int64) Option {
 	return func(cfg *config) error {
 		if maxBytes < 0 || maxBytes/DenyCacheEntryBytes > 1<<26 {
@@ -325,7 +340,8 @@ func WithDenyCacheBytes(maxBytes int64) Option {
 }
 
 // WithPrefix sets the prefix of every key name (default DefaultPrefix, "sl:"): printable ASCII
-// without spaces or braces, at most 64 bytes.
+// without spaces or braces, at most 64 bytes. The Option it returns holds only p and may be passed
+// to any number of New calls, concurrently too.
 func WithPrefix(p string) Option {
 	return func(cfg *config) error {
 		if err := check.Name("redisstore", "prefix", p, true, 64); err != nil {

@@ -23,7 +23,8 @@ type Config struct {
 	fp      [32]byte // the fingerprint of source taken before it was read
 }
 
-// Domains returns the configured domain names, sorted.
+// Domains returns the configured domain names, sorted. Safe for concurrent use, as c is immutable;
+// each call returns a new slice, the caller's own.
 func (c *Config) Domains() []string {
 	names := make([]string, 0, len(c.domains))
 	for name := range c.domains {
@@ -33,7 +34,8 @@ func (c *Config) Domains() []string {
 	return names
 }
 
-// Files returns the files the config was read from, in the order they were read.
+// Files returns the files the config was read from, in the order they were read. Safe for
+// concurrent use, as c is immutable; each call returns a new slice, the caller's own.
 func (c *Config) Files() []string { return append([]string(nil), c.files...) }
 
 // domain is one file's tree of descriptors.
@@ -112,7 +114,7 @@ var units = []struct {
 var policies = []string{"sliding-counter", "fixed-window", "token-bucket", "gcra", "leaky-bucket"}
 
 // ConfigError is a configuration that cannot be loaded: the file, the line (0 when the error is
-// about the file as a whole) and the reason. It is a plain value, safe to share.
+// about the file as a whole) and the reason. It is a plain value, safe to share between goroutines.
 type ConfigError struct {
 	// File is the configuration file's path, as given.
 	File string
@@ -122,7 +124,7 @@ type ConfigError struct {
 	Reason string
 }
 
-// Error returns "FILE: line N: REASON".
+// Error returns "FILE: line N: REASON". A pure function of e: safe for concurrent use.
 func (e *ConfigError) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("%s: line %d: %s", e.File, e.Line, e.Reason)

@@ -15,7 +15,7 @@ import (
 const healthServing = healthpb.HealthCheckResponse_SERVING
 
 // Keepalive holds the gRPC server's connection settings; a zero field takes the default given.
-// It is a plain value, safe to copy and share.
+// It is a plain value, safe to copy and to share between goroutines.
 type Keepalive struct {
 	// Time is how long a connection may sit idle before the server pings the client (default 1m),
 	// so that a half-open connection from a proxy that went away is noticed.
@@ -57,6 +57,8 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 // gRPC requires; one Server may be registered on several gRPC servers. The health status is the
 // Server's, the same on each of them: SERVING from NewServer, NOT_SERVING once a Serve call shuts
 // down or its listener fails (until the next Serve begins), and NOT_SERVING for good after Close.
+// It writes to g and never to s, so it may run concurrently with s's other methods, and with
+// Register calls for other gRPC servers.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)

@@ -79,13 +79,15 @@ type live struct {
 }
 
 // Option configures a Server; options are applied once, by NewServer, before the server is
-// shared.
+// shared. An Option holds only its argument (a flag, or a backend, logger or function that must be
+// safe for concurrent use), so one may be passed to several NewServer calls, concurrently too.
 type Option func(*Server) error
 
 // WithBackend makes the server's limiters with b. The default is
 // EngineBackend(engine.WithShards(16)): a config has a limiter per rate limit, and 16 shards keep
 // an empty one near 7 KB (the engine's default 256, near 90 KB), while its tables still grow with
-// its keys.
+// its keys. The Option it returns holds only b, which must be safe for concurrent use (see
+// Backend): servers given the same Option share b.
 func WithBackend(b Backend) Option {
 	return func(s *Server) error {
 		if f, ok := b.(BackendFunc); b == nil || ok && f == nil {
@@ -102,7 +104,9 @@ func WithBackend(b Backend) Option {
 // wait for) has no item: the draft's fields describe a quota that refills, and that one never does.
 // A descriptor decided without its quota being judged (by the backend's failure mode, the store
 // having failed, or refused before its key was read, as a new key at the key cap is) has its
-// RateLimit-Policy item and no RateLimit item: a remaining count would say nothing true of it.
+// RateLimit-Policy item and no RateLimit item: a remaining count would say nothing true of it. The
+// Option it returns holds only on and may be passed to any number of NewServer calls, concurrently
+// too.
 func WithHeaders(on bool) Option {
 	return func(s *Server) error {
 		s.headers = on
@@ -264,7 +268,9 @@ func (s *Server) Reload(cfg *Config) error {
 }
 
 // Close releases every limiter and marks the health service NOT_SERVING; later calls answer
-// UNAVAILABLE. It waits for calls in progress. Safe to call more than once.
+// UNAVAILABLE. It waits for calls in progress. Safe to call more than once, and concurrently: it
+// waits for a Reload in progress, and a second Close waits for the first and then finds nothing
+// left to release.
 func (s *Server) Close() error {
 	s.reload.Lock()
 	defer s.reload.Unlock()

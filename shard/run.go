@@ -33,7 +33,8 @@ type Run struct {
 }
 
 // Set records key h, whose shard is s, as lookup i (below RunLen): the table s holds now, and the
-// address of h's home slot in it.
+// address of h's home slot in it. It reads s's table pointer with one atomic load and writes only
+// r, which belongs to one goroutine.
 func (r *Run) Set(i int, s *Shard, h uint64) {
 	i &= RunLen - 1
 	t := s.Table()
@@ -122,7 +123,8 @@ func (r *Run) Walk(hs []uint64, from, to, pairs int) {
 }
 
 // Resume is Lookup for a lookup that Walk has walked: it goes on from where the walk stopped
-// instead of from the home slot. For one Walk never saw it is Lookup.
+// instead of from the home slot. For one Walk never saw it is Lookup. Like Lookup, it takes no
+// lock and writes nothing, so it may run while other goroutines insert into or rebuild the table.
 func (r *Run) Resume(i int, h uint64) (t *Table, cell *uint64, free uint64) {
 	i &= RunLen - 1
 	if r.reach[i] == 0 {

@@ -72,11 +72,13 @@ type Config struct {
 	ExpectedKeys uint64
 }
 
-// MinTable returns the fewest slots a shard's table ever has: its first table's size.
+// MinTable returns the fewest slots a shard's table ever has: its first table's size. It only reads
+// cfg: safe for concurrent use, as Config is read-only after Init.
 func (cfg *Config) MinTable() uint64 { return max(minSlots, sizeFor(cfg.ExpectedKeys)) }
 
 // MinTableBytes returns the memory a table of MinTable slots takes for cfg.Codec's cells: what
-// each shard allocates at Init.
+// each shard allocates at Init. It only reads cfg: safe for concurrent use, as Config is read-only
+// after Init.
 func (cfg *Config) MinTableBytes() uint64 { return tableBytes(cfg.MinTable(), cfg.Codec.Words()) }
 
 // evictor returns the codec's own eviction, when its state lives outside the cell.
@@ -509,7 +511,8 @@ type Candidate struct {
 	age    int64
 }
 
-// Found reports whether c holds a key (a plain read of c).
+// Found reports whether c holds a key (a plain read of c). c belongs to the goroutine that fills
+// it.
 func (c *Candidate) Found() bool { return c.cell != nil }
 
 // Dead reports whether the state SampleStalest judged for c's key was dead at now (see
@@ -547,13 +550,15 @@ type Candidates struct {
 	keep int
 }
 
-// NewCandidates returns an empty Candidates that keeps up to n keys, n in [1, MaxCandidates].
+// NewCandidates returns an empty Candidates that keeps up to n keys, n in [1, MaxCandidates]. A
+// pure function of n; the Candidates it returns belongs to the goroutine that fills it.
 func NewCandidates(n int) Candidates { return Candidates{keep: min(max(n, 1), MaxCandidates)} }
 
-// Len is the number of keys cs holds (a plain read).
+// Len is the number of keys cs holds (a plain read). cs belongs to the goroutine that fills it.
 func (cs *Candidates) Len() int { return cs.n }
 
-// At returns the i-th stalest key cs holds, i in [0, Len()).
+// At returns the i-th stalest key cs holds, i in [0, Len()). The pointer is into cs, and like cs
+// belongs to the goroutine that fills it.
 func (cs *Candidates) At(i int) *Candidate { return &cs.c[i] }
 
 // offer keeps c if it is among the keep stalest so far; among keys of equal age the first offered

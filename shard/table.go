@@ -92,10 +92,12 @@ func sizeFor(keys uint64) uint64 { return keys*targetDen/targetNum + 1 }
 // about 11 to about 4, for 14% more table memory while the cap holds.
 func sizeAtCap(keys uint64) uint64 { return keys*capDen/capNum + 1 }
 
-// Slots returns the number of slots.
+// Slots returns the number of slots. Fixed for the table's life: safe for concurrent use, without a
+// lock.
 func (t *Table) Slots() uint64 { return t.n }
 
-// Bytes returns the memory held by the table's slots.
+// Bytes returns the memory held by the table's slots. Fixed for the table's life: safe for
+// concurrent use, without a lock.
 func (t *Table) Bytes() uint64 { return uint64(len(t.words)) * 8 }
 
 func (t *Table) keyAt(i uint64) *uint64 { return (*uint64)(unsafe.Add(t.slots, i<<(t.slotShift&63))) }
@@ -279,7 +281,9 @@ func (f *filler) fill(h, w0, w1 uint64) {
 }
 
 // Cell returns slot i's key (0 if empty) and cell, for iteration over [0, Slots()). It panics
-// for any other i: the slots are addressed without Go's bounds checks.
+// for any other i: the slots are addressed without Go's bounds checks. It takes no lock and may run
+// while the shard's lock holder inserts keys: the key is read atomically, and the cell must be read
+// with package atomic's functions.
 func (t *Table) Cell(i uint64) (key uint64, cell *uint64) {
 	if i >= t.n {
 		panic(cellRange{i, t.n})

@@ -72,7 +72,8 @@ type File struct {
 	Cases []Case
 }
 
-// Case is one fresh limiter and the calls made on it, in order. Plain data, like File.
+// Case is one fresh limiter and the calls made on it, in order. Plain data, like File: any number
+// of goroutines may read one at once, as long as none modifies it meanwhile.
 type Case struct {
 	// Name says what the case pins; names are unique within a file.
 	Name string
@@ -85,7 +86,8 @@ type Case struct {
 	Steps []Step
 }
 
-// Step is one call with its integer arguments and expected result. Plain data, like File.
+// Step is one call with its integer arguments and expected result. Plain data, like File: any
+// number of goroutines may read one at once, as long as none modifies it meanwhile.
 type Step struct {
 	// Call is allow, retryAfter, stateSize or one of the policy's probes (estimateOf, countOf,
 	// tokensOf, levelOf, requestsOf).
@@ -98,7 +100,7 @@ type Step struct {
 }
 
 // Value is an expected or observed result: a bool (allow) or an integer (every other call).
-// Values are comparable with ==, and safe to copy and share.
+// Values are comparable with ==, and safe to copy and to share between goroutines.
 type Value struct {
 	// IsBool says which of the two fields holds the value.
 	IsBool bool
@@ -114,7 +116,8 @@ func Bool(b bool) Value { return Value{IsBool: true, Bool: b} }
 // Int returns the Value of an integer. A pure function.
 func Int(i int64) Value { return Value{Int: i} }
 
-// String returns the value as JSON writes it: true, false or a decimal integer.
+// String returns the value as JSON writes it: true, false or a decimal integer. A pure function of
+// v: safe for concurrent use.
 func (v Value) String() string {
 	if v.IsBool {
 		return strconv.FormatBool(v.Bool)
@@ -122,11 +125,12 @@ func (v Value) String() string {
 	return strconv.FormatInt(v.Int, 10)
 }
 
-// ID returns the policy id without PolicyPrefix ("sliding-counter").
+// ID returns the policy id without PolicyPrefix ("sliding-counter"). It only reads f: safe for
+// concurrent use while no goroutine modifies f.
 func (f *File) ID() string { return strings.TrimPrefix(f.Policy, PolicyPrefix) }
 
-// String returns the call with its arguments as the failure lines print it: allow(1, 2, 3). It
-// only reads s.
+// String returns the call with its arguments as the failure lines print it: allow(1, 2, 3). It only
+// reads s: safe for concurrent use while no goroutine modifies s.Args.
 func (s Step) String() string {
 	parts := make([]string, len(s.Args))
 	for i, a := range s.Args {
@@ -378,7 +382,8 @@ func position(data []byte, offset int64) (line, col int) {
 // with a duplicate one, a missing, unknown or out-of-range param, an unknown call or one the
 // policy does not answer, a wrong number of arguments, a time outside [0, MaxNow] (2^62 and later
 // cannot be stored) or before an earlier step's time in the same case, or an expected value of the
-// wrong type. The error names the file, the case and the step.
+// wrong type. The error names the file, the case and the step. It only reads f: safe for concurrent
+// use while no goroutine modifies f.
 func (f *File) Check() error {
 	name := f.Path
 	if name == "" {
@@ -453,7 +458,8 @@ func checkStep(id string, s Step) error {
 }
 
 // Encode checks f and writes it as JSON (only reading f, so it may run beside other readers), one step per line, params in the policy's order, so that
-// generated files are byte-for-byte reproducible and review well as diffs.
+// generated files are byte-for-byte reproducible and review well as diffs. It calls w.Write once,
+// so concurrent calls that share a w need one that is safe for concurrent use.
 func Encode(w io.Writer, f *File) error {
 	if err := f.Check(); err != nil {
 		return err

@@ -1093,7 +1093,9 @@ func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.space
 
 // Stats counts what the limiter has done since New: a plain value, a snapshot. Decisions made
 // from a lease are not counted (counting them would cost the hot path); the counters are read one
-// by one while calls go on, so they agree with each other only when the limiter is idle.
+// by one while calls go on, so they agree with each other only when the limiter is idle. A Stats
+// belongs to the caller: fill one from one goroutine at a time; once filled it may be read from any
+// goroutine.
 type Stats struct {
 	Leases           int64 // lease script calls on a request's path (slow path), answered or not
 	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
@@ -1108,7 +1110,8 @@ type Stats struct {
 }
 
 // Stats fills s with the limiter's counters, allocating nothing; a nil s is left alone. Safe at
-// any time, including after Close.
+// any time, including after Close, and concurrently with every other method: each counter is read
+// atomically, one by one (see Stats); two calls must not fill the same s at once.
 func (l *Limiter) Stats(s *Stats) {
 	if s == nil {
 		return

@@ -49,7 +49,8 @@ func defaultConfig() config {
 // WithClock makes the limiter read time from c instead of the process-wide coarse clock
 // (clock.Acquire). Every process of a fleet must read close clocks (a few milliseconds apart at
 // most): windows are aligned to the Unix epoch, and a lease is used in the window its process's
-// clock says. The limiter does not stop c.
+// clock says. The limiter does not stop c. c may be shared: any number of limiters read it, and a
+// test may move a manual one from another goroutine while they decide (see clock.Clock).
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
@@ -63,7 +64,8 @@ func WithClock(c *clock.Clock) Option {
 // WithSyncInterval sets how often the process exchanges counts with Redis (default
 // DefaultSyncInterval, 50ms): one heartbeat and one pipeline of renewals and returns per interval.
 // A shorter interval means smaller leases and less under-admission (see the package doc's
-// bounds), a longer one fewer Redis commands.
+// bounds), a longer one fewer Redis commands. The Option it returns holds only d and may be passed
+// to any number of New calls, concurrently too.
 func WithSyncInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -76,7 +78,8 @@ func WithSyncInterval(d time.Duration) Option {
 
 // WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The caller's
 // context still applies when it is shorter, through a go-redis client without
-// ContextTimeoutEnabled too (see New). A call that times out is never retried.
+// ContextTimeoutEnabled too (see New). A call that times out is never retried. The Option it
+// returns holds only d and may be passed to any number of New calls, concurrently too.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -90,7 +93,8 @@ func WithTimeout(d time.Duration) Option {
 // WithMaxChunk caps the units one lease may grant (default: the limit divided by four times the
 // live fleet size, at least 1, recomputed at every heartbeat). Leases below the cap follow each
 // key's observed rate, about two sync intervals' worth. The cap bounds the quota a process can
-// hold unused, and so the fleet's under-admission: at most (N-1) × maxChunk.
+// hold unused, and so the fleet's under-admission: at most (N-1) × maxChunk. The Option it returns
+// holds only n and may be passed to any number of New calls, concurrently too.
 func WithMaxChunk(n int64) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<32-1 {
@@ -102,7 +106,8 @@ func WithMaxChunk(n int64) Option {
 }
 
 // WithPrefix sets the prefix of every key name (default DefaultPrefix, "slb:"): printable ASCII
-// without spaces or braces, at most 64 bytes.
+// without spaces or braces, at most 64 bytes. The Option it returns holds only p and may be passed
+// to any number of New calls, concurrently too.
 func WithPrefix(p string) Option {
 	return func(cfg *config) error {
 		if err := check.Name("batched", "prefix", p, true, 64); err != nil {
@@ -115,7 +120,8 @@ func WithPrefix(p string) Option {
 
 // WithProcessID sets the id this process registers under in the fleet's membership (default: 16
 // random hex digits). Ids must be unique in the fleet; a restarted process may reuse its old one.
-// Same character rules as a name, at most 64 bytes.
+// Same character rules as a name, at most 64 bytes. The Option it returns holds only id, and may be
+// passed to New from any goroutine.
 func WithProcessID(id string) Option {
 	return func(cfg *config) error {
 		if err := check.Name("batched", "process id", id, false, 64); err != nil {
@@ -151,6 +157,8 @@ func WithOnError(f func(error)) Option {
 // interval) and FailOpen admits it, both counting nothing, locally or in Redis. A request the
 // process's lease still covers is admitted from it in every mode, with no error: those units were
 // granted by Redis. Queries (cost 0) and costs above the limit are answered as without the option.
+// The Option it returns holds only m and may be passed to any number of New calls, concurrently
+// too.
 func WithOfflineMode(m slidelimit.FailureMode) Option {
 	return func(cfg *config) error {
 		switch m {

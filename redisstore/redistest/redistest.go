@@ -57,14 +57,14 @@ type Server struct {
 // answers PING; extra arguments are appended to its command line (for example
 // "--cluster-enabled", "yes"). The process dies with the test binary (Pdeathsig), so a crashed
 // test leaves no server behind. Parallel tests may each call Start: every server gets its own
-// port and directory.
+// port and directory. Start may be called from several goroutines at once.
 func Start(extra ...string) (*Server, error) {
 	return startWith("", extra)
 }
 
 // StartSentinel runs a sentinel (the server program with --sentinel) on a free loopback port,
 // monitoring the master at masterAddr under name, with a quorum of 1. Safe to call from parallel
-// tests, as Start is.
+// tests, from several goroutines at once, as Start is.
 func StartSentinel(name, masterAddr string) (*Server, error) {
 	host, port, err := net.SplitHostPort(masterAddr)
 	if err != nil {
@@ -183,11 +183,14 @@ func (s *Server) kill() {
 }
 
 // Kill sends SIGKILL and waits for the process to exit: every connection drops and the port
-// refuses new ones until Restart.
+// refuses new ones until Restart. Not safe for concurrent use with the Server's other methods;
+// clients using Addr from other goroutines meanwhile get connection errors.
 func (s *Server) Kill() { s.kill() }
 
 // Pause sends SIGSTOP (on Unix; elsewhere it returns an error): the kernel still accepts
-// connections and buffers requests, but nothing is answered until Resume.
+// connections and buffers requests, but nothing is answered until Resume. Not safe for concurrent
+// use with the Server's other methods; clients on other goroutines may go on sending, and their
+// calls wait for Resume or for their own deadline.
 func (s *Server) Pause() error {
 	if s.cmd == nil || s.paused {
 		return errors.New("redistest: Pause: not running")
@@ -199,7 +202,8 @@ func (s *Server) Pause() error {
 	return nil
 }
 
-// Resume sends SIGCONT to a paused server.
+// Resume sends SIGCONT to a paused server. Not safe for concurrent use with the Server's other
+// methods; clients on other goroutines may use Addr throughout.
 func (s *Server) Resume() error {
 	if s.cmd == nil || !s.paused {
 		return errors.New("redistest: Resume: not paused")
@@ -208,7 +212,9 @@ func (s *Server) Resume() error {
 	return cont(s.cmd.Process)
 }
 
-// Restart starts a killed server again on the same port, empty.
+// Restart starts a killed server again on the same port, empty. Not safe for concurrent use with
+// the Server's other methods; clients on other goroutines may keep using Addr, which answers again
+// once Restart has returned nil.
 func (s *Server) Restart() error {
 	if s.cmd != nil {
 		return errors.New("redistest: Restart: still running")
@@ -224,7 +230,9 @@ func (s *Server) Restart() error {
 	return err
 }
 
-// Stop kills the server (paused or not) and removes its directory. It is idempotent.
+// Stop kills the server (paused or not) and removes its directory. It is idempotent. Not safe for
+// concurrent use with the Server's other methods; clients still using Addr from other goroutines
+// get connection errors.
 func (s *Server) Stop() {
 	s.kill()
 	if s.dir != "" {
