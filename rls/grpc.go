@@ -82,8 +82,9 @@ const DefaultMaxHeaderBytes = 64 << 10
 // the listener closes, and calls in progress have up to grace (default 10s) to finish before their
 // connections are cut (a grace of 0 or less means 10s); it returns once their handlers have, so a
 // handler blocked in a call that does not end with its ctx (a Redis read, until its own deadline)
-// holds Serve past grace until that call returns. It returns nil after a shutdown that ctx
-// asked for, the listener's error otherwise, and an error for a nil lis. It does not Close s: a
+// holds Serve past grace until that call returns. StopServing cuts the grace short, or the serving
+// itself. It returns nil after a shutdown that ctx or StopServing asked for, the listener's error
+// otherwise, and an error for a nil lis. It does not Close s: a
 // later Serve (on a new listener) turns health SERVING again. It is safe to call from several
 // goroutines at once, on different listeners; they share the health status (see Register). Each
 // connection may have DefaultMaxStreams calls in progress and send DefaultMaxHeaderBytes of
@@ -99,6 +100,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes))
 	g := grpc.NewServer(append(base, opts...)...)
 	s.Register(g)
+	s.track(g, true)
+	defer s.track(g, false)
 	s.setServing(true)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
@@ -125,6 +128,38 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	}
 	<-served
 	return nil
+}
+
+// StopServing cuts off what every Serve in progress is serving, at once: their listeners close,
+// their connections and the calls on them are cut (clients see UNAVAILABLE), and a Serve shutting
+// down gracefully stops waiting for its grace period. Each Serve returns nil once the handlers of
+// the calls it cut have returned (a call blocked on Redis returns when its Redis calls do), its ctx
+// ended or not. A Serve that begins later serves as usual. It does not Close s. Safe for concurrent use, with Serve too: it is what a second stop
+// signal does in the slidelimit rls command.
+func (s *Server) StopServing() {
+	s.servingMu.Lock()
+	gs := make([]*grpc.Server, 0, len(s.serving))
+	for g := range s.serving {
+		gs = append(gs, g)
+	}
+	s.servingMu.Unlock()
+	for _, g := range gs {
+		g.Stop()
+	}
+}
+
+// track records that g serves (on) or no longer does, for StopServing.
+func (s *Server) track(g *grpc.Server, on bool) {
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
+	if !on {
+		delete(s.serving, g)
+		return
+	}
+	if s.serving == nil {
+		s.serving = map[*grpc.Server]bool{}
+	}
+	s.serving[g] = true
 }
 
 // setServing sets the health status of both names, unless s is closed (NOT_SERVING for good).

@@ -3,6 +3,7 @@ package rls_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -138,4 +139,76 @@ func TestServeBoundsStreamsAndHeaders(t *testing.T) {
 			h.conn.Close() // or the shutdown waits its grace out for it
 		})
 	}
+}
+
+// open starts a call on stream id to path and sends nothing more: its handler waits for the
+// request message, so the call stays in flight. It returns once the server has read the call's
+// headers (it answers a ping sent after them, and reads a connection's frames in order).
+func (c *h2conn) open(id uint32, path string) {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: path},
+		{Name: ":authority", Value: "rls"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+	} {
+		require.NoError(c.t, enc.WriteField(f))
+	}
+	require.NoError(c.t, c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}))
+	require.NoError(c.t, c.fr.WritePing(false, [8]byte{byte(id)}))
+	for {
+		f, err := c.fr.ReadFrame()
+		require.NoError(c.t, err)
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			return
+		}
+	}
+}
+
+// StopServing cuts off a Serve's calls at once: one serving (its ctx live) and one in its graceful
+// stop, whose grace would otherwise hold it for a minute. Each returns nil, and a Serve begun
+// afterwards serves.
+func TestStopServing(t *testing.T) {
+	srv, err := rls.NewServer(loadGood(t))
+	require.NoError(t, err)
+	defer srv.Close()
+	start := func(ctx context.Context) (*h2conn, chan error) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Minute) }()
+		h := dialH2(t, lis.Addr().String())
+		h.open(1, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+		return h, done
+	}
+	serving, servingDone := start(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	draining, drainingDone := start(ctx)
+	cancel()
+	select {
+	case err := <-drainingDone:
+		t.Fatalf("Serve returned %v with a call in flight, within its grace", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	srv.StopServing()
+	for name, done := range map[string]chan error{"serving": servingDone, "draining": drainingDone} {
+		select {
+		case err := <-done:
+			require.NoError(t, err, name)
+		case <-time.After(failsafe):
+			t.Fatalf("the %s Serve did not return after StopServing", name)
+		}
+	}
+	for _, h := range []*h2conn{serving, draining} {
+		// The connection ends (EOF, or a reset) once its call is cut off, not at dialH2's deadline.
+		_, err := io.Copy(io.Discard, h.conn)
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "the connection outlived StopServing: %v", err)
+	}
+
+	again, againDone := start(context.Background())
+	again.call(3, healthCheck)
+	require.Equal(t, "grpc-status 0", again.outcome(3), "a Serve begun after StopServing")
+	srv.StopServing()
+	require.NoError(t, <-againDone)
 }

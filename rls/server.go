@@ -24,6 +24,7 @@ import (
 	"github.com/slidelimit/slidelimit/httplimit"
 	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
@@ -55,6 +56,10 @@ type Server struct {
 	mu     sync.RWMutex
 	st     *state     // nil once closed
 	reload sync.Mutex // one Reload at a time
+
+	// serving holds the gRPC servers of the Serve calls in progress, for StopServing.
+	servingMu sync.Mutex
+	serving   map[*grpc.Server]bool
 }
 
 // state is one config with its limiters.

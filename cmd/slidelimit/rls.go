@@ -177,8 +177,36 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	// Caught before the config is read and the limiters are built, which take a while for a large
 	// config (and Redis's first answer up to a second): a stop asked for meanwhile is a stop
 	// (exit 0), not a kill by the signal's default action.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	//
+	// One channel takes every stop signal until the command returns: the first stops it, and one
+	// after that (from the second on, or the first once the shutdown has begun for another
+	// reason) cuts off the calls in flight at once (rls.Server.StopServing). With room for two, a
+	// second signal that comes before the first is read is not lost.
+	stopSignals := make(chan os.Signal, 2)
+	signal.Notify(stopSignals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stopSignals)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	var serving atomic.Pointer[rls.Server] // set once the server is built
+	returned := make(chan struct{})
+	defer close(returned)
+	go func() {
+		select {
+		case <-stopSignals:
+			stop()
+		case <-ctx.Done():
+		case <-returned:
+			return
+		}
+		select {
+		case <-stopSignals:
+			if srv := serving.Load(); srv != nil {
+				logger.Printf("a second stop signal: cutting off the calls in flight")
+				srv.StopServing()
+			}
+		case <-returned:
+		}
+	}()
 	// SIGHUP reloads -config at once, as in "slidelimit proxy", whatever -reload-interval; one
 	// that comes during start-up is held until the server runs.
 	hup := make(chan os.Signal, 1)
@@ -261,6 +289,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("-config: %w", err)
 	}
 	defer srv.Close()
+	serving.Store(srv)
 	if ctx.Err() != nil {
 		logger.Printf("stopped before listening")
 		return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -496,4 +497,63 @@ func TestRLSMaxStreams(t *testing.T) {
 	client, _ := rlsClient(t, p.addr)
 	res := rlsCall(t, client, "edge", "remote_address", "10.0.0.1")
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
+}
+
+// A stop signal during the graceful shutdown cuts off the calls in flight at once, as in the
+// proxy, instead of waiting out -shutdown-timeout; the exit status is still 0. The call in flight
+// is one whose request message never comes: its handler waits for it, and the graceful stop waits
+// for the handler.
+func TestRLSSecondSignalCutsOff(t *testing.T) {
+	p := startRLS(t, "-config", edgeConfig(t), "-shutdown-timeout", "1m")
+	conn, err := net.DialTimeout("tcp", p.addr, failsafe)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(2*failsafe)))
+	_, err = io.WriteString(conn, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(conn, conn)
+	require.NoError(t, fr.WriteSettings())
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}, {Name: ":authority", Value: "rls"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}} {
+		require.NoError(t, enc.WriteField(f))
+	}
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}))
+	// The server reads a connection's frames in order: once it answers the ping, it has opened
+	// the call.
+	require.NoError(t, fr.WritePing(false, [8]byte{1}))
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		if ping, ok := f.(*http2.PingFrame); ok && ping.IsAck() {
+			break
+		}
+	}
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	// The graceful stop has begun once the listener is closed.
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", p.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, failsafe, 20*time.Millisecond)
+	select {
+	case <-p.exited:
+		t.Fatalf("rls exited with a call in flight before its -shutdown-timeout:\n%s", p.stderr())
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Well before -shutdown-timeout ends, which the failsafe is half of.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatalf("rls did not stop on a second SIGTERM:\n%s", p.stderr())
+	}
+	require.NoError(t, p.err, p.stderr())
+	assert.Contains(t, p.stderr(), "a second stop signal: cutting off the calls in flight")
+	assert.Contains(t, p.stderr(), "stopped")
 }
