@@ -62,7 +62,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this HTTP address (default: no metrics listener)")
 	fs.BoolVar(&c.headers, "headers", false, "return the draft-10 RateLimit and RateLimit-Policy fields as response headers to add")
 	dur(&c.reloadInterval, "reload-interval", time.Second, "how often to check -config for edits (a `duration`; 0: never)")
-	dur(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long (a `duration`) calls in flight may take to finish after SIGTERM")
+	dur(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long (a `duration`) calls in flight may take to finish after SIGTERM or SIGINT; a second signal cuts them off at once")
 	dur(&c.keepalive.Time, "keepalive-time", time.Minute, "ping a client after its connection has been idle this long (a `duration`)")
 	dur(&c.keepalive.Timeout, "keepalive-timeout", 20*time.Second, "close a connection whose ping is not answered within this (a `duration`)")
 	dur(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often (a `duration`) a client may ping; keep it at or below Envoy's connection_keepalive interval")
