@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 var exampleDir = filepath.Join("..", "examples", "envoy")
@@ -28,30 +29,32 @@ var exampleDir = filepath.Join("..", "examples", "envoy")
 // The example Envoy config is a valid bootstrap, by Envoy's own generated protos and their
 // validation rules, and points both filters at the service.
 func TestExampleEnvoyConfigIsValid(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(exampleDir, "envoy.yaml"))
+	var bs bootstrapv3.Bootstrap
+	js := readEnvoyYAML(t, "envoy.yaml", &bs)
+	require.NoError(t, bs.ValidateAll())
+	require.Contains(t, js, "envoy.filters.network.ratelimit")
+	require.Contains(t, js, "envoy.filters.http.ratelimit")
+}
+
+// readEnvoyYAML reads the example file name into m, as Envoy reads YAML (through its JSON form,
+// which it returns), failing t on a field m does not have.
+func readEnvoyYAML(t *testing.T, name string, m proto.Message) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(exampleDir, name))
 	require.NoError(t, err)
 	var doc any
 	require.NoError(t, yaml.Unmarshal(data, &doc))
 	js, err := json.Marshal(doc)
 	require.NoError(t, err)
-	var bs bootstrapv3.Bootstrap
-	require.NoError(t, protojson.Unmarshal(js, &bs))
-	require.NoError(t, bs.ValidateAll())
-	require.Contains(t, string(js), "envoy.filters.network.ratelimit")
-	require.Contains(t, string(js), "envoy.filters.http.ratelimit")
+	require.NoError(t, protojson.Unmarshal(js, m))
+	return string(js)
 }
 
 // The example cluster for a service run with TLS is a valid Envoy cluster that offers HTTP/2 by
 // ALPN, which the service requires.
 func TestExampleTLSClusterIsValid(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(exampleDir, "rls-cluster-tls.yaml"))
-	require.NoError(t, err)
-	var doc any
-	require.NoError(t, yaml.Unmarshal(data, &doc))
-	js, err := json.Marshal(doc)
-	require.NoError(t, err)
 	var c clusterv3.Cluster
-	require.NoError(t, protojson.Unmarshal(js, &c))
+	readEnvoyYAML(t, "rls-cluster-tls.yaml", &c)
 	require.NoError(t, c.ValidateAll())
 	var up tlsv3.UpstreamTlsContext
 	require.NoError(t, c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&up))
