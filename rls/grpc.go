@@ -97,7 +97,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes))
+	// WaitForHandlers: a Stop (StopServing's, or the grace's end) returns only once the handlers
+	// of the calls it cut have, as Serve promises.
+	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes), grpc.WaitForHandlers(true))
 	g := grpc.NewServer(append(base, opts...)...)
 	s.Register(g)
 	s.track(g, true)
@@ -132,10 +134,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 
 // StopServing cuts off what every Serve in progress is serving, at once: their listeners close,
 // their connections and the calls on them are cut (clients see UNAVAILABLE), and a Serve shutting
-// down gracefully stops waiting for its grace period. Each Serve returns nil once the handlers of
-// the calls it cut have returned (a call blocked on Redis returns when its Redis calls do), its ctx
-// ended or not. A Serve that begins later serves as usual. It does not Close s. Safe for concurrent use, with Serve too: it is what a second stop
-// signal does in the slidelimit rls command.
+// down gracefully stops waiting for its grace period. It returns, and each Serve returns nil, once
+// the handlers of the calls it cut have returned (a call blocked on Redis returns when its Redis
+// calls do), the Serve's ctx ended or not. A Serve that begins later serves as usual. It does not
+// Close s. Safe for concurrent use, with Serve too: it is what a second stop signal does in the
+// slidelimit rls command.
 func (s *Server) StopServing() {
 	s.servingMu.Lock()
 	gs := make([]*grpc.Server, 0, len(s.serving))

@@ -10,12 +10,16 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/rls"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // h2conn is a bare HTTP/2 client connection, for what a gRPC client would refuse to send: a call
@@ -211,4 +215,68 @@ func TestStopServing(t *testing.T) {
 	require.Equal(t, "grpc-status 0", again.outcome(3), "a Serve begun after StopServing")
 	srv.StopServing()
 	require.NoError(t, <-againDone)
+}
+
+// stuck is a Limiter whose Take blocks until release is closed, whatever its ctx says, as a call
+// blocked in a store that ignores cancellation would.
+type stuck struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s stuck) Take(context.Context, string, int64) (slidelimit.Decision, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return slidelimit.Decision{Allowed: true, Limit: 100, Remaining: 99}, nil
+}
+
+// A Serve that StopServing cuts off, its ctx live, returns only once the handler of the call it
+// cut has returned, as it does after a graceful stop; so does StopServing.
+func TestStopServingWaitsForHandlers(t *testing.T) {
+	lim := stuck{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := serverOn(t, oneLimit, lim)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background(), lis, rls.Keepalive{}, time.Minute) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	go func() {
+		_, _ = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
+	}()
+	select {
+	case <-lim.entered:
+	case <-time.After(failsafe):
+		t.Fatal("the call never reached the limiter")
+	}
+	stopped := make(chan struct{})
+	go func() { srv.StopServing(); close(stopped) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v while the call's handler was still running", err)
+	case <-stopped:
+		t.Fatal("StopServing returned while the call's handler was still running")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(lim.release)
+	for name, c := range map[string]<-chan struct{}{"Serve": waitErr(t, done), "StopServing": stopped} {
+		select {
+		case <-c:
+		case <-time.After(failsafe):
+			t.Fatalf("%s did not return once the handler had", name)
+		}
+	}
+}
+
+// waitErr is closed once done yields nil, failing t if it yields an error.
+func waitErr(t *testing.T, done <-chan error) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		close(c)
+	}()
+	return c
 }

@@ -181,7 +181,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	// One channel takes every stop signal until the command returns: the first stops it, and one
 	// after that (from the second on, or the first once the shutdown has begun for another
 	// reason) cuts off the calls in flight at once (rls.Server.StopServing). With room for two, a
-	// second signal that comes before the first is read is not lost.
+	// second signal that comes before the first is read is not lost, unless it comes so soon after
+	// the first that the two are one: the kernel and the Go runtime do not queue a signal that is
+	// already pending.
 	stopSignals := make(chan os.Signal, 2)
 	signal.Notify(stopSignals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(stopSignals)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,19 +18,21 @@ import (
 // restart. Connections made before keep the certificate they were made with.
 //
 // The files are looked at once a second at most, during a handshake, which long-lived gRPC
-// connections make rarely. Files that change but do not load (a key written before its
-// certificate, in the moment between the two) leave the last good configuration in use, and are
-// tried again at the next look; the log says so once per change.
+// connections make rarely. Files that cannot be read or do not load (a key written before its
+// certificate, in the moment between the two; a certificate that has expired) leave the last good
+// configuration in use, and are tried again at the next look; the log says so once for each
+// failure, until the files are good again.
 //
 // Safe for concurrent use: handshakes on many connections call configForClient at once.
 type tlsFiles struct {
 	cert, key, clientCA string
 	logger              *log.Logger
+	now                 func() time.Time
 
 	mu      sync.Mutex
 	cfg     *tls.Config // the last configuration that loaded
 	loaded  [3]string   // the files' contents it was made from
-	failed  [3]string   // the contents of the last change that failed to load, logged once
+	failure string      // the last failure logged, and the contents it was logged for; "": none since
 	checked time.Time
 }
 
@@ -37,7 +42,7 @@ const tlsCheckEvery = time.Second
 // newTLSFiles loads the certificate, its key and, when clientCA is not empty, the CAs whose
 // client certificates are required. Its errors name the flag and the file at fault.
 func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, logger: logger}
+	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, logger: logger, now: time.Now}
 	files, err := f.read()
 	if err != nil {
 		return nil, err
@@ -45,7 +50,12 @@ func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, err
 	if f.cfg, err = f.load(files); err != nil {
 		return nil, err
 	}
-	f.loaded, f.checked = files, time.Now()
+	if leaf := f.cfg.Certificates[0].Leaf; f.now().Before(leaf.NotBefore) {
+		// Not refused: a certificate issued a moment ago on a host whose clock runs ahead is
+		// about to be good.
+		logger.Printf("warning: -tls-cert %s is not valid until %s: clients refuse it until then", cert, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	f.loaded, f.checked = files, f.now()
 	return f, nil
 }
 
@@ -66,11 +76,20 @@ func (f *tlsFiles) read() (files [3]string, err error) {
 	return files, nil
 }
 
-// load makes a server configuration of the files' contents.
+// load makes a server configuration of the files' contents. A certificate that has expired is
+// refused: every client would refuse it.
 func (f *tlsFiles) load(files [3]string) (*tls.Config, error) {
 	pair, err := tls.X509KeyPair([]byte(files[0]), []byte(files[1]))
 	if err != nil {
 		return nil, fmt.Errorf("-tls-cert %s, -tls-key %s: %w", f.cert, f.key, err)
+	}
+	if pair.Leaf == nil { // GODEBUG=x509keypairleaf=0 leaves it out
+		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("-tls-cert %s: %w", f.cert, err)
+		}
+	}
+	if now := f.now(); now.After(pair.Leaf.NotAfter) {
+		return nil, fmt.Errorf("-tls-cert %s: the certificate for %q expired at %s", f.cert, pair.Leaf.Subject.CommonName, pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{pair},
@@ -79,13 +98,55 @@ func (f *tlsFiles) load(files [3]string) (*tls.Config, error) {
 		NextProtos: []string{"h2"},
 	}
 	if f.clientCA != "" {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(files[2])) {
-			return nil, fmt.Errorf("-tls-client-ca %s: no PEM certificate in it", f.clientCA)
+		pool, err := certPool(files[2])
+		if err != nil {
+			return nil, fmt.Errorf("-tls-client-ca %s: %w", f.clientCA, err)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// certPool reads a PEM file of certificates strictly: every block a certificate that parses, and
+// nothing else in the file but space between them. x509.CertPool.AppendCertsFromPEM skips what it
+// cannot read, so a CA cut short or pasted with junk around it would be trusted less than asked,
+// with no word said.
+func certPool(data string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	rest := []byte(data)
+	for n := 1; ; n++ {
+		if len(bytes.TrimSpace(rest)) == 0 {
+			if n == 1 {
+				return nil, fmt.Errorf("no certificate in it")
+			}
+			return pool, nil
+		}
+		block, after := pem.Decode(rest)
+		if block == nil {
+			return nil, fmt.Errorf("certificate %d: not a PEM block (%q)", n, firstLine(rest))
+		}
+		if lead := bytes.TrimSpace(rest[:len(rest)-len(after)]); !bytes.HasPrefix(lead, []byte("-----BEGIN")) {
+			return nil, fmt.Errorf("certificate %d: text before its PEM block (%q)", n, firstLine(lead))
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("certificate %d: a PEM block of type %q, not CERTIFICATE", n, block.Type)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", n, err)
+		}
+		pool.AddCert(cert)
+		rest = after
+	}
+}
+
+// firstLine is b's first line, cut to 40 bytes, for an error message.
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(line) > 40 {
+		line = line[:40] + "…"
+	}
+	return line
 }
 
 // serverConfig is the configuration to listen with: each handshake takes the files' current one.
@@ -100,33 +161,39 @@ func (f *tlsFiles) serverConfig() *tls.Config {
 func (f *tlsFiles) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if now := time.Now(); now.Sub(f.checked) >= tlsCheckEvery {
+	if now := f.now(); now.Sub(f.checked) >= tlsCheckEvery {
 		f.checked = now
-		files, err := f.read()
-		if err == nil && f.loaded == files {
-			return f.cfg, nil
-		}
-		var cfg *tls.Config
-		if err == nil {
-			cfg, err = f.load(files)
-		}
-		switch {
-		case err == nil:
-			f.cfg, f.loaded = cfg, files
-			f.logger.Printf("TLS files reloaded: new connections get %s", describeCert(cfg))
-		case f.failed != files:
-			f.failed = files
-			f.logger.Printf("warning: TLS files changed but do not load, keeping the last good ones (tried again each second while they differ): %v", err)
-		}
+		f.look()
 	}
 	return f.cfg, nil
 }
 
+// look reads the files and, when they changed, loads them; under f.mu.
+func (f *tlsFiles) look() {
+	files, err := f.read()
+	if err == nil && files == f.loaded {
+		f.failure = ""
+		return
+	}
+	var cfg *tls.Config
+	if err == nil {
+		cfg, err = f.load(files)
+	}
+	if err == nil {
+		f.cfg, f.loaded, f.failure = cfg, files, ""
+		f.logger.Printf("TLS files reloaded: new connections get %s", describeCert(cfg))
+		return
+	}
+	// Logged once for each failure and the contents it was met with, until a look finds the files
+	// good again: a file missing for a minute is one line, and missing again later is another.
+	if failure := err.Error() + "\x00" + strings.Join(files[:], "\x00"); failure != f.failure {
+		f.failure = failure
+		f.logger.Printf("warning: TLS files changed but do not load, keeping the last good ones (tried again each second while they differ): %v", err)
+	}
+}
+
 // describeCert names a configuration's certificate for the log: its subject and expiry.
 func describeCert(cfg *tls.Config) string {
-	if len(cfg.Certificates) == 0 || cfg.Certificates[0].Leaf == nil {
-		return "a certificate"
-	}
 	leaf := cfg.Certificates[0].Leaf
 	return fmt.Sprintf("the certificate for %q, valid until %s", leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.RFC3339))
 }

@@ -48,14 +48,17 @@ func newTestCA(t *testing.T, name string) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// newCert makes a certificate from tmpl, valid for the hour around now, with a new key: signed by
-// ca, or by itself when ca is nil.
+// newCert makes a certificate from tmpl, valid for the hour around now unless tmpl says
+// otherwise, with a new key: signed by ca, or by itself when ca is nil.
 func newCert(t *testing.T, tmpl *x509.Certificate, ca *testCA) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	serial++
-	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = big.NewInt(serial), time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	tmpl.SerialNumber = big.NewInt(serial)
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	}
 	parent, signer := tmpl, key
 	if ca != nil {
 		parent, signer = ca.cert, ca.key
@@ -74,6 +77,20 @@ func (ca *testCA) issue(t *testing.T, name string, client bool) (certPEM, keyPEM
 	if client {
 		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
 	}
+	return ca.sign(t, tmpl)
+}
+
+// expired is issue for a server certificate that expired an hour ago.
+func (ca *testCA) expired(t *testing.T, name string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	return ca.sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+}
+
+// sign makes tmpl's certificate, signed by ca, with a new key, both in PEM.
+func (ca *testCA) sign(t *testing.T, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
 	der, key := newCert(t, tmpl, ca)
 	kder, err := x509.MarshalECPrivateKey(key)
 	require.NoError(t, err)
@@ -178,6 +195,37 @@ func TestRLSTLS(t *testing.T) {
 	}, failsafe, 100*time.Millisecond)
 	assert.Equal(t, "rls-2", servedName(t, p.addr, ca.pool))
 	require.NoError(t, tlsCall(p.addr, tlsCreds))
+
+	// An expired certificate is not swapped in either.
+	c, k = ca.expired(t, "rls-old")
+	version("v3", c, k)
+	warnings := func() int { return strings.Count(p.stderr(), "TLS files changed but do not load") }
+	require.Eventually(t, func() bool {
+		servedName(t, p.addr, ca.pool)
+		return warnings() == 2
+	}, failsafe, 100*time.Millisecond)
+	assert.Contains(t, p.stderr(), `the certificate for "rls-old" expired at `)
+	assert.Equal(t, "rls-2", servedName(t, p.addr, ca.pool))
+
+	// A certificate that goes missing is said once while it stays missing, and again if it goes
+	// missing again after the files were good.
+	require.NoError(t, os.Rename(filepath.Join(dir, "data"), filepath.Join(dir, "data.v3")))
+	require.NoError(t, os.Symlink("v2", filepath.Join(dir, "data")))
+	require.Eventually(t, func() bool {
+		servedName(t, p.addr, ca.pool)
+		return warnings() == 2 && strings.Count(p.stderr(), "TLS files reloaded") == 1
+	}, failsafe, 100*time.Millisecond)
+	gone := func() int { return strings.Count(p.stderr(), "-tls-cert: open "+certFile) }
+	for round := 1; round <= 2; round++ {
+		require.NoError(t, os.Rename(filepath.Join(dir, "v2", "tls.crt"), filepath.Join(dir, "v2", "tls.crt.away")))
+		require.Eventually(t, func() bool { servedName(t, p.addr, ca.pool); return gone() == round }, failsafe, 100*time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // another look, or more, while it is missing
+		servedName(t, p.addr, ca.pool)
+		assert.Equal(t, round, gone(), "round %d: said once while missing", round)
+		require.NoError(t, os.Rename(filepath.Join(dir, "v2", "tls.crt.away"), filepath.Join(dir, "v2", "tls.crt")))
+		time.Sleep(1500 * time.Millisecond)
+		assert.Equal(t, "rls-2", servedName(t, p.addr, ca.pool), "round %d", round) // a look finds the files good
+	}
 }
 
 // With -tls-client-ca each client must present a certificate signed by one of its CAs.
@@ -217,6 +265,17 @@ func TestRLSBadTLSFlags(t *testing.T) {
 	writeFile(t, keyFile, string(k))
 	writeFile(t, junk, "not a certificate\n")
 	missing := filepath.Join(dir, "missing.pem")
+	// Client CA files: none in it; a good CA then junk; a good CA then a key; a certificate block
+	// that is not DER.
+	empty, caJunk, caKey, caBad := filepath.Join(dir, "empty.pem"), filepath.Join(dir, "ca-junk.pem"), filepath.Join(dir, "ca-key.pem"), filepath.Join(dir, "ca-bad.pem")
+	writeFile(t, empty, "\n")
+	writeFile(t, caJunk, string(ca.pem)+"trailing junk\n")
+	writeFile(t, caKey, string(ca.pem)+string(k))
+	writeFile(t, caBad, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})))
+	oldCert, oldKey := filepath.Join(dir, "old.crt"), filepath.Join(dir, "old.key")
+	c, k = ca.expired(t, "rls-old")
+	writeFile(t, oldCert, string(c))
+	writeFile(t, oldKey, string(k))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -226,7 +285,12 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		{[]string{"-tls-client-ca", junk}, "-tls-client-ca " + junk + ": needs -tls-cert and -tls-key"},
 		{[]string{"-tls-cert", missing, "-tls-key", keyFile}, "-tls-cert: open " + missing + ": no such file or directory"},
 		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
-		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + ": no PEM certificate in it"},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + `: certificate 1: not a PEM block ("not a certificate")`},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", empty}, "-tls-client-ca " + empty + ": no certificate in it"},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caJunk}, "-tls-client-ca " + caJunk + `: certificate 2: not a PEM block ("trailing junk")`},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caKey}, "-tls-client-ca " + caKey + `: certificate 2: a PEM block of type "EC PRIVATE KEY", not CERTIFICATE`},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caBad}, "-tls-client-ca " + caBad + ": certificate 1: x509: "},
+		{[]string{"-tls-cert", oldCert, "-tls-key", oldKey}, "-tls-cert " + oldCert + `: the certificate for "rls-old" expired at `},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", missing}, "-tls-client-ca: open " + missing + ": no such file or directory"},
 	} {
 		out, code := runRLS(t, append([]string{"-config", edgeConfig(t), "-listen", "127.0.0.1:0"}, tc.args...)...)
