@@ -163,6 +163,10 @@ func TestRLSTLS(t *testing.T) {
 		raw.Close()
 	}
 	assert.ErrorIs(t, err, io.EOF, "a TLS client without ALPN")
+	// TLS 1.2 at least.
+	_, err = tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{RootCAs: ca.pool,
+		NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
+	assert.ErrorContains(t, err, "protocol version", "a TLS 1.1 client")
 	other := newTestCA(t, "another CA")
 	assert.Error(t, tlsCall(p.addr, credentials.NewTLS(&tls.Config{RootCAs: other.pool})), "a client that trusts another CA")
 
