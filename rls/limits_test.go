@@ -55,9 +55,9 @@ func dialH2(t *testing.T, addr string) *h2conn {
 	}
 }
 
-// call sends a unary gRPC call on stream id to path with an empty message and the extra header
-// fields, in as many frames as the server's frame size needs.
-func (c *h2conn) call(id uint32, path string, extra ...hpack.HeaderField) {
+// headers starts a gRPC call on stream id to path, with the extra header fields, in as many frames
+// as the server's frame size needs.
+func (c *h2conn) headers(id uint32, path string, extra ...hpack.HeaderField) {
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range append([]hpack.HeaderField{
@@ -76,6 +76,12 @@ func (c *h2conn) call(id uint32, path string, extra ...hpack.HeaderField) {
 		require.NoError(c.t, c.fr.WriteContinuation(id, n == len(b), b[:n]))
 		b = b[n:]
 	}
+}
+
+// call sends a unary gRPC call on stream id to path with an empty message and the extra header
+// fields.
+func (c *h2conn) call(id uint32, path string, extra ...hpack.HeaderField) {
+	c.headers(id, path, extra...)
 	require.NoError(c.t, c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0})) // an empty message
 }
 
@@ -149,15 +155,7 @@ func TestServeBoundsStreamsAndHeaders(t *testing.T) {
 // request message, so the call stays in flight. It returns once the server has read the call's
 // headers (it answers a ping sent after them, and reads a connection's frames in order).
 func (c *h2conn) open(id uint32, path string) {
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range []hpack.HeaderField{
-		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: path},
-		{Name: ":authority", Value: "rls"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-	} {
-		require.NoError(c.t, enc.WriteField(f))
-	}
-	require.NoError(c.t, c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}))
+	c.headers(id, path)
 	require.NoError(c.t, c.fr.WritePing(false, [8]byte{byte(id)}))
 	for {
 		f, err := c.fr.ReadFrame()

@@ -1893,23 +1893,10 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 			logger.Warn("redis client: "+msg, "suppressed", suppressed)
 		}, c.redisURL)
 	}
-	// Caught before the limiters are built, which takes seconds for a file of thousands of rules:
-	// a stop asked for meanwhile is a stop, exit 0, not a kill by the signal's default action.
-	// One channel takes every stop signal until the proxy returns: the first stops it, a second
-	// cuts off what is in flight (below). With room for both, a second that comes before the
-	// shutdown listens for it is held, where a channel of its own, registered only then, lost it.
-	stopSignals := make(chan os.Signal, 2)
-	signal.Notify(stopSignals, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stopSignals)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() {
-		select {
-		case <-stopSignals:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	// Caught before the limiters are built, which takes seconds for a file of thousands of rules;
+	// a second signal cuts off what is in flight (below).
+	ctx, _, stopSignals, releaseSignals := stopOnSignal()
+	defer releaseSignals()
 	// SIGHUP reloads -config and never stops the proxy; one that comes while the limiters are
 	// built is held, and reloads once the proxy runs.
 	hup := make(chan os.Signal, 1)

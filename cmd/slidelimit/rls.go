@@ -175,40 +175,10 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 
 	// Caught before the config is read and the limiters are built, which take a while for a large
-	// config (and Redis's first answer up to a second): a stop asked for meanwhile is a stop
-	// (exit 0), not a kill by the signal's default action.
-	//
-	// One channel takes every stop signal until the command returns: the first stops it, and one
-	// after that (from the second on, or the first once the shutdown has begun for another
-	// reason) cuts off the calls in flight at once (rls.Server.StopServing). With room for two, a
-	// second signal that comes before the first is read is not lost, unless it comes so soon after
-	// the first that the two are one: the kernel and the Go runtime do not queue a signal that is
-	// already pending.
-	stopSignals := make(chan os.Signal, 2)
-	signal.Notify(stopSignals, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stopSignals)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var serving atomic.Pointer[rls.Server] // set once the server is built
-	returned := make(chan struct{})
-	defer close(returned)
-	go func() {
-		select {
-		case <-stopSignals:
-			stop()
-		case <-ctx.Done():
-		case <-returned:
-			return
-		}
-		select {
-		case <-stopSignals:
-			if srv := serving.Load(); srv != nil {
-				logger.Printf("a second stop signal: cutting off the calls in flight")
-				srv.StopServing()
-			}
-		case <-returned:
-		}
-	}()
+	// config (and Redis's first answer up to a second); a second signal cuts off the calls in
+	// flight (below).
+	ctx, stop, stopSignals, releaseSignals := stopOnSignal()
+	defer releaseSignals()
 	// SIGHUP reloads -config at once, as in "slidelimit proxy", whatever -reload-interval; one
 	// that comes during start-up is held until the server runs.
 	hup := make(chan os.Signal, 1)
@@ -291,7 +261,19 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("-config: %w", err)
 	}
 	defer srv.Close()
-	serving.Store(srv)
+	// Once the shutdown has begun (a stop signal, or the metrics listener failing), a stop signal
+	// cuts off the calls in flight at once.
+	returned := make(chan struct{})
+	defer close(returned)
+	go func() {
+		<-ctx.Done() // on return at the latest, by releaseSignals
+		select {
+		case <-stopSignals:
+			logger.Printf("a second stop signal: cutting off the calls in flight")
+			srv.StopServing()
+		case <-returned:
+		}
+	}()
 	if ctx.Err() != nil {
 		logger.Printf("stopped before listening")
 		return nil

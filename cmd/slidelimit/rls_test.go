@@ -467,13 +467,7 @@ func TestRLSMaxStreams(t *testing.T) {
 		{[]string{"-max-streams", "3", "-max-header-bytes", "4096"}, 3, 4096},
 	} {
 		p := startRLS(t, append([]string{"-config", file, "-listen", "127.0.0.1:0"}, c.args...)...)
-		conn, err := net.DialTimeout("tcp", p.addr, failsafe)
-		require.NoError(t, err)
-		require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
-		_, err = io.WriteString(conn, http2.ClientPreface)
-		require.NoError(t, err)
-		fr := http2.NewFramer(conn, conn)
-		require.NoError(t, fr.WriteSettings())
+		conn, fr := dialH2(t, p.addr, failsafe)
 		var s *http2.SettingsFrame
 		for s == nil {
 			f, err := fr.ReadFrame()
@@ -505,14 +499,7 @@ func TestRLSMaxStreams(t *testing.T) {
 // for the handler.
 func TestRLSSecondSignalCutsOff(t *testing.T) {
 	p := startRLS(t, "-config", edgeConfig(t), "-shutdown-timeout", "1m")
-	conn, err := net.DialTimeout("tcp", p.addr, failsafe)
-	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(2*failsafe)))
-	_, err = io.WriteString(conn, http2.ClientPreface)
-	require.NoError(t, err)
-	fr := http2.NewFramer(conn, conn)
-	require.NoError(t, fr.WriteSettings())
+	_, fr := dialH2(t, p.addr, 2*failsafe)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
@@ -556,4 +543,19 @@ func TestRLSSecondSignalCutsOff(t *testing.T) {
 	require.NoError(t, p.err, p.stderr())
 	assert.Contains(t, p.stderr(), "a second stop signal: cutting off the calls in flight")
 	assert.Contains(t, p.stderr(), "stopped")
+}
+
+// dialH2 opens a bare HTTP/2 connection to addr, closed at the test's end, that must be done with
+// within d: the client preface and its SETTINGS are sent, nothing is read.
+func dialH2(t *testing.T, addr string, d time.Duration) (net.Conn, *http2.Framer) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, failsafe)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(d)))
+	_, err = io.WriteString(conn, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(conn, conn)
+	require.NoError(t, fr.WriteSettings())
+	return conn, fr
 }

@@ -27,7 +27,6 @@ import (
 type tlsFiles struct {
 	cert, key, clientCA string
 	logger              *log.Logger
-	now                 func() time.Time
 
 	mu      sync.Mutex
 	cfg     *tls.Config // the last configuration that loaded
@@ -42,7 +41,7 @@ const tlsCheckEvery = time.Second
 // newTLSFiles loads the certificate, its key and, when clientCA is not empty, the CAs whose
 // client certificates are required. Its errors name the flag and the file at fault.
 func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, logger: logger, now: time.Now}
+	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, logger: logger}
 	files, err := f.read()
 	if err != nil {
 		return nil, err
@@ -50,12 +49,12 @@ func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, err
 	if f.cfg, err = f.load(files); err != nil {
 		return nil, err
 	}
-	if leaf := f.cfg.Certificates[0].Leaf; f.now().Before(leaf.NotBefore) {
+	if leaf := f.cfg.Certificates[0].Leaf; time.Now().Before(leaf.NotBefore) {
 		// Not refused: a certificate issued a moment ago on a host whose clock runs ahead is
 		// about to be good.
 		logger.Printf("warning: -tls-cert %s is not valid until %s: clients refuse it until then", cert, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
-	f.loaded, f.checked = files, f.now()
+	f.loaded, f.checked = files, time.Now()
 	return f, nil
 }
 
@@ -88,7 +87,7 @@ func (f *tlsFiles) load(files [3]string) (*tls.Config, error) {
 			return nil, fmt.Errorf("-tls-cert %s: %w", f.cert, err)
 		}
 	}
-	if now := f.now(); now.After(pair.Leaf.NotAfter) {
+	if time.Now().After(pair.Leaf.NotAfter) {
 		return nil, fmt.Errorf("-tls-cert %s: the certificate for %q expired at %s", f.cert, pair.Leaf.Subject.CommonName, pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	cfg := &tls.Config{
@@ -143,25 +142,19 @@ func certPool(data string) (*x509.CertPool, error) {
 // firstLine is b's first line, cut to 40 bytes, for an error message.
 func firstLine(b []byte) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if len(line) > 40 {
-		line = line[:40] + "…"
-	}
-	return line
+	return truncate(line, 40)
 }
 
-// serverConfig is the configuration to listen with: each handshake takes the files' current one.
+// serverConfig is the configuration to listen with: each handshake takes the files' current one,
+// whose version floor and ALPN protocol are what apply (see load).
 func (f *tlsFiles) serverConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		NextProtos:         []string{"h2"},
-		GetConfigForClient: f.configForClient,
-	}
+	return &tls.Config{GetConfigForClient: f.configForClient}
 }
 
 func (f *tlsFiles) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if now := f.now(); now.Sub(f.checked) >= tlsCheckEvery {
+	if now := time.Now(); now.Sub(f.checked) >= tlsCheckEvery {
 		f.checked = now
 		f.look()
 	}
