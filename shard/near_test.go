@@ -224,3 +224,37 @@ func TestWalkEndsShortProbes(t *testing.T) {
 	require.Nil(t, c)
 	require.Equal(t, hm+40, free)
 }
+
+// BenchmarkFindUniform is a lookup and atomic add of tracked keys in uniformly random order over
+// all of them, in 256 shards of tables filled the way the engine fills them: 1M keys (about 20 MB
+// of tables, about the size of a large last-level cache) and 8M (about 160 MB, out of every cache).
+// Unlike BenchmarkFindNear, whose order cycles through 64K keys, nearly every lookup of the
+// larger table misses every cache, as the engine's on 1M or 10M uniform keys do. It measures the
+// table's layout for the issue's "one cache line per lookup" (bench/README.md, "Homes aligned to a
+// cache line, measured"):
+//
+//	go test ./shard -run '^$' -bench FindUniform -benchtime 3000000x -count 6
+func BenchmarkFindUniform(b *testing.B) {
+	for _, keys := range []int{1 << 20, 1 << 23} {
+		b.Run("keys="+strconv.Itoa(keys>>20)+"M", func(b *testing.B) {
+			const shards = 256
+			_, cfg := newShard(b, 10, false)
+			cfg.Shift = 8
+			ss := make([]Shard, shards)
+			for i := range ss {
+				ss[i].Init(cfg, now)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			hs := make([]uint64, keys)
+			for i := range hs {
+				hs[i] = r.Uint64() | 1
+				ss[hs[i]>>56].Acquire(cfg, hs[i], now)
+			}
+			r.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
+			for i := 0; b.Loop(); i++ {
+				h := hs[i&(keys-1)]
+				satomic.AddUint64(ss[h>>56].Table().Find(h), 1)
+			}
+		})
+	}
+}
