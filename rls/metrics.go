@@ -2,6 +2,7 @@ package rls
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -16,19 +17,27 @@ type metrics struct {
 	latency                            prometheus.Histogram
 	backendErrors                      prometheus.Counter
 	reloads                            *prometheus.CounterVec
+
+	// detailed holds the series made for detailed_metric descriptors' request values, at most
+	// maxDetailed of them, by domain and descriptor label.
+	detailedMu  sync.Mutex
+	detailed    map[[2]string]*series
+	maxDetailed int
 }
 
-func newMetrics() *metrics {
+func newMetrics(maxDetailed int) *metrics {
 	labels := []string{"domain", "descriptor"}
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &metrics{
-		reg:       prometheus.NewRegistry(),
-		hits:      counter("slidelimit_rls_hits_total", "Hits (the sum of hits_addend) decided per descriptor of the config."),
-		overLimit: counter("slidelimit_rls_over_limit_total", "Hits refused per descriptor, shadow mode included."),
-		nearLimit: counter("slidelimit_rls_near_limit_total", "Hits admitted that left less than a fifth of the limit."),
-		shadow:    counter("slidelimit_rls_shadow_mode_total", "Hits over the limit of a descriptor in shadow mode, reported OK to the caller."),
+		maxDetailed: maxDetailed,
+		detailed:    make(map[[2]string]*series),
+		reg:         prometheus.NewRegistry(),
+		hits:        counter("slidelimit_rls_hits_total", "Hits (the sum of hits_addend) decided per descriptor of the config."),
+		overLimit:   counter("slidelimit_rls_over_limit_total", "Hits refused per descriptor, shadow mode included."),
+		nearLimit:   counter("slidelimit_rls_near_limit_total", "Hits admitted that left less than a fifth of the limit."),
+		shadow:      counter("slidelimit_rls_shadow_mode_total", "Hits over the limit of a descriptor in shadow mode, reported OK to the caller."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "slidelimit_rls_decision_seconds",
 			Help:    "Time to decide one ShouldRateLimit call, backend round trips included.",
@@ -73,4 +82,25 @@ func (m *metrics) seriesFor(domain, descriptor string) *series {
 		nearLimit: m.nearLimit.WithLabelValues(domain, descriptor),
 		shadow:    m.shadow.WithLabelValues(domain, descriptor),
 	}
+}
+
+// detailedFor returns the series of a detailed_metric descriptor's request values, made on first
+// use, or nil once maxDetailed of them exist and descriptor is not among them. Safe for concurrent
+// use.
+//
+// Why a cap: the values are the client's (a path, a header), and every distinct one would
+// otherwise add four series, held and written on every scrape for the life of the process.
+func (m *metrics) detailedFor(domain, descriptor string) *series {
+	k := [2]string{domain, descriptor}
+	m.detailedMu.Lock()
+	defer m.detailedMu.Unlock()
+	if sr, ok := m.detailed[k]; ok {
+		return sr
+	}
+	if len(m.detailed) >= m.maxDetailed {
+		return nil
+	}
+	sr := m.seriesFor(domain, descriptor)
+	m.detailed[k] = sr
+	return sr
 }

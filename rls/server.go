@@ -50,6 +50,9 @@ type Server struct {
 
 	nextLog, unlogged atomic.Int64 // logBackendError's pace
 
+	maxDetailed  int         // WithMaxDetailedSeries
+	detailedFull atomic.Bool // the cap on detailed_metric series has been logged
+
 	// mu guards st only for the moment a call takes it and joins its calls: a call holds no lock
 	// while it decides (on Redis, round trips), so that a Reload waiting for mu cannot hold up
 	// the calls that arrive behind it (an RWMutex with a writer waiting admits no new reader).
@@ -146,6 +149,28 @@ func WithLogger(l *log.Logger) Option {
 	}
 }
 
+// DefaultMaxDetailedSeries is how many detailed_metric series a Server makes at most, unless
+// WithMaxDetailedSeries says otherwise.
+const DefaultMaxDetailedSeries = 10000
+
+// WithMaxDetailedSeries caps the request values that descriptors with detailed_metric get series
+// of their own for, over all domains and the life of the Server, reloads included (default
+// DefaultMaxDetailedSeries; 0 gives none). Each value makes four counters that are never removed,
+// and the values are the client's, so without a cap a client sending distinct values would grow
+// the metrics without bound. Once n exist, the hits of a value not seen before are counted under
+// its descriptor's config path, as a descriptor without detailed_metric is, and the Server logs
+// one line saying so. A negative n is an error. The Option it returns holds only n and may be
+// passed to any number of NewServer calls, concurrently too.
+func WithMaxDetailedSeries(n int) Option {
+	return func(s *Server) error {
+		if n < 0 {
+			return fmt.Errorf("rls: WithMaxDetailedSeries(%d): must be 0 or more", n)
+		}
+		s.maxDetailed = n
+		return nil
+	}
+}
+
 // NewServer returns a Server for cfg, with one limiter per rate limit made by the backend. An
 // error from the backend (a policy Redis cannot run, say) is a *ConfigError naming the file and
 // the descriptor. The Server is ready for concurrent calls once returned.
@@ -153,7 +178,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("rls: NewServer: config is nil")
 	}
-	s := &Server{logger: log.New(io.Discard, "", 0), now: time.Now}
+	s := &Server{logger: log.New(io.Discard, "", 0), now: time.Now, maxDetailed: DefaultMaxDetailedSeries}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -162,7 +187,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	if s.backend == nil {
 		s.backend = EngineBackend(engine.WithShards(DefaultShards))
 	}
-	s.metrics = newMetrics()
+	s.metrics = newMetrics(s.maxDetailed)
 	st, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -753,7 +778,11 @@ func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescrip
 		}
 		// Metric label values must be UTF-8: gRPC's decoding makes them so, but a caller of
 		// ShouldRateLimit in the same process may pass any bytes.
-		m = s.metrics.seriesFor(domain, strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD"))
+		if dm := s.metrics.detailedFor(domain, strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD")); dm != nil {
+			m = dm
+		} else if s.detailedFull.CompareAndSwap(false, true) {
+			s.logger.Printf("detailed_metric: %d series of request values reached (the most there may be); values not seen before are counted under their descriptor's config path from now on", s.metrics.maxDetailed)
+		}
 	}
 	m.hits.Add(hits)
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -460,6 +461,33 @@ func TestHeadersOnTheBackendsClock(t *testing.T) {
 	require.ErrorContains(t, err, "WithNow(nil)")
 	_, err = rls.NewServer(loadGood(t), rls.WithBackend(rls.BackendFunc(nil)))
 	require.ErrorContains(t, err, "WithBackend(nil)", "a nil BackendFunc is a nil backend")
+}
+
+// The series of detailed_metric values are capped: past WithMaxDetailedSeries, a value not seen
+// before is counted under its descriptor's config path, one line is logged, and the values that
+// have series keep them. 0 gives none; a negative cap is refused.
+func TestDetailedMetricCap(t *testing.T) {
+	s := serve(t, loadGood(t), rls.WithMaxDetailedSeries(2))
+	for _, v := range []string{"v1", "v2", "v3", "v4", "v1", "v3"} {
+		s.call(t, "basic", 0, desc("detailed", v))
+	}
+	m := scrape(t, s.srv)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed_v1",domain="basic"} 2`)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed_v2",domain="basic"} 1`)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed",domain="basic"} 3`, "v3 twice and v4, under the config path")
+	require.Contains(t, m, `slidelimit_rls_over_limit_total{descriptor="detailed",domain="basic"} 1`, "v3's second hit, over its limit of 1 a second")
+	require.NotContains(t, m, "detailed_v3")
+	require.NotContains(t, m, "detailed_v4")
+	require.Equal(t, 1, strings.Count(s.log.String(), "detailed_metric: 2 series"), s.log.String())
+
+	none := serve(t, loadGood(t), rls.WithMaxDetailedSeries(0))
+	none.call(t, "basic", 0, desc("detailed", "v1"))
+	m = scrape(t, none.srv)
+	require.NotContains(t, m, "detailed_v1")
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed",domain="basic"} 1`)
+
+	_, err := rls.NewServer(loadGood(t), rls.WithMaxDetailedSeries(-1))
+	require.ErrorContains(t, err, "WithMaxDetailedSeries(-1)")
 }
 
 // A detailed_metric descriptor's values name its series, and a caller in the same process may pass

@@ -28,7 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-header-bytes N] [-max-connection-age D] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]"
+const rlsSynopsis = "-config PATH [-listen ADDR] [-redis URL] [-redis-mode exact|batched] [-on-redis-error open|closed|local] [-redis-timeout D] [-redis-deny-max-age D] [-max-keys N] [-expected-keys N] [-metrics-listen ADDR] [-headers] [-reload-interval D] [-shutdown-timeout D] [-keepalive-time D] [-keepalive-timeout D] [-keepalive-min-ping-interval D] [-max-streams N] [-max-header-bytes N] [-max-detailed-series N] [-max-connection-age D] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]"
 
 type rlsConfig struct {
 	config, listen, metricsListen string
@@ -38,6 +38,7 @@ type rlsConfig struct {
 	denyMaxAge                    time.Duration
 	maxKeys, expectedKeys         int
 	maxStreams, maxHeaderBytes    int64
+	maxDetailed                   int64
 	headers                       bool
 	reloadInterval, shutdown      time.Duration
 	keepalive                     rls.Keepalive
@@ -68,6 +69,7 @@ func rlsFlags(stderr io.Writer) (*rlsConfig, *flag.FlagSet) {
 	dur(&c.keepalive.MinPingInterval, "keepalive-min-ping-interval", 10*time.Second, "the most often (a `duration`) a client may ping; keep it at or below Envoy's connection_keepalive interval")
 	fs.Int64Var(&c.maxStreams, "max-streams", rls.DefaultMaxStreams, "calls (HTTP/2 streams) one connection may have in progress at once, so that a client that does not read its answers holds at most this many; gRPC clients wait for one to end and Envoy opens another connection, and a stream past it is refused")
 	fs.Int64Var(&c.maxHeaderBytes, "max-header-bytes", rls.DefaultMaxHeaderBytes, "the most header bytes one call may send (each field's name and value, and 32 more), so that a client cannot hold gRPC's default of 16 MiB a call; a call that sends more is reset, and its connection's other calls go on")
+	fs.Int64Var(&c.maxDetailed, "max-detailed-series", rls.DefaultMaxDetailedSeries, "request values of detailed_metric descriptors that get metrics of their own, over the process's life; a value not seen before past it is counted under its descriptor's config path (0: none)")
 	dur(&c.keepalive.MaxConnectionAge, "max-connection-age", 0, "close connections after this long (a `duration`), so that clients spread over new replicas (0: never)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve gRPC over TLS with the PEM certificate chain in this `file` (with -tls-key); read again when it changes, for new connections")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `file` of -tls-cert")
@@ -94,6 +96,8 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "-max-streams %d: must be in [1, %d]", c.maxStreams, uint32(math.MaxUint32))
 	case c.maxHeaderBytes < minHeaderBytes || c.maxHeaderBytes > math.MaxUint32:
 		return usageErr(fs, "-max-header-bytes %d: must be in [%d, %d]", c.maxHeaderBytes, minHeaderBytes, uint32(math.MaxUint32))
+	case c.maxDetailed < 0 || c.maxDetailed > math.MaxInt32:
+		return usageErr(fs, "-max-detailed-series %d: must be in [0, %d]", c.maxDetailed, math.MaxInt32)
 	}
 	if err := checkRedisTimeout(c.redisTimeout); err != nil {
 		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
@@ -188,7 +192,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)
 	}
-	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger)}
+	opts := []rls.Option{rls.WithHeaders(c.headers), rls.WithLogger(logger), rls.WithMaxDetailedSeries(int(c.maxDetailed))}
 	describe := "in process"
 	// The first limiter whose -expected-keys tables did not fit: the server reports its error as
 	// the config's (file, line, descriptor), but then the flag's value is what is wrong.

@@ -95,6 +95,7 @@ func TestRLSBadFlags(t *testing.T) {
 		{[]string{"-config", "x.yaml", "-max-streams", "4294967296"}, "-max-streams 4294967296: must be in [1, 4294967295]"},
 		{[]string{"-config", "x.yaml", "-max-header-bytes", "4095"}, "-max-header-bytes 4095: must be in [4096, 4294967295]"},
 		{[]string{"-config", "x.yaml", "-max-header-bytes", "4294967296"}, "-max-header-bytes 4294967296: must be in [4096, 4294967295]"},
+		{[]string{"-config", "x.yaml", "-max-detailed-series", "-1"}, "-max-detailed-series -1: must be in [0, 2147483647]"},
 		{[]string{"-config", "x.yaml", "-listen", "bogus"}, `-listen "bogus": missing port in address`},
 		{[]string{"-config", "x.yaml", "-listen", ":"}, `-listen ":": no port`},
 		{[]string{"-config", "x.yaml", "-metrics-listen", "127.0.0.1:70000"}, `-metrics-listen "127.0.0.1:70000": port 70000 is out of range`},
@@ -228,6 +229,26 @@ func TestRLSServesReloadsAndStops(t *testing.T) {
 	}
 	require.NoError(t, p.err, p.stderr())
 	require.Contains(t, p.stderr(), "stopped")
+}
+
+// -max-detailed-series caps the series of detailed_metric values: past it, a new value's hits are
+// counted under the descriptor's config path, and the command logs it once.
+func TestRLSMaxDetailedSeries(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: path\n    detailed_metric: true\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n"), 0o644))
+	p := startRLS(t, "-config", file, "-metrics-listen", "127.0.0.1:0", "-max-detailed-series", "1")
+	c, _ := rlsClient(t, p.addr)
+	for _, v := range []string{"/a", "/b", "/c", "/a"} {
+		require.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "path", v).GetOverallCode(), v)
+	}
+	res, err := http.Get("http://" + p.metrics + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(body), `slidelimit_rls_hits_total{descriptor="path_/a",domain="edge"} 2`)
+	require.Contains(t, string(body), `slidelimit_rls_hits_total{descriptor="path",domain="edge"} 2`)
+	require.NotContains(t, string(body), "path_/b")
+	require.Equal(t, 1, strings.Count(p.stderr(), "detailed_metric: 1 series of request values reached"), p.stderr())
 }
 
 // -max-keys caps the keys of each rate limit: a new key beyond is OVER_LIMIT, with the policy's
