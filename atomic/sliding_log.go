@@ -179,6 +179,27 @@ func (c *slidingLog) PeekFresh(now int64) (policy.Result, policy.Probe) {
 	return c.p.Peek(rules.SlidingLogState{}, now)
 }
 
+// PeekCost reads the log under its lock, as Peek does (see CostPeeker).
+func (c *slidingLog) PeekCost(cell *uint64, now, cost int64) (policy.Result, Status) {
+	e, st := c.lock(cell)
+	if st != OK {
+		return policy.Result{}, st
+	}
+	at := max(now, e.floor)
+	r, _ := c.p.PeekCost(e.s, at, cost)
+	e.mu.Unlock()
+	if r.RetryAfterMs > 0 {
+		r.RetryAfterMs += at - now
+	}
+	return r, OK
+}
+
+// PeekFreshCost reads an empty log without allocating one, as PeekFresh does.
+func (c *slidingLog) PeekFreshCost(now, cost int64) policy.Result {
+	r, _ := c.p.PeekCost(rules.SlidingLogState{}, now, cost)
+	return r
+}
+
 // Dead judges the log that handle w0 names, under its lock. The table calls it only for a cell it
 // has just marked Moved, so no update can start on the log, and one in progress has finished
 // once the lock is held.

@@ -711,6 +711,37 @@ func (l *Limiter) peek(h uint64) Decision {
 	return d
 }
 
+func (l *Limiter) peekN(h uint64, n int64) Decision {
+	switch {
+	case l.closed.Load():
+		return l.refuse(ReasonClosed)
+	case n < 0:
+		return l.refuse(ReasonNegativeCost)
+	case n > l.maxCost:
+		return l.refuse(ReasonCostAboveLimit) // as take refuses it: before any lookup
+	case n == 1:
+		return l.peek(h)
+	}
+	h = nonzero(h)
+	now := l.now()
+	sh := l.shardOf(h, now)
+	for {
+		var r policy.Result
+		st := atomic.OK
+		if c := sh.Table().Find(h); c == nil {
+			r = atomic.PeekFreshCost(l.codec, now, n)
+		} else if r, st = atomic.PeekCost(l.codec, c, now, n); st == atomic.IsDead {
+			r, st = atomic.PeekFreshCost(l.codec, now, n), atomic.OK
+		}
+		if st == atomic.OK {
+			d := l.decision(r, n)
+			d.Counted = 0 // a peek counts nothing
+			return d
+		}
+		sh.Wait()
+	}
+}
+
 func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
 	if l.closed.Load() {
 		return policy.Probe{}, false // as Peek refuses: a closed limiter reads and sweeps nothing

@@ -41,6 +41,21 @@ func ExampleLimiter_Take() {
 	// false 0 1.001s limited
 }
 
+func ExampleLimiter_PeekN() {
+	clk := clock.NewManual(1_764_000_000_000)
+	l, _ := engine.New(policy.TokenBucket{Rate: 1, Burst: 10}, engine.WithClock(clk))
+	defer l.Close()
+
+	l.Take("user:42", 7) // 3 tokens left
+	for _, n := range []int64{1, 5} {
+		d := l.PeekN("user:42", n)
+		fmt.Println(n, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// 1 true 3 0s
+	// 5 false 3 2s
+}
+
 func ExampleLimiter_AllowKey() {
 	l, _ := engine.New(policy.SlidingCounter{Limit: 2, Window: time.Minute})
 	defer l.Close()

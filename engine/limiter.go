@@ -73,6 +73,17 @@ func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.h
 // key may have changed by the time it returns.
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
+// PeekN is Peek for a request of n units: its Allowed, RetryAfter and Reason are what Take(key,
+// n) would get now, with no other traffic, and its Remaining and ResetAt, as Peek's, describe the
+// key's state as it stands. It consumes nothing and creates no key; Counted is 0. A negative n is
+// refused with ReasonNegativeCost, as Take refuses it, and a cost the policy refuses before any
+// lookup (GCRA's above its burst) with ReasonCostAboveLimit and nothing of the key's state; PeekN(key,
+// 1) is Peek(key). A request of n units waits longer than one of a unit, for every policy but by
+// each policy's own rule, so a caller that shows a client when to retry a request of n units asks
+// PeekN rather than Peek. Safe for concurrent use, as Peek is; for n other than 1 it makes one
+// small allocation.
+func (l *Limiter) PeekN(key string, n int64) Decision { return l.peekN(l.hashString(key), n) }
+
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
 // are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
 // the shards. Integer and string keys share one space of 64-bit hashes. Safe for concurrent use, as

@@ -354,3 +354,42 @@ func TestGivenBackBucketResetWithoutPeek(t *testing.T) {
 		assert.Contains(t, r.rateLimit, `"bucket";r=9;t=1,`, name)
 	}
 }
+
+// A limit not asked, because an earlier one refused, lengthens Retry-After and shows its own t by
+// the wait for the request's cost, not for one unit: a bucket with 3 of 10 tokens at 1 a second
+// has a unit for a request of 5 units, and its 5 only 2 s later.
+func TestRetryAfterOfLimitNotAskedIsForTheCost(t *testing.T) {
+	clk := clock.NewManual(w0)
+	window := newOn(t, policy.FixedWindow{Limit: 5, Window: time.Second}, clk)
+	bucket := newOn(t, policy.TokenBucket{Rate: 1, Burst: 10}, clk)
+	require.True(t, window.AllowN("k", 5))
+	require.True(t, bucket.AllowN("k", 7))
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(window), Quota: httplimit.Quota{Name: "window"}, Now: nowOf(clk),
+		Limits:  []httplimit.Limit{{Limiter: httplimit.Local(bucket), Quota: httplimit.Quota{Name: "bucket"}}},
+		KeyFunc: func(*http.Request) string { return "k" },
+		Cost:    func(*http.Request) int64 { return 5 },
+	}
+	ts := serve(t, mw.Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	require.Equal(t, 429, r.status)
+	assert.Equal(t, "2", r.retryAfter, "the bucket's 5 tokens are there 2 s on, the window's 1 s")
+	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=2`, r.rateLimit)
+	assert.Equal(t, int64(3), bucket.Peek("k").Remaining, "the bucket was not asked: nothing taken")
+
+	// A Limiter with only Peek is read for one unit, as before: its unit is there now.
+	mw.Limits[0].Limiter = unitPeeker{bucket}
+	ts = serve(t, mw.Wrap(ok))
+	r = get(t, ts.Client(), ts.URL, nil)
+	require.Equal(t, 429, r.status)
+	assert.Equal(t, "1", r.retryAfter)
+}
+
+// unitPeeker is an engine behind Take and Peek alone, as a Limiter of the caller's own might be.
+type unitPeeker struct{ l *engine.Limiter }
+
+func (u unitPeeker) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return u.l.Take(key, n), nil
+}
+
+func (u unitPeeker) Peek(key string) engine.Decision { return u.l.Peek(key) }

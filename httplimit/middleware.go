@@ -64,9 +64,12 @@ type Limit struct {
 // (Limiter, then Limits) for that many units, and then:
 //   - every limit admitted: sets RateLimit-Policy and RateLimit and calls the next handler;
 //   - one refused: gives back what the others counted, sets those fields and Retry-After (the
-//     longest wait of the refusing limit and of the limits not asked that have no unit left, as
-//     far as their Limiter can report it without counting: a limit with a unit left but fewer
-//     than the request's cost does not lengthen it), and calls OnLimited (429 by default);
+//     longest wait of the refusing limit and of the limits not asked that have too little left
+//     for the request's cost, as far as their Limiter can report it without counting: the
+//     engine's PeekN, or a method PeekN(key string, n int64) slidelimit.Decision; a Limiter with
+//     only a method Peek(key string) slidelimit.Decision is read for one unit, so that a limit of
+//     its with a unit left but fewer than the request's cost does not lengthen the wait), and
+//     calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others. A
@@ -86,8 +89,8 @@ type Limit struct {
 // cannot give back are asked last, so that
 // with at most one of them the rule holds exactly; with two or more, a refusal by a later one
 // leaves the earlier ones charged. A limit not asked because an earlier one refused is still
-// listed in RateLimit when its Limiter can report it without counting: the engine's Peek, or a
-// method Peek(key string) slidelimit.Decision. A limit that refused without judging the key's
+// listed in RateLimit when its Limiter can report it without counting: the engine's PeekN, or a
+// method PeekN or Peek as above. A limit that refused without judging the key's
 // quota (ReasonKeyCap, ReasonNegativeCost, ReasonInvalidLimit, ReasonClosed, and a
 // ReasonCostAboveLimit made before the key was read: see slidelimit.Decision.QuotaKnown) is left
 // out of RateLimit: its Decision knows nothing of the quota, and r=0 would say it is spent.
@@ -165,7 +168,7 @@ type Middleware struct {
 	// nginx's limit_req delay does: when every wait the limits ask for fits in MaxDelay
 	// altogether, the request sleeps it and is decided again; otherwise, or when the request's
 	// context ends, it is refused. Each wait is the one Retry-After would give: the refusing
-	// limit's RetryAfter, or longer when a limit not asked has no unit left for longer. A
+	// limit's RetryAfter, or longer when a limit not asked has too little left for longer. A
 	// waiting request holds its goroutine and connection; nothing of this middleware's limits is
 	// counted while it waits (an outer middleware's, which admitted it, stays counted).
 	MaxDelay time.Duration
@@ -360,7 +363,7 @@ func newEntry(l Limit) limitEntry {
 	switch r := l.Limiter.(type) {
 	case interface{ Engine() *engine.Limiter }:
 		eng := r.Engine()
-		e.peek = eng.Peek
+		e.peek = eng.PeekN
 		if givesBack(eng.Policy()) {
 			e.refund = func(_ context.Context, key string, n int64, d engine.Decision) (int64, error) {
 				return eng.Refund(key, n, d), nil
@@ -375,8 +378,10 @@ func newEntry(l Limit) limitEntry {
 			}
 		}
 	}
-	if p, ok := l.Limiter.(peeker); ok && e.peek == nil {
-		e.peek = p.Peek
+	if p, ok := l.Limiter.(costPeeker); ok && e.peek == nil {
+		e.peek = p.PeekN
+	} else if p, ok := l.Limiter.(peeker); ok && e.peek == nil {
+		e.peek = func(key string, _ int64) engine.Decision { return p.Peek(key) } // a unit's, whatever the cost
 	}
 	return e
 }
@@ -394,6 +399,11 @@ func givesBack(p policy.Policy) bool {
 // peeker is what a Limiter other than the engine offers to show a limit that was not asked.
 type peeker interface {
 	Peek(key string) slidelimit.Decision
+}
+
+// costPeeker is peeker for a request of any cost, as the engine's PeekN.
+type costPeeker interface {
+	PeekN(key string, n int64) slidelimit.Decision
 }
 
 // refunder is the method through which a Limiter other than the engine gives units back.
@@ -429,21 +439,32 @@ type limitEntry struct {
 	// Limiter may admit more than, as a tier does).
 	ownQuota bool
 	refund   func(ctx context.Context, key string, n int64, d engine.Decision) (int64, error)
-	peek     func(key string) engine.Decision // what a unit request would get, counting nothing; nil: unknown
+	peek     func(key string, n int64) engine.Decision // what a request of n units would get, counting nothing; nil: unknown
 	// rate is the units a second a bucket that gives units back refills at (0 for the windows,
 	// whose reset does not move with what they hold): units given back move the time it is full
 	// again back by their refill.
 	rate int64
 }
 
-// standing reads e's limit for key as it stands, counting nothing. It reports false when the
-// Limiter cannot say (it has no Peek) or says nothing of the key: a closed limiter, whose r=0
-// would tell the client a quota is spent that no limiter is counting.
-func (e *limitEntry) standing(key string) (engine.Decision, bool) {
+// standing reads e's limit for key as it stands, counting nothing: Remaining and ResetAt as the
+// state stands, and Allowed and RetryAfter for a request of cost units (at least one), so that a
+// wait shown to the client is one after which that request, not a unit, would pass (where the
+// Limiter has PeekN; one with only Peek is read for a unit). It reports false when the Limiter
+// cannot say (it has no Peek) or says nothing of the key: a closed limiter, whose r=0 would tell
+// the client a quota is spent that no limiter is counting.
+func (e *limitEntry) standing(key string, cost int64) (engine.Decision, bool) {
 	if e.peek == nil {
 		return engine.Decision{}, false
 	}
-	d := e.peek(key)
+	n := max(cost, 1)
+	d := e.peek(key, n)
+	if n > 1 && !d.QuotaKnown() && d.Reason != engine.ReasonClosed {
+		// Refused for its cost before the key was read (above what GCRA can ever admit): no
+		// wait helps, and the state is read for a unit instead.
+		u := e.peek(key, 1)
+		u.Allowed, u.RetryAfter, u.Reason = false, 0, d.Reason
+		d = u
+	}
 	return d, d.Reason != engine.ReasonClosed
 }
 
@@ -619,13 +640,13 @@ func (h *handler) stopped() bool {
 }
 
 // longestWait is the longer of the refusing limit's wait and those of f's limits not asked that
-// have no unit left, as setFields works out Retry-After.
+// have too little left for f's cost, as setFields works out Retry-After.
 func (h *handler) longestWait(f *frame, wait time.Duration) time.Duration {
 	for i, s := range f.st {
 		if s != unasked {
 			continue
 		}
-		if d, ok := h.limits[i].standing(f.key); ok && !d.Allowed && d.RetryAfter > wait {
+		if d, ok := h.limits[i].standing(f.key, f.cost); ok && !d.Allowed && d.RetryAfter > wait {
 			wait = d.RetryAfter
 		}
 	}
@@ -745,7 +766,7 @@ func (f *frame) giveBackOwn(r *http.Request) {
 			// The field then shows what the limit holds again: read back where the Limiter can
 			// say so without counting, as a limit not asked is shown, since for a bucket the
 			// time it is full again moves back too; else worked out from what came back.
-			if p, ok := e.standing(f.key); ok && p.QuotaKnown() {
+			if p, ok := e.standing(f.key, 1); ok && p.QuotaKnown() {
 				f.ds[i].Remaining, f.ds[i].ResetAt = p.Remaining, p.ResetAt
 			} else {
 				f.ds[i].Remaining = min(f.ds[i].Remaining+g, max(f.ds[i].Limit, f.ds[i].Remaining))
@@ -810,7 +831,7 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 				// Not asked, as an earlier limit refused: shown as it stands when the Limiter
 				// can say so without counting.
 				var ok bool
-				if d, ok = e.standing(g.key); !ok {
+				if d, ok = e.standing(g.key, g.cost); !ok {
 					continue
 				}
 				if g == f && wait > 0 && !d.Allowed && d.RetryAfter > wait {
@@ -826,7 +847,8 @@ func (h *handler) setFields(hdr http.Header, f *frame, refusedIdx int) {
 			switch {
 			case g == f && i == refusedIdx, g.st[i] == unasked && !d.Allowed && d.RetryAfter > 0:
 				// Seconds until the quota is available again, what Retry-After says: the refusing
-				// limit's wait, or a used-up limit's not asked, for a unit.
+				// limit's wait, or that of a limit not asked that has too little left for the
+				// request's cost.
 				if d.RetryAfter > 0 {
 					rl = append(rl, ";t="...)
 					rl = strconv.AppendInt(rl, max(ceilSeconds(d.RetryAfter), 1), 10)

@@ -205,6 +205,20 @@ func (p SlidingLog) Peek(s SlidingLogState, now int64) (policy.Result, policy.Pr
 	return r, policy.Probe{Count: n}
 }
 
+// PeekCost is Peek for a request of cost units (cost >= 0): Allowed and RetryAfterMs are what
+// Take would return for it at now, and the rest is Peek's. Like Peek it expires a copy of s and
+// writes nothing that s shares (its ring).
+func (p SlidingLog) PeekCost(s SlidingLogState, now, cost int64) (policy.Result, policy.Probe) {
+	r, pr := p.Peek(s, now)
+	p.Expire(&s, now)
+	free := p.Limit - int64(s.count)
+	r.Allowed, r.RetryAfterMs = cost <= free, 0
+	if !r.Allowed && cost <= p.Limit {
+		r.RetryAfterMs = s.at(int(cost-free-1)) + p.WindowMs() - now
+	}
+	return r, pr
+}
+
 // Dead reports whether s, at now, is indistinguishable from a new key's state: every entry has
 // left the window. Exact because an empty log's ring contents, head and base are never read
 // again before the next push overwrites them, so it decides exactly as Fresh does at now and
