@@ -340,16 +340,27 @@ func TestProxyShadowAndMetrics(t *testing.T) {
 }
 
 // -conn-limit closes connections over the limit at accept, and the proxy keeps serving; with a
-// bucket policy too, whose 2 per minute is below one per second.
+// bucket policy too, whose 2 per minute is below one per second. A peer in -exempt-cidrs is never
+// limited, at accept either; -shadow counts the connections it would close and closes none.
 func TestProxyConnLimit(t *testing.T) {
-	for _, pol := range []string{"sliding-counter", "token-bucket"} {
-		t.Run(pol, func(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		args       []string
+		ok, closed int
+	}{
+		{"sliding-counter", []string{"-policy", "sliding-counter"}, 2, 2},
+		{"token-bucket", []string{"-policy", "token-bucket"}, 2, 2},
+		{"exempt", []string{"-exempt-cidrs", "10.0.0.0/8,127.0.0.1"}, 4, 0},
+		{"not-exempt", []string{"-exempt-cidrs", "10.0.0.0/8"}, 2, 2},
+		{"shadow", []string{"-shadow"}, 4, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			up := newUpstream(t)
-			p := startProxy(t, "-upstream", up.URL, "-policy", pol, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0")
-			c := newClient(t, false)
+			p := startProxy(t, append([]string{"-upstream", up.URL, "-limit", "100", "-window", "1h", "-conn-limit", "2", "-metrics-listen", "127.0.0.1:0"}, c.args...)...)
+			cl := newClient(t, false)
 			var ok int
 			for range 4 {
-				res, err := c.Get(p.url("/"))
+				res, err := cl.Get(p.url("/"))
 				if err == nil {
 					io.Copy(io.Discard, res.Body)
 					res.Body.Close()
@@ -358,10 +369,10 @@ func TestProxyConnLimit(t *testing.T) {
 					}
 				}
 			}
-			assert.Equal(t, 2, ok)
+			assert.Equal(t, c.ok, ok)
 			require.NotEmpty(t, p.metrics)
-			m := do(t, c, "http://"+p.metrics+"/metrics", nil)
-			assert.Contains(t, m.body, "slidelimit_connections_refused_total 2\n")
+			m := do(t, cl, "http://"+p.metrics+"/metrics", nil)
+			assert.Contains(t, m.body, fmt.Sprintf("slidelimit_connections_refused_total %d\n", c.closed))
 		})
 	}
 }
