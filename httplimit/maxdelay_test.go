@@ -60,7 +60,7 @@ func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
 		return done
 	}
 	first := serve()
-	for h.(*handler).waiting.Load() != 1 {
+	for h.(*handler).waiting.Now() != 1 {
 		select {
 		case w := <-first:
 			t.Fatalf("the request was answered %d without waiting", w.Code)
@@ -78,8 +78,8 @@ func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
 			t.Fatalf("request %d still waits 10s after StopWaiting was closed", i)
 		}
 	}
-	if served.Load() != 0 || h.(*handler).waiting.Load() != 0 {
-		t.Errorf("%d requests served, %d still counted as waiting; want 0 and 0", served.Load(), h.(*handler).waiting.Load())
+	if served.Load() != 0 || h.(*handler).waiting.Now() != 0 {
+		t.Errorf("%d requests served, %d still counted as waiting; want 0 and 0", served.Load(), h.(*handler).waiting.Now())
 	}
 }
 
@@ -118,5 +118,54 @@ func TestStopWaitingRefusesWithAFreshRetryAfter(t *testing.T) {
 	w := <-done
 	if ra := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || ra != "2" && ra != "1" {
 		t.Errorf("after waiting 1.1 s of a 3 s turn: %d, Retry-After %q; want 429 with Retry-After 2 (or 1)", w.Code, ra)
+	}
+}
+
+// Middlewares given one Waiting share MaxWaiting's count: with one request waiting under the
+// first, a request to the second (MaxWaiting 1) is refused at once, where one with a count of its
+// own waits.
+func TestSharedWaitingBoundsEveryMiddleware(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		stop := make(chan struct{})
+		w := new(Waiting)
+		mw := func() http.Handler {
+			m := &Middleware{Limiter: waitsLong{}, MaxDelay: time.Hour, MaxWaiting: 1, StopWaiting: stop}
+			if shared {
+				m.Waiting = w
+			}
+			return m.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		}
+		old, replaced := mw(), mw()
+		serve := func(h http.Handler) chan int {
+			done := make(chan int, 1)
+			go func() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+				done <- rec.Code
+			}()
+			return done
+		}
+		first := serve(old)
+		for old.(*handler).waiting.Now() != 1 {
+			time.Sleep(time.Millisecond)
+		}
+		second := serve(replaced)
+		select {
+		case code := <-second:
+			if !shared {
+				t.Errorf("with counts of their own, the second middleware answered %d without waiting", code)
+			} else if code != http.StatusTooManyRequests {
+				t.Errorf("shared: the second middleware answered %d, want 429", code)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if shared {
+				t.Errorf("shared: the second middleware's request waits while the first one's does, past MaxWaiting 1")
+			}
+		}
+		if shared && w.Now() != 1 {
+			t.Errorf("shared: Waiting.Now() = %d, want 1", w.Now())
+		}
+		close(stop)
+		<-first
 	}
 }

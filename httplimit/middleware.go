@@ -180,6 +180,12 @@ type Middleware struct {
 	// connections; negative is refused by Validate.
 	MaxWaiting int
 
+	// Waiting is the count MaxWaiting bounds. nil means one of the middleware's own. Middlewares
+	// given the same Waiting share one count, each bounding it by its own MaxWaiting: a server
+	// that builds a new middleware on a configuration reload passes the old one's, so that the
+	// requests still waiting under the old middleware count against the new one's bound too.
+	Waiting *Waiting
+
 	// StopWaiting, once closed, ends every wait under MaxDelay: a waiting request is decided
 	// again at once, and so refused with a fresh Retry-After (or admitted, had its turn come), as
 	// without MaxDelay; later requests over the limit no longer wait. A server that shuts down
@@ -295,10 +301,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
 		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
 		now: m.Now, problem: m.Problem, maxDelay: m.MaxDelay, maxWaiting: int64(m.MaxWaiting),
-		stopWaiting: m.StopWaiting,
+		stopWaiting: m.StopWaiting, waiting: m.Waiting,
 	}
 	if h.maxWaiting == 0 {
 		h.maxWaiting = DefaultMaxWaiting
+	}
+	if h.waiting == nil {
+		h.waiting = new(Waiting)
 	}
 	if h.key == nil {
 		h.key = new(ClientIP).Key
@@ -484,7 +493,7 @@ type handler struct {
 	problem    bool
 	maxDelay   time.Duration
 	maxWaiting int64
-	waiting    atomic.Int64 // requests waiting under maxDelay now
+	waiting    *Waiting // requests waiting under maxDelay now
 	// stopWaiting, once closed, ends the waits; nil never does.
 	stopWaiting <-chan struct{}
 	now         func() time.Time
@@ -592,17 +601,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
-					h.waiting.Add(-1)
+					h.waiting.n.Add(-1)
 					waited += wait
 					f.reset()
 					continue
 				case <-r.Context().Done():
-					h.waiting.Add(-1)
+					h.waiting.n.Add(-1)
 					t.Stop()
 				case <-h.stopWaiting:
 					// Decided again, not refused on the decision from before the wait: its
 					// Retry-After and fields would be stale. stopped() keeps it from waiting again.
-					h.waiting.Add(-1)
+					h.waiting.n.Add(-1)
 					t.Stop()
 					f.reset()
 					continue
@@ -975,11 +984,20 @@ func sfString(s string) string {
 // when Middleware.MaxWaiting is 0.
 const DefaultMaxWaiting = 1024
 
+// Waiting counts requests waiting under Middleware.MaxDelay, for middlewares that share one
+// bound (see Middleware.Waiting). The zero value counts none; it must not be copied once used.
+// Safe for concurrent use: the middlewares sharing it update it with atomic operations.
+type Waiting struct{ n atomic.Int64 }
+
+// Now returns how many requests are waiting. Safe for concurrent use; it may lag waits that are
+// starting or ending.
+func (w *Waiting) Now() int64 { return w.n.Load() }
+
 // startWaiting takes a place among the requests waiting under maxDelay, if one is free; the
 // caller gives it back when its wait ends.
 func (h *handler) startWaiting() bool {
-	if h.waiting.Add(1) > h.maxWaiting {
-		h.waiting.Add(-1)
+	if h.waiting.n.Add(1) > h.maxWaiting {
+		h.waiting.n.Add(-1)
 		return false
 	}
 	return true

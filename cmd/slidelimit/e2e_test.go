@@ -1022,6 +1022,59 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	assert.NotContains(t, p.stderr(), "cut off")
 }
 
+// -max-waiting bounds a rule's waiting requests across a reload: one still waiting under the rule
+// the reload replaced counts against the new rule's bound, so with -max-waiting 1 a request to the
+// reloaded rule is refused at once instead of waiting beside it.
+func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, cfg, "rules:\n  - name: api\n    rates: [1/1m]\n")
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
+	c := newClient(t, true)
+	require.Equal(t, 200, do(t, c, p.url("/"), nil).status)
+	waited := make(chan int, 1)
+	go func() {
+		res, err := c.Get(p.url("/"))
+		if err != nil {
+			waited <- 0
+			return
+		}
+		res.Body.Close()
+		waited <- res.StatusCode
+	}()
+	// Wait until the second request is waiting: a third is then refused at once.
+	deadline := time.Now().Add(failsafe)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
+		res, err := newClient(t, true).Do(req)
+		cancel()
+		if err == nil {
+			res.Body.Close()
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the second request never waited")
+	}
+	writeFile(t, cfg, "exempt:\n  paths: [/healthz]\nrules:\n  - name: api\n    rates: [1/1m]\n")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
+	res, err := newClient(t, true).Do(req)
+	require.NoError(t, err, "a request to the reloaded rule waited beside the one still waiting under the old rule")
+	res.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case status := <-waited:
+		assert.Equal(t, http.StatusTooManyRequests, status, "the waiting request is refused at shutdown")
+	case <-time.After(failsafe):
+		t.Fatal("the waiting request was not answered after SIGTERM")
+	}
+}
+
 // A client that hangs up before a slow upstream answers is logged with status 499, not 502:
 // an operator must be able to tell client aborts from upstream failures.
 func TestProxyLogsAClientAbortAs499(t *testing.T) {

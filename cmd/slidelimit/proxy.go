@@ -477,17 +477,21 @@ type proxy struct {
 	// -max-delay are then refused with Retry-After, not held until the grace period cuts them.
 	stopWaiting chan struct{}
 
-	c      *proxyConfig
-	def    ruleSpec
-	ip     *httplimit.ClientIP
-	rp     http.Handler
-	log    *slog.Logger
-	redis  redis.UniversalClient
-	state  atomic.Pointer[proxyState]
-	m      *proxyMetrics
-	mu     sync.Mutex // serializes reloads and guards built
-	built  map[string]*builtLimit
-	closed bool
+	c     *proxyConfig
+	def   ruleSpec
+	ip    *httplimit.ClientIP
+	rp    http.Handler
+	log   *slog.Logger
+	redis redis.UniversalClient
+	state atomic.Pointer[proxyState]
+	m     *proxyMetrics
+	mu    sync.Mutex // serializes reloads and guards built and waiting
+	built map[string]*builtLimit
+	// waiting is each rule's count of requests waiting under -max-delay, by rule name, kept
+	// across reloads so that -max-waiting bounds the requests of the old rule and the new one
+	// together.
+	waiting map[string]*httplimit.Waiting
+	closed  bool
 
 	configSeen     os.FileInfo           // -config as it was just before start-up read it
 	retired        []*redisstore.Limiter // Redis limiters a reload dropped, not yet closed, whose counts the metrics keep
@@ -936,6 +940,7 @@ func (px *proxy) apply(spec *configSpec) error {
 	}
 	st := &proxyState{exemptPaths: spec.exemptPaths, exemptCIDRs: spec.exemptCIDRs}
 	fresh := map[string]*builtLimit{}
+	waiting := map[string]*httplimit.Waiting{}
 	abort := func() {
 		for sig, b := range fresh {
 			if px.built[sig] != b {
@@ -970,7 +975,12 @@ func (px *proxy) apply(spec *configSpec) error {
 			limits = append(limits, fresh[b.sig])
 		}
 		st.limits = append(st.limits, limits...)
-		st.rules = append(st.rules, &liveRule{spec: rs, handler: px.ruleHandler(rs, limits), limits: limits})
+		w := px.waiting[rs.name]
+		if w == nil {
+			w = new(httplimit.Waiting)
+		}
+		waiting[rs.name] = w
+		st.rules = append(st.rules, &liveRule{spec: rs, handler: px.ruleHandler(rs, limits, w), limits: limits})
 	}
 	var retire []*builtLimit
 	for sig, b := range px.built {
@@ -984,7 +994,7 @@ func (px *proxy) apply(spec *configSpec) error {
 			}
 		}
 	}
-	px.built = fresh
+	px.built, px.waiting = fresh, waiting
 	px.state.Store(st)
 	for _, lr := range st.rules {
 		px.initRuleMetrics(lr.spec.name)
@@ -1309,7 +1319,7 @@ func (px *proxy) failureDecides() (decides, allowed bool) {
 type infoKey struct{}
 
 // ruleHandler is the limited reverse proxy of one rule, with its metrics and access log.
-func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
+func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit, waiting *httplimit.Waiting) http.Handler {
 	c := px.c
 	// In process the only error is a closed limiter's, whose Decision (ReasonClosed) FailLocal
 	// answers 503, as the README says; FailOpen would forward the request uncounted.
@@ -1325,7 +1335,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit) http.Handler {
 	mw := &httplimit.Middleware{
 		Limiter: limits[0].lim, Quota: limits[0].quota, Limits: more,
 		KeyFunc: keyFunc(rs.key, px.ip), ErrorMode: mode, Shadow: c.shadow,
-		Problem: c.problem, MaxDelay: c.maxDelay, MaxWaiting: c.maxWaiting, StopWaiting: px.stopWaiting, Now: px.now,
+		Problem: c.problem, MaxDelay: c.maxDelay, MaxWaiting: c.maxWaiting, Waiting: waiting, StopWaiting: px.stopWaiting, Now: px.now,
 		OnDecision: func(r *http.Request, key string, d engine.Decision) {
 			decision := "allowed"
 			if !d.Allowed {
