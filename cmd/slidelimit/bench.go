@@ -46,7 +46,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	case c.keys < 1 || c.keys > 1<<30:
 		return usageErr(fs, "-keys %d: must be in [1, %d]", c.keys, 1<<30)
 	case c.duration < time.Millisecond:
-		return usageErr(fs, "-duration %v: must be at least 1ms", c.duration)
+		return usageErr(fs, "-duration %v: must be at least 1ms", typed(&c.duration))
 	case c.workers < 1 || c.workers > maxWorkers:
 		return usageErr(fs, "-workers %d: must be in [1, %d]", c.workers, maxWorkers)
 	case c.dist != "uniform" && c.dist != "zipf":

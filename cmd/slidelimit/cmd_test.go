@@ -223,7 +223,7 @@ func TestBenchDurationAndBytesNote(t *testing.T) {
 	assert.Contains(t, stderr.String(), "-duration 1ns: must be at least 1ms")
 	stderr.Reset()
 	assert.Equal(t, exitUsage, run([]string{"load", "-duration", "999us"}, &stdout, &stderr))
-	assert.Contains(t, stderr.String(), "-duration 999µs: must be at least 1ms")
+	assert.Contains(t, stderr.String(), "-duration 999us: must be at least 1ms")
 
 	var rows []string
 	row := func(label, value, note string) { rows = append(rows, label+"|"+value+"|"+note) }

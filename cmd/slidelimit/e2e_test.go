@@ -727,7 +727,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-redis-mode", "batched", "-policy", "gcra"}, "-redis-mode batched with -policy gcra: batched mode decides the sliding-counter policy only", 2},
 		{[]string{"-upstream", up, "-on-redis-error", "maybe"}, `-on-redis-error "maybe": must be open, closed or local`, 2},
 		{[]string{"-upstream", up, "-redis-timeout", "0s"}, "-redis-timeout 0s: must be in [1ms, 1m]", 2},
-		{[]string{"-upstream", up, "-redis-deny-max-age", "500us"}, "-redis-deny-max-age 500µs: must be 0 (until the retry time) or at least 1ms", 2},
+		{[]string{"-upstream", up, "-redis-deny-max-age", "500us"}, "-redis-deny-max-age 500us: must be 0 (until the retry time) or at least 1ms", 2},
 		{[]string{"-upstream", up, "-redis-deny-max-age", "-1s"}, "-redis-deny-max-age -1s: must be 0 (until the retry time) or at least 1ms", 2},
 		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-redis-mode", "batched", "-redis-deny-max-age", "1s"}, "-redis-deny-max-age 1s: bounds the deny cache of -redis-mode exact; batched mode decides in process and keeps none", 2},
 		{[]string{"-upstream", up, "-fleet-size", "0"}, "-fleet-size 0: must be in [1, 1048576]", 2},
@@ -746,7 +746,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-expected-keys", "100000000"}, "-expected-keys 100000000: above the default key cap, 67108864 (raise -max-keys)", 2},
 		{[]string{"-upstream", up, "-max-keys", "1000", "-expected-keys", "1001"}, "-expected-keys 1001: above -max-keys 1000", 2},
 		{[]string{"-upstream", up, "-redis", "redis://127.0.0.1:1", "-expected-keys", "10"}, "-expected-keys 10: sizes in-process limits, and with -redis there are none", 2},
-		{[]string{"-upstream", up, "-max-delay", "2m"}, "-max-delay 2m0s: must be in [0, 1m]", 2},
+		{[]string{"-upstream", up, "-max-delay", "2m"}, "-max-delay 2m: must be in [0, 1m]", 2},
 		{[]string{"-upstream", up, "-max-waiting", "-3"}, "-max-waiting -3: must be 0 (the default, 1024) or more", 2},
 		{[]string{"-upstream", up, "-log-format", "xml"}, `-log-format "xml": must be text or json`, 2},
 		{[]string{"-upstream", up, "-exempt-paths", "healthz"}, `-exempt-paths "healthz": "healthz" must start with /`, 2},
@@ -1032,26 +1032,33 @@ func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
 	c := newClient(t, true)
 	require.Equal(t, 200, do(t, c, p.url("/"), nil).status)
-	waited := make(chan int, 1)
+	waited := make(chan string, 1)
 	go func() {
 		res, err := c.Get(p.url("/"))
 		if err != nil {
-			waited <- 0
+			waited <- err.Error()
 			return
 		}
 		res.Body.Close()
-		waited <- res.StatusCode
+		waited <- res.Status
 	}()
-	// Wait until the second request is waiting: a third is then refused at once.
+	// Wait until the second request is waiting: a third is then refused at once. (Sent before the
+	// second is, the third would wait in its place and the second be refused.)
+	time.Sleep(300 * time.Millisecond)
 	deadline := time.Now().Add(failsafe)
 	for {
+		select {
+		case status := <-waited:
+			t.Fatalf("the second request was answered before the reload: %s", status)
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
 		res, err := newClient(t, true).Do(req)
 		cancel()
 		if err == nil {
 			res.Body.Close()
-			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request while another waits, with -max-waiting 1")
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "the second request never waited")
@@ -1065,11 +1072,11 @@ func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
 	res, err := newClient(t, true).Do(req)
 	require.NoError(t, err, "a request to the reloaded rule waited beside the one still waiting under the old rule")
 	res.Body.Close()
-	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request to the reloaded rule while one waits under the old")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case status := <-waited:
-		assert.Equal(t, http.StatusTooManyRequests, status, "the waiting request is refused at shutdown")
+		assert.Equal(t, "429 Too Many Requests", status, "the waiting request is refused at shutdown")
 	case <-time.After(failsafe):
 		t.Fatal("the waiting request was not answered after SIGTERM")
 	}

@@ -39,7 +39,7 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case c.duration < time.Millisecond:
-		return usageErr(fs, "-duration %v: must be at least 1ms", c.duration)
+		return usageErr(fs, "-duration %v: must be at least 1ms", typed(&c.duration))
 	case c.concurrency < 1 || c.concurrency > maxWorkers:
 		return usageErr(fs, "-concurrency %d: must be in [1, %d]", c.concurrency, maxWorkers)
 	case c.clients < 0 || c.clients > 1<<22:

@@ -259,12 +259,12 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 
 // checkDenyMaxAge refuses a -redis-deny-max-age that redisstore would refuse, or one given with
 // -redis-mode batched, which keeps no deny cache for it to bound.
-func checkDenyMaxAge(d time.Duration, mode string) error {
-	switch {
+func checkDenyMaxAge(dp *time.Duration, mode string) error {
+	switch d := *dp; {
 	case d < 0 || d > 0 && d < time.Millisecond:
-		return fmt.Errorf("-redis-deny-max-age %v: must be 0 (until the retry time) or at least 1ms", d)
+		return fmt.Errorf("-redis-deny-max-age %v: must be 0 (until the retry time) or at least 1ms", typed(dp))
 	case d > 0 && mode == "batched":
-		return fmt.Errorf("-redis-deny-max-age %v: bounds the deny cache of -redis-mode exact; batched mode decides in process and keeps none", d)
+		return fmt.Errorf("-redis-deny-max-age %v: bounds the deny cache of -redis-mode exact; batched mode decides in process and keeps none", typed(dp))
 	}
 	return nil
 }
@@ -292,9 +292,9 @@ func checkRedisOnly(set map[string]bool, redisURL string, flags ...redisFlag) er
 
 // checkRedisTimeout refuses a -redis-timeout outside the range both Redis backends take
 // (redisstore.WithTimeout, batched.WithTimeout).
-func checkRedisTimeout(d time.Duration) error {
-	if d < time.Millisecond || d > time.Minute {
-		return fmt.Errorf("-redis-timeout %v: must be in [1ms, 1m]", d)
+func checkRedisTimeout(d *time.Duration) error {
+	if *d < time.Millisecond || *d > time.Minute {
+		return fmt.Errorf("-redis-timeout %v: must be in [1ms, 1m]", typed(d))
 	}
 	return nil
 }

@@ -266,7 +266,7 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		return def, nil, fmt.Errorf("-max-keys %d: caps in-process limiters, and -redis-mode batched has no key cap", c.maxKeys)
 	}
 	if c.maxDelay < 0 || c.maxDelay > time.Minute {
-		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", c.maxDelay)
+		return def, nil, fmt.Errorf("-max-delay %v: must be in [0, 1m]", typed(&c.maxDelay))
 	}
 	if c.maxWaiting < 0 {
 		return def, nil, fmt.Errorf("-max-waiting %d: must be 0 (the default, 1024) or more", c.maxWaiting)
@@ -275,16 +275,16 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		return def, nil, fmt.Errorf("-ipv6-prefix %d: must be in [0, 128]", c.ipv6Prefix)
 	}
 	if c.shutdownTimeout <= 0 {
-		return def, nil, fmt.Errorf("-shutdown-timeout %v: must be positive, like 10s", c.shutdownTimeout)
+		return def, nil, fmt.Errorf("-shutdown-timeout %v: must be positive, like 10s", typed(&c.shutdownTimeout))
 	}
 	if c.upstreamTimeout < 0 {
-		return def, nil, fmt.Errorf("-upstream-timeout %v: must be 0 (no limit) or positive, like 60s", c.upstreamTimeout)
+		return def, nil, fmt.Errorf("-upstream-timeout %v: must be 0 (no limit) or positive, like 60s", typed(&c.upstreamTimeout))
 	}
 	if c.idleTimeout <= 0 && c.set != nil {
-		return def, nil, fmt.Errorf("-idle-timeout %v: must be positive, like 120s", c.idleTimeout)
+		return def, nil, fmt.Errorf("-idle-timeout %v: must be positive, like 120s", typed(&c.idleTimeout))
 	}
 	if c.configPoll < 0 {
-		return def, nil, fmt.Errorf("-config-poll %v: must be 0 (SIGHUP only) or positive, like 2s", c.configPoll)
+		return def, nil, fmt.Errorf("-config-poll %v: must be 0 (SIGHUP only) or positive, like 2s", typed(&c.configPoll))
 	}
 	if c.name == "" || strings.ContainsAny(c.name, " {}:\"\\") || !isPrintableASCII(c.name) || len(c.name) > 64 {
 		return def, nil, fmt.Errorf("-name %q: must be 1 to 64 printable ASCII characters without spaces, braces, quotes, backslashes or ':'", c.name)
@@ -306,10 +306,10 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if _, err := slidelimit.ParseFailureMode(c.onRedisError); err != nil {
 		return def, nil, fmt.Errorf("-on-redis-error %q: must be open, closed or local", c.onRedisError)
 	}
-	if err := checkRedisTimeout(c.redisTimeout); err != nil {
+	if err := checkRedisTimeout(&c.redisTimeout); err != nil {
 		return def, nil, err
 	}
-	if err := checkDenyMaxAge(c.denyMaxAge, c.redisMode); err != nil {
+	if err := checkDenyMaxAge(&c.denyMaxAge, c.redisMode); err != nil {
 		return def, nil, err
 	}
 	if c.fleetSize < 1 || c.fleetSize > 1<<20 {

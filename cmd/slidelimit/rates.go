@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slidelimit/slidelimit"
@@ -150,7 +151,21 @@ func (f durationFlag) Set(s string) error {
 	if f.text != nil {
 		*f.text = s
 	}
+	typedDurations.Store(f.d, s)
 	return nil
+}
+
+// typedDurations holds each duration flag's value as the command line wrote it, by the address
+// of the flag's variable, so that an error about the value quotes it as written (90s, not 1m30s).
+var typedDurations sync.Map // *time.Duration -> string
+
+// typed returns the duration flag at d as the command line wrote it, or as Go writes d where the
+// flag was not given.
+func typed(d *time.Duration) string {
+	if s, ok := typedDurations.Load(d); ok {
+		return s.(string)
+	}
+	return d.String()
 }
 
 // durationVar defines a duration flag read by parseDuration (a day unit, "add a unit" for a bare

@@ -86,12 +86,12 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	case c.config == "":
 		return usageErr(fs, "-config is required")
 	case c.reloadInterval < 0:
-		return usageErr(fs, "-reload-interval %v: must be 0 (never) or positive, like 1s", c.reloadInterval)
+		return usageErr(fs, "-reload-interval %v: must be 0 (never) or positive, like 1s", typed(&c.reloadInterval))
 	case c.shutdown <= 0:
 		// rls.Serve reads 0 as its own default: refuse it rather than log a grace not given.
-		return usageErr(fs, "-shutdown-timeout %v: must be positive, like 10s", c.shutdown)
+		return usageErr(fs, "-shutdown-timeout %v: must be positive, like 10s", typed(&c.shutdown))
 	case c.keepalive.MaxConnectionAge < 0:
-		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", c.keepalive.MaxConnectionAge)
+		return usageErr(fs, "-max-connection-age %v: must be 0 (never) or positive", typed(&c.keepalive.MaxConnectionAge))
 	case c.maxStreams < 1 || c.maxStreams > math.MaxUint32:
 		return usageErr(fs, "-max-streams %d: must be in [1, %d]", c.maxStreams, uint32(math.MaxUint32))
 	case c.maxHeaderBytes < minHeaderBytes || c.maxHeaderBytes > math.MaxUint32:
@@ -99,22 +99,22 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	case c.maxDetailed < 0 || c.maxDetailed > math.MaxInt32:
 		return usageErr(fs, "-max-detailed-series %d: must be in [0, %d]", c.maxDetailed, math.MaxInt32)
 	}
-	if err := checkRedisTimeout(c.redisTimeout); err != nil {
+	if err := checkRedisTimeout(&c.redisTimeout); err != nil {
 		// Checked here so that the flag is named (and the exit is 2) rather than blamed on the
 		// first rule of the config that needs Redis.
 		return usageErr(fs, "%v", err)
 	}
-	if err := checkDenyMaxAge(c.denyMaxAge, c.redisMode); err != nil {
+	if err := checkDenyMaxAge(&c.denyMaxAge, c.redisMode); err != nil {
 		return usageErr(fs, "%v", err)
 	}
 	// gRPC reads a keepalive of 0 as its own default, not this flag's, and a negative one as
 	// nothing sensible.
 	for _, k := range []struct {
 		flag string
-		d    time.Duration
-	}{{"-keepalive-time", c.keepalive.Time}, {"-keepalive-timeout", c.keepalive.Timeout}, {"-keepalive-min-ping-interval", c.keepalive.MinPingInterval}} {
-		if k.d <= 0 {
-			return usageErr(fs, "%s %v: must be positive", k.flag, k.d)
+		d    *time.Duration
+	}{{"-keepalive-time", &c.keepalive.Time}, {"-keepalive-timeout", &c.keepalive.Timeout}, {"-keepalive-min-ping-interval", &c.keepalive.MinPingInterval}} {
+		if *k.d <= 0 {
+			return usageErr(fs, "%s %v: must be positive", k.flag, typed(k.d))
 		}
 	}
 	if err := checkKeyCounts(c.maxKeys, c.expectedKeys); err != nil {
