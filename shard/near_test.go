@@ -98,19 +98,8 @@ func probeOnly(t *Table, h uint64) *uint64 {
 //
 //	go test ./shard -run '^$' -bench FindNear -benchtime 3000000x -count 6
 func BenchmarkFindNear(b *testing.B) {
-	const shards, keys = 256, 1 << 20
-	_, cfg := newShard(b, keys, false)
-	cfg.Shift = 8
-	ss := make([]Shard, shards)
-	for i := range ss {
-		ss[i].Init(cfg, now)
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	hs := make([]uint64, keys)
-	for i := range hs {
-		hs[i] = r.Uint64() | 1
-		ss[hs[i]>>56].Acquire(cfg, hs[i], now)
-	}
+	const keys = 1 << 20
+	ss, hs, r := filledShards(b, keys)
 	order := make([]uint32, 1<<16)
 	for i := range order {
 		order[i] = uint32(r.IntN(keys))
@@ -237,19 +226,7 @@ func TestWalkEndsShortProbes(t *testing.T) {
 func BenchmarkFindUniform(b *testing.B) {
 	for _, keys := range []int{1 << 20, 1 << 23} {
 		b.Run("keys="+strconv.Itoa(keys>>20)+"M", func(b *testing.B) {
-			const shards = 256
-			_, cfg := newShard(b, 10, false)
-			cfg.Shift = 8
-			ss := make([]Shard, shards)
-			for i := range ss {
-				ss[i].Init(cfg, now)
-			}
-			r := rand.New(rand.NewPCG(1, 2))
-			hs := make([]uint64, keys)
-			for i := range hs {
-				hs[i] = r.Uint64() | 1
-				ss[hs[i]>>56].Acquire(cfg, hs[i], now)
-			}
+			ss, hs, r := filledShards(b, keys)
 			r.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
 			for i := 0; b.Loop(); i++ {
 				h := hs[i&(keys-1)]
@@ -257,4 +234,23 @@ func BenchmarkFindUniform(b *testing.B) {
 			}
 		})
 	}
+}
+
+// filledShards returns 256 shards (a key's shard is its top 8 bits) holding keys random keys,
+// inserted as the engine inserts them, the keys in the order inserted, and the generator that
+// drew them, for the benchmark to draw on from there.
+func filledShards(b *testing.B, keys int) ([]Shard, []uint64, *rand.Rand) {
+	_, cfg := newShard(b, 10, false) // a limit of one-word cells, as the engine's default
+	cfg.Shift = 8
+	ss := make([]Shard, 256)
+	for i := range ss {
+		ss[i].Init(cfg, now)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	hs := make([]uint64, keys)
+	for i := range hs {
+		hs[i] = r.Uint64() | 1
+		ss[hs[i]>>56].Acquire(cfg, hs[i], now)
+	}
+	return ss, hs, r
 }

@@ -956,6 +956,51 @@ func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
 	}
 }
 
+// waitResult is how a request that waited under -max-delay was answered.
+type waitResult struct {
+	status     int
+	retryAfter string
+	err        error
+}
+
+// waitUnderMaxDelay sends, through c, a request that p (with -max-delay and -max-waiting 1, its
+// limit used up) makes wait for its turn, and returns once it waits: when a further request is
+// refused at once for it. The channel gets the waiting request's answer.
+func waitUnderMaxDelay(t *testing.T, p *proc, c *http.Client) <-chan waitResult {
+	t.Helper()
+	waited := make(chan waitResult, 1)
+	go func() {
+		res, err := c.Get(p.url("/"))
+		if err != nil {
+			waited <- waitResult{err: err}
+			return
+		}
+		res.Body.Close()
+		waited <- waitResult{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+	}()
+	// A further request sent before that one waits would wait in its place, until its client
+	// gives up, and that one would be refused.
+	time.Sleep(300 * time.Millisecond) // long enough for a loaded machine to have the request waiting
+	deadline := time.Now().Add(failsafe)
+	for {
+		select {
+		case res := <-waited:
+			t.Fatalf("the request that should wait was answered: %+v", res)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
+		res, err := newClient(t, true).Do(req)
+		cancel()
+		if err == nil {
+			res.Body.Close()
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request while another waits, with -max-waiting 1")
+			return waited
+		}
+		require.True(t, time.Now().Before(deadline), "the request never waited")
+	}
+}
+
 // SIGTERM refuses a request waiting under -max-delay at once, 429 with Retry-After: it held its
 // connection until -shutdown-timeout cut it, and the access log said 429 all the same.
 func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
@@ -968,42 +1013,7 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	first.Body.Close()
 	require.Equal(t, 200, first.StatusCode)
 
-	type result struct {
-		status     int
-		retryAfter string
-		err        error
-	}
-	waited := make(chan result, 1)
-	go func() {
-		res, err := c.Get(p.url("/"))
-		if err != nil {
-			waited <- result{err: err}
-			return
-		}
-		res.Body.Close()
-		waited <- result{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
-	}()
-	// The second request waits for the next unit. With -max-waiting 1, a third one is refused at
-	// once while it does (and waits itself, until its client gives up, while it does not yet).
-	time.Sleep(300 * time.Millisecond) // long enough for a loaded machine to have the second request waiting
-	deadline := time.Now().Add(failsafe)
-	for {
-		select {
-		case res := <-waited:
-			t.Fatalf("the second request was answered before SIGTERM: %+v", res)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
-		res, err := newClient(t, true).Do(req)
-		cancel()
-		if err == nil {
-			res.Body.Close()
-			require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request while another waits, with -max-waiting 1")
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the second request never waited")
-	}
+	waited := waitUnderMaxDelay(t, p, c)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case res := <-waited:
@@ -1032,37 +1042,7 @@ func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
 	c := newClient(t, true)
 	require.Equal(t, 200, do(t, c, p.url("/"), nil).status)
-	waited := make(chan string, 1)
-	go func() {
-		res, err := c.Get(p.url("/"))
-		if err != nil {
-			waited <- err.Error()
-			return
-		}
-		res.Body.Close()
-		waited <- res.Status
-	}()
-	// Wait until the second request is waiting: a third is then refused at once. (Sent before the
-	// second is, the third would wait in its place and the second be refused.)
-	time.Sleep(300 * time.Millisecond)
-	deadline := time.Now().Add(failsafe)
-	for {
-		select {
-		case status := <-waited:
-			t.Fatalf("the second request was answered before the reload: %s", status)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		req, _ := http.NewRequestWithContext(ctx, "GET", p.url("/"), nil)
-		res, err := newClient(t, true).Do(req)
-		cancel()
-		if err == nil {
-			res.Body.Close()
-			require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request while another waits, with -max-waiting 1")
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the second request never waited")
-	}
+	waited := waitUnderMaxDelay(t, p, c)
 	writeFile(t, cfg, "exempt:\n  paths: [/healthz]\nrules:\n  - name: api\n    rates: [1/1m]\n")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
@@ -1075,8 +1055,9 @@ func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a request to the reloaded rule while one waits under the old")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case status := <-waited:
-		assert.Equal(t, "429 Too Many Requests", status, "the waiting request is refused at shutdown")
+	case res := <-waited:
+		require.NoError(t, res.err)
+		assert.Equal(t, http.StatusTooManyRequests, res.status, "the waiting request is refused at shutdown")
 	case <-time.After(failsafe):
 		t.Fatal("the waiting request was not answered after SIGTERM")
 	}
