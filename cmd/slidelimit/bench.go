@@ -52,7 +52,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	case c.dist != "uniform" && c.dist != "zipf":
 		return usageErr(fs, "-dist %q: must be uniform or zipf", c.dist)
 	}
-	p, err := buildPolicy(c.policyID, c.limit, c.window)
+	p, err := buildPolicy(c.policyID, c.limit, &c.window)
 	if err != nil {
 		return usageErr(fs, "%v", err)
 	}

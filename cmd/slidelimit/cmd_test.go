@@ -32,7 +32,7 @@ func TestBuildPolicy(t *testing.T) {
 		{"gcra", 10, 500 * time.Millisecond, policy.GCRA{Rate: 20, Burst: 10}},
 		{"leaky-bucket", 30, 10 * time.Second, policy.LeakyBucket{Rate: 3, Capacity: 30}},
 	} {
-		got, err := buildPolicy(tc.id, tc.limit, tc.window)
+		got, err := buildPolicy(tc.id, tc.limit, &tc.window)
 		require.NoError(t, err, tc.id)
 		assert.Equal(t, tc.want, got, tc.id)
 	}
@@ -51,7 +51,7 @@ func TestBuildPolicy(t *testing.T) {
 		{"token-bucket", 1, 2 * time.Second, "is 0.500/s"},
 		{"dual-bucket", 1, time.Second, `-policy "dual-bucket": unknown policy`},
 	} {
-		_, err := buildPolicy(tc.id, tc.limit, tc.window)
+		_, err := buildPolicy(tc.id, tc.limit, &tc.window)
 		assert.ErrorContains(t, err, tc.want, "%s %d %v", tc.id, tc.limit, tc.window)
 	}
 }

@@ -213,17 +213,18 @@ var policyIDs = []string{"sliding-counter", "fixed-window", "sliding-log", "toke
 // window directly; the buckets take limit as their burst (or capacity) and refill it over one
 // window, which must then come to a whole number of units per second. It returns an error naming
 // the flag and the value.
-func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, error) {
+func buildPolicy(id string, limit int64, windowFlag *time.Duration) (policy.Policy, error) {
+	window, text := *windowFlag, typed(windowFlag)
 	if limit < 1 || limit > policy.MaxLimit {
 		return nil, fmt.Errorf("-limit %d: must be in [1, %d]", limit, int64(policy.MaxLimit))
 	}
 	if window < time.Millisecond || window%time.Millisecond != 0 || window > policy.MaxWindow {
-		return nil, fmt.Errorf("-window %v: must be a whole number of milliseconds in [1ms, %v]", window, policy.MaxWindow)
+		return nil, fmt.Errorf("-window %v: must be a whole number of milliseconds in [1ms, %v]", text, policy.MaxWindow)
 	}
 	perSecond := func() (int64, error) {
 		ms := window.Milliseconds()
 		if limit*1000%ms != 0 || limit*1000/ms < 1 {
-			return 0, fmt.Errorf("-policy %s refills -limit units every -window, which must come to a whole number per second: -limit %d -window %v is %.3f/s", id, limit, window, float64(limit)/window.Seconds())
+			return 0, fmt.Errorf("-policy %s refills -limit units every -window, which must come to a whole number per second: -limit %d -window %v is %.3f/s", id, limit, text, float64(limit)/window.Seconds())
 		}
 		return limit * 1000 / ms, nil
 	}
@@ -252,7 +253,7 @@ func buildPolicy(id string, limit int64, window time.Duration) (policy.Policy, e
 		return nil, fmt.Errorf("-policy %q: unknown policy; one of %s", id, strings.Join(policyIDs, ", "))
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("-policy %s -limit %d -window %v: %v", id, limit, window, err)
+		return nil, fmt.Errorf("-policy %s -limit %d -window %v: %v", id, limit, text, err)
 	}
 	return p, nil
 }
