@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,13 +12,7 @@ import (
 )
 
 // aligned returns a 16-byte aligned two-word cell.
-func aligned() *uint64 {
-	buf := make([]uint64, 3)
-	if uintptr(unsafe.Pointer(&buf[0]))&15 != 0 {
-		return &buf[1]
-	}
-	return &buf[0]
-}
+func aligned() *uint64 { return alignedCell() }
 
 func TestCompareAndSwapPair(t *testing.T) {
 	c := aligned()

@@ -179,6 +179,8 @@ func (c *slidingLog) PeekFresh(now int64) (policy.Result, policy.Probe) {
 	return c.p.Peek(rules.SlidingLogState{}, now)
 }
 
+var _ CostPeeker = (*slidingLog)(nil) // its cell is a handle to the ring: see CostPeeker
+
 // PeekCost reads the log under its lock, as Peek does (see CostPeeker).
 func (c *slidingLog) PeekCost(cell *uint64, now, cost int64) (policy.Result, Status) {
 	e, st := c.lock(cell)

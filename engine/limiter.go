@@ -74,14 +74,16 @@ func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.h
 func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 
 // PeekN is Peek for a request of n units: its Allowed, RetryAfter and Reason are what Take(key,
-// n) would get now, with no other traffic, and its Remaining and ResetAt, as Peek's, describe the
-// key's state as it stands. It consumes nothing and creates no key; Counted is 0. A negative n is
+// n) would get now, with no other traffic, from the key's state, and its Remaining and ResetAt, as
+// Peek's, describe that state as it stands. It consumes nothing and creates no key; Counted is 0.
+// As with Peek, a key not tracked reports a new key's state, also at the key cap (WithMaxKeys),
+// where Take might instead be refused with ReasonKeyCap: whether it finds room is known only by
+// trying. It judges against the policy's limit, not a per-key one (TakeWithLimit). A negative n is
 // refused with ReasonNegativeCost, as Take refuses it, and a cost the policy refuses before any
-// lookup (GCRA's above its burst) with ReasonCostAboveLimit and nothing of the key's state; PeekN(key,
-// 1) is Peek(key). A request of n units waits longer than one of a unit, for every policy but by
-// each policy's own rule, so a caller that shows a client when to retry a request of n units asks
-// PeekN rather than Peek. Safe for concurrent use, as Peek is; for n other than 1 it makes one
-// small allocation.
+// lookup (GCRA's above its burst) with ReasonCostAboveLimit and nothing of the key's state;
+// PeekN(key, 1) is Peek(key). The wait for n units is not, in general, a unit's wait times n, so a
+// caller that shows a client when to retry a request of n units asks PeekN rather than Peek. Safe
+// for concurrent use, as Peek is; it makes at most one small allocation.
 func (l *Limiter) PeekN(key string, n int64) Decision { return l.peekN(l.hashString(key), n) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys

@@ -377,12 +377,47 @@ func TestRetryAfterOfLimitNotAskedIsForTheCost(t *testing.T) {
 	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=2`, r.rateLimit)
 	assert.Equal(t, int64(3), bucket.Peek("k").Remaining, "the bucket was not asked: nothing taken")
 
+	// A Limiter of the caller's own with a method PeekN is read the same way.
+	mw.Limits[0].Limiter = costPeeker{bucket, false}
+	ts = serve(t, mw.Wrap(ok))
+	r = get(t, ts.Client(), ts.URL, nil)
+	require.Equal(t, 429, r.status)
+	assert.Equal(t, "2", r.retryAfter)
+	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=2`, r.rateLimit)
+
+	// One whose PeekN refuses the cost without judging the key (as GCRA refuses a cost above its
+	// burst) adds no wait: it is shown as it stands for a unit, with its reset time.
+	mw.Limits[0].Limiter = costPeeker{bucket, true}
+	ts = serve(t, mw.Wrap(ok))
+	r = get(t, ts.Client(), ts.URL, nil)
+	require.Equal(t, 429, r.status)
+	assert.Equal(t, "1", r.retryAfter)
+	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=7`, r.rateLimit)
+
 	// A Limiter with only Peek is read for one unit, as before: its unit is there now.
 	mw.Limits[0].Limiter = unitPeeker{bucket}
 	ts = serve(t, mw.Wrap(ok))
 	r = get(t, ts.Client(), ts.URL, nil)
 	require.Equal(t, 429, r.status)
 	assert.Equal(t, "1", r.retryAfter)
+}
+
+// costPeeker is an engine behind Take and PeekN alone; blind makes its PeekN refuse any cost
+// above 1 without reading the key, as a cost above what a policy can ever admit is refused.
+type costPeeker struct {
+	l     *engine.Limiter
+	blind bool
+}
+
+func (c costPeeker) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return c.l.Take(key, n), nil
+}
+
+func (c costPeeker) PeekN(key string, n int64) engine.Decision {
+	if c.blind && n > 1 {
+		return engine.Decision{Limit: 10, Reason: engine.ReasonCostAboveLimit}
+	}
+	return c.l.PeekN(key, n)
 }
 
 // unitPeeker is an engine behind Take and Peek alone, as a Limiter of the caller's own might be.

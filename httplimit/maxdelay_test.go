@@ -60,7 +60,7 @@ func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
 		return done
 	}
 	first := serve()
-	for h.(*handler).waiting.Now() != 1 {
+	for h.(*handler).waiting.Len() != 1 {
 		select {
 		case w := <-first:
 			t.Fatalf("the request was answered %d without waiting", w.Code)
@@ -78,8 +78,8 @@ func TestStopWaitingRefusesTheWaitingRequests(t *testing.T) {
 			t.Fatalf("request %d still waits 10s after StopWaiting was closed", i)
 		}
 	}
-	if served.Load() != 0 || h.(*handler).waiting.Now() != 0 {
-		t.Errorf("%d requests served, %d still counted as waiting; want 0 and 0", served.Load(), h.(*handler).waiting.Now())
+	if served.Load() != 0 || h.(*handler).waiting.Len() != 0 {
+		t.Errorf("%d requests served, %d still counted as waiting; want 0 and 0", served.Load(), h.(*handler).waiting.Len())
 	}
 }
 
@@ -146,8 +146,15 @@ func TestSharedWaitingBoundsEveryMiddleware(t *testing.T) {
 			return done
 		}
 		first := serve(old)
-		for old.(*handler).waiting.Now() != 1 {
-			time.Sleep(time.Millisecond)
+		deadline := time.After(10 * time.Second)
+		for old.(*handler).waiting.Len() != 1 {
+			select {
+			case code := <-first:
+				t.Fatalf("the first request was answered %d without waiting", code)
+			case <-deadline:
+				t.Fatal("the first request never waited")
+			case <-time.After(time.Millisecond):
+			}
 		}
 		second := serve(replaced)
 		select {
@@ -162,8 +169,8 @@ func TestSharedWaitingBoundsEveryMiddleware(t *testing.T) {
 				t.Errorf("shared: the second middleware's request waits while the first one's does, past MaxWaiting 1")
 			}
 		}
-		if shared && w.Now() != 1 {
-			t.Errorf("shared: Waiting.Now() = %d, want 1", w.Now())
+		if shared && w.Len() != 1 {
+			t.Errorf("shared: Waiting.Len() = %d, want 1", w.Len())
 		}
 		close(stop)
 		<-first

@@ -468,8 +468,9 @@ func (e *limitEntry) standing(key string, cost int64) (engine.Decision, bool) {
 	n := max(cost, 1)
 	d := e.peek(key, n)
 	if n > 1 && !d.QuotaKnown() && d.Reason != engine.ReasonClosed {
-		// Refused for its cost before the key was read (above what GCRA can ever admit): no
-		// wait helps, and the state is read for a unit instead.
+		// Refused without the key being read (for a cost above what the policy can ever
+		// admit, say): no wait is known to help, and the state is read for a unit instead, so
+		// that the limit is still shown as it stands.
 		u := e.peek(key, 1)
 		u.Allowed, u.RetryAfter, u.Reason = false, 0, d.Reason
 		d = u
@@ -989,9 +990,9 @@ const DefaultMaxWaiting = 1024
 // Safe for concurrent use: the middlewares sharing it update it with atomic operations.
 type Waiting struct{ n atomic.Int64 }
 
-// Now returns how many requests are waiting. Safe for concurrent use; it may lag waits that are
+// Len returns how many requests are waiting. Safe for concurrent use; it may lag waits that are
 // starting or ending.
-func (w *Waiting) Now() int64 { return w.n.Load() }
+func (w *Waiting) Len() int64 { return w.n.Load() }
 
 // startWaiting takes a place among the requests waiting under maxDelay, if one is free; the
 // caller gives it back when its wait ends.

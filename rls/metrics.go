@@ -20,7 +20,7 @@ type metrics struct {
 
 	// detailed holds the series made for detailed_metric descriptors' request values, at most
 	// maxDetailed of them, by domain and descriptor label.
-	detailedMu  sync.Mutex
+	detailedMu  sync.RWMutex
 	detailed    map[[2]string]*series
 	maxDetailed int
 }
@@ -92,15 +92,21 @@ func (m *metrics) seriesFor(domain, descriptor string) *series {
 // otherwise add four series, held and written on every scrape for the life of the process.
 func (m *metrics) detailedFor(domain, descriptor string) *series {
 	k := [2]string{domain, descriptor}
+	m.detailedMu.RLock()
+	sr, ok := m.detailed[k]
+	m.detailedMu.RUnlock()
+	if ok {
+		return sr
+	}
 	m.detailedMu.Lock()
 	defer m.detailedMu.Unlock()
-	if sr, ok := m.detailed[k]; ok {
+	if sr, ok := m.detailed[k]; ok { // made by a racing call
 		return sr
 	}
 	if len(m.detailed) >= m.maxDetailed {
 		return nil
 	}
-	sr := m.seriesFor(domain, descriptor)
+	sr = m.seriesFor(domain, descriptor)
 	m.detailed[k] = sr
 	return sr
 }

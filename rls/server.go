@@ -159,7 +159,7 @@ const DefaultMaxDetailedSeries = 10000
 // and the values are the client's, so without a cap a client sending distinct values would grow
 // the metrics without bound. Once n exist, the hits of a value not seen before are counted under
 // its descriptor's config path, as a descriptor without detailed_metric is, and the Server logs
-// one line saying so. A negative n is an error. The Option it returns holds only n and may be
+// one line saying so (none for n = 0, which asks for that). A negative n is an error. The Option it returns holds only n and may be
 // passed to any number of NewServer calls, concurrently too.
 func WithMaxDetailedSeries(n int) Option {
 	return func(s *Server) error {
@@ -780,7 +780,7 @@ func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescrip
 		// ShouldRateLimit in the same process may pass any bytes.
 		if dm := s.metrics.detailedFor(domain, strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD")); dm != nil {
 			m = dm
-		} else if s.detailedFull.CompareAndSwap(false, true) {
+		} else if s.metrics.maxDetailed > 0 && s.detailedFull.CompareAndSwap(false, true) {
 			s.logger.Printf("detailed_metric: %d series of request values reached (the most there may be); values not seen before are counted under their descriptor's config path from now on", s.metrics.maxDetailed)
 		}
 	}

@@ -485,6 +485,7 @@ func TestDetailedMetricCap(t *testing.T) {
 	m = scrape(t, none.srv)
 	require.NotContains(t, m, "detailed_v1")
 	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed",domain="basic"} 1`)
+	require.NotContains(t, none.log.String(), "detailed_metric:", "a cap of 0 is asked for: nothing to warn of")
 
 	_, err := rls.NewServer(loadGood(t), rls.WithMaxDetailedSeries(-1))
 	require.ErrorContains(t, err, "WithMaxDetailedSeries(-1)")
