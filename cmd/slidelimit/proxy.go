@@ -42,7 +42,6 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
 	"github.com/slidelimit/slidelimit/internal/forwarded"
-	"github.com/slidelimit/slidelimit/internal/rules"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/batched"
@@ -1151,7 +1150,7 @@ func (px *proxy) limitFor(rs ruleSpec, r rate, several bool) (*builtLimit, error
 	}
 	b := &builtLimit{sig: sig, quota: httplimit.Quota{Name: name, Limit: r.limit, Window: r.window}}
 	b.rule.Store(&rs.name)
-	sc := &scaled{k: k, rate: rules.BucketRate(p)}
+	sc := &scaled{k: k}
 	sc.onTake = func(d time.Duration) { px.m.latency.WithLabelValues(*b.rule.Load()).Observe(d.Seconds()) }
 	if px.redis == nil {
 		// Only here (-expected-keys is refused with -redis): the -on-redis-error local fallback

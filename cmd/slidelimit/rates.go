@@ -283,7 +283,6 @@ func fleetShare(limit int64, fleet int) int64 {
 type scaled struct {
 	lim    slidelimit.Limiter
 	k      int64
-	rate   int64           // a bucket's refill (or drain) in units a second, for Peek; 0 for the others
 	eng    *engine.Limiter // the engine, when lim is one: for refunds
 	onTake func(time.Duration)
 }
@@ -321,25 +320,25 @@ func (s refundable) Refund(_ context.Context, key string, n int64, d slidelimit.
 	return s.eng.Refund(key, n*s.k, d) / s.k, nil
 }
 
-// Peek shows the limit as it stands for key, counting nothing, in whole requests. The engine's
-// Peek answers for one of its units, 1/k of a request: where the bucket holds less than a whole
-// request, Peek refuses, with the time the bucket takes to refill (or drain) the units missing.
-// That wait is an upper bound by less than a millisecond a unit: the bucket may have part of its
-// next unit already.
-func (s peekable) Peek(key string) slidelimit.Decision {
-	d := s.eng.Peek(key)
-	units := max(d.Remaining, 0)
+// PeekN shows the limit as it stands for key, counting nothing, in whole requests: what n requests
+// would get, n*k of the engine's units, so that a bucket holding less than k units refuses a
+// request with the exact wait for the units missing (the engine's PeekN, by its policy's rule).
+func (s peekable) PeekN(key string, n int64) slidelimit.Decision {
+	units := n
+	if n > 0 {
+		units = n * s.k
+		if n > math.MaxInt64/s.k {
+			units = math.MaxInt64
+		}
+	}
+	d := s.eng.PeekN(key, units)
 	d.Limit /= s.k
 	d.Remaining /= s.k
-	if s.k > 1 && s.rate > 0 && d.Remaining == 0 && d.Reason.QuotaKnown() {
-		// The units still missing: beside those held, or after the one d.RetryAfter waits for
-		// (0 when a unit is held).
-		missing := s.k - max(units, 1)
-		d.RetryAfter += time.Duration((missing*1000+s.rate-1)/s.rate) * time.Millisecond
-		d.Allowed, d.Reason = false, slidelimit.ReasonLimited
-	}
 	return d
 }
+
+// Peek is PeekN for one request.
+func (s peekable) Peek(key string) slidelimit.Decision { return s.PeekN(key, 1) }
 
 // canRefund reports whether the engine's Refund gives units back for p (see engine.All).
 func canRefund(p policy.Policy) bool {
