@@ -305,8 +305,8 @@ func (s *scaled) Take(ctx context.Context, key string, n int64) (slidelimit.Deci
 	return d, err
 }
 
-// peekable adds the Peek method through which httplimit lists, in RateLimit and Retry-After, an
-// in-process limit that was not asked. The engine peeks for every policy, the sliding log's
+// peekable adds the PeekN (and Peek) method through which httplimit lists, in RateLimit and
+// Retry-After, an in-process limit that was not asked. The engine peeks for every policy, the sliding log's
 // included, though it cannot give units back.
 type peekable struct{ *scaled }
 
