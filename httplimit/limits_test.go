@@ -366,40 +366,34 @@ func TestRetryAfterOfLimitNotAskedIsForTheCost(t *testing.T) {
 	require.True(t, bucket.AllowN("k", 7))
 	mw := &httplimit.Middleware{
 		Limiter: httplimit.Local(window), Quota: httplimit.Quota{Name: "window"}, Now: nowOf(clk),
-		Limits:  []httplimit.Limit{{Limiter: httplimit.Local(bucket), Quota: httplimit.Quota{Name: "bucket"}}},
+		Limits:  []httplimit.Limit{{Quota: httplimit.Quota{Name: "bucket"}}},
 		KeyFunc: func(*http.Request) string { return "k" },
 		Cost:    func(*http.Request) int64 { return 5 },
 	}
-	ts := serve(t, mw.Wrap(ok))
-	r := get(t, ts.Client(), ts.URL, nil)
-	require.Equal(t, 429, r.status)
-	assert.Equal(t, "2", r.retryAfter, "the bucket's 5 tokens are there 2 s on, the window's 1 s")
-	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=2`, r.rateLimit)
-	assert.Equal(t, int64(3), bucket.Peek("k").Remaining, "the bucket was not asked: nothing taken")
-
-	// A Limiter of the caller's own with a method PeekN is read the same way.
-	mw.Limits[0].Limiter = costPeeker{bucket, false}
-	ts = serve(t, mw.Wrap(ok))
-	r = get(t, ts.Client(), ts.URL, nil)
-	require.Equal(t, 429, r.status)
-	assert.Equal(t, "2", r.retryAfter)
-	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=2`, r.rateLimit)
-
-	// One whose PeekN refuses the cost without judging the key (as GCRA refuses a cost above its
-	// burst) adds no wait: it is shown as it stands for a unit, with its reset time.
-	mw.Limits[0].Limiter = costPeeker{bucket, true}
-	ts = serve(t, mw.Wrap(ok))
-	r = get(t, ts.Client(), ts.URL, nil)
-	require.Equal(t, 429, r.status)
-	assert.Equal(t, "1", r.retryAfter)
-	assert.Equal(t, `"window";r=0;t=1, "bucket";r=3;t=7`, r.rateLimit)
-
-	// A Limiter with only Peek is read for one unit, as before: its unit is there now.
-	mw.Limits[0].Limiter = unitPeeker{bucket}
-	ts = serve(t, mw.Wrap(ok))
-	r = get(t, ts.Client(), ts.URL, nil)
-	require.Equal(t, 429, r.status)
-	assert.Equal(t, "1", r.retryAfter)
+	for _, c := range []struct {
+		name       string
+		bucket     httplimit.Limiter
+		retryAfter string
+		rateLimit  string
+	}{
+		// The bucket's 5 tokens are there 2 s on, the window's 1 s.
+		{"engine", httplimit.Local(bucket), "2", `"window";r=0;t=1, "bucket";r=3;t=2`},
+		// A Limiter of the caller's own with a method PeekN is read the same way.
+		{"own PeekN", costPeeker{bucket, false}, "2", `"window";r=0;t=1, "bucket";r=3;t=2`},
+		// One whose PeekN refuses the cost without judging the key (as GCRA refuses a cost above
+		// its burst) adds no wait: it is shown as it stands for a unit, with its reset time.
+		{"PeekN refusing blind", costPeeker{bucket, true}, "1", `"window";r=0;t=1, "bucket";r=3;t=7`},
+		// A Limiter with only Peek is read for one unit, as before: its unit is there now.
+		{"Peek only", unitPeeker{bucket}, "1", `"window";r=0;t=1, "bucket";r=3;t=7`},
+	} {
+		mw.Limits[0].Limiter = c.bucket
+		ts := serve(t, mw.Wrap(ok))
+		r := get(t, ts.Client(), ts.URL, nil)
+		require.Equal(t, 429, r.status, c.name)
+		assert.Equal(t, c.retryAfter, r.retryAfter, c.name)
+		assert.Equal(t, c.rateLimit, r.rateLimit, c.name)
+		assert.Equal(t, int64(3), bucket.Peek("k").Remaining, "%s: the bucket was not asked: nothing taken", c.name)
+	}
 }
 
 // costPeeker is an engine behind Take and PeekN alone; blind makes its PeekN refuse any cost
