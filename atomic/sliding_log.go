@@ -161,12 +161,18 @@ func (c *slidingLog) Admit(cell *uint64, now, cost int64) (bool, Status) {
 }
 
 func (c *slidingLog) Peek(cell *uint64, now int64) (policy.Result, policy.Probe, Status) {
+	return c.peek(cell, now, 1)
+}
+
+// peek is Peek and PeekCost: it reads the log under its lock, at the log's floor, and gives the
+// wait from now.
+func (c *slidingLog) peek(cell *uint64, now, cost int64) (policy.Result, policy.Probe, Status) {
 	e, st := c.lock(cell)
 	if st != OK {
 		return policy.Result{}, policy.Probe{}, st
 	}
 	at := max(now, e.floor)
-	r, pr := c.p.Peek(e.s, at)
+	r, pr := c.p.PeekCost(e.s, at, cost)
 	e.mu.Unlock()
 	if r.RetryAfterMs > 0 {
 		r.RetryAfterMs += at - now
@@ -183,17 +189,8 @@ var _ CostPeeker = (*slidingLog)(nil) // its cell is a handle to the ring: see C
 
 // PeekCost reads the log under its lock, as Peek does (see CostPeeker).
 func (c *slidingLog) PeekCost(cell *uint64, now, cost int64) (policy.Result, Status) {
-	e, st := c.lock(cell)
-	if st != OK {
-		return policy.Result{}, st
-	}
-	at := max(now, e.floor)
-	r, _ := c.p.PeekCost(e.s, at, cost)
-	e.mu.Unlock()
-	if r.RetryAfterMs > 0 {
-		r.RetryAfterMs += at - now
-	}
-	return r, OK
+	r, _, st := c.peek(cell, now, cost)
+	return r, st
 }
 
 // PeekFreshCost reads an empty log without allocating one, as PeekFresh does.

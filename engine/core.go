@@ -701,17 +701,9 @@ func (l *Limiter) countEviction(c *shard.Candidate, now int64) {
 	}
 }
 
-func (l *Limiter) peek(h uint64) Decision {
-	if l.closed.Load() {
-		return l.refuse(ReasonClosed)
-	}
-	r, _, _ := l.look(h)
-	d := l.decision(r, 1)
-	d.Counted = 0 // a peek counts nothing
-	return d
-}
-
-func (l *Limiter) peekN(h uint64, n int64) Decision {
+// peek is Peek (n = 1) and PeekN. maxCost is at least 1, so a unit's peek is never refused for
+// its cost.
+func (l *Limiter) peek(h uint64, n int64) Decision {
 	switch {
 	case l.closed.Load():
 		return l.refuse(ReasonClosed)
@@ -719,58 +711,58 @@ func (l *Limiter) peekN(h uint64, n int64) Decision {
 		return l.refuse(ReasonNegativeCost)
 	case n > l.maxCost:
 		return l.refuse(ReasonCostAboveLimit) // as take refuses it: before any lookup
-	case n == 1:
-		return l.peek(h)
 	}
-	h = nonzero(h)
-	now := l.now()
-	sh := l.shardOf(h, now)
-	for {
-		var r policy.Result
-		st := atomic.OK
-		if c := sh.Table().Find(h); c == nil {
-			r = atomic.PeekFreshCost(l.codec, now, n)
-		} else if r, st = atomic.PeekCost(l.codec, c, now, n); st == atomic.IsDead {
-			r, st = atomic.PeekFreshCost(l.codec, now, n), atomic.OK
-		}
-		if st == atomic.OK {
-			d := l.decision(r, n)
-			d.Counted = 0 // a peek counts nothing
-			return d
-		}
-		sh.Wait()
-	}
+	r, _, _ := l.look(h, n)
+	d := l.decision(r, n)
+	d.Counted = 0 // a peek counts nothing
+	return d
 }
 
 func (l *Limiter) inspect(h uint64) (policy.Probe, bool) {
 	if l.closed.Load() {
 		return policy.Probe{}, false // as Peek refuses: a closed limiter reads and sweeps nothing
 	}
-	_, pr, tracked := l.look(h)
+	_, pr, tracked := l.look(h, 1)
 	return pr, tracked
 }
 
-// look reads h's state at the current time, writing nothing.
-func (l *Limiter) look(h uint64) (policy.Result, policy.Probe, bool) {
+// look reads h's state at the current time, writing nothing: what a request of cost units would
+// get, and, for a unit, the probe values (a request of another cost reports none).
+func (l *Limiter) look(h uint64, cost int64) (policy.Result, policy.Probe, bool) {
 	h = nonzero(h)
 	now := l.now()
 	sh := l.shardOf(h, now)
 	for {
 		c := sh.Table().Find(h)
 		if c == nil {
-			r, pr := l.codec.PeekFresh(now)
+			r, pr := l.peekFresh(now, cost)
 			return r, pr, false
 		}
-		r, pr, st := l.codec.Peek(c, now)
+		var r policy.Result
+		var pr policy.Probe
+		var st atomic.Status
+		if cost == 1 {
+			r, pr, st = l.codec.Peek(c, now)
+		} else {
+			r, st = atomic.PeekCost(l.codec, c, now, cost)
+		}
 		switch st {
 		case atomic.OK:
 			return r, pr, true
 		case atomic.IsDead:
-			r, pr := l.codec.PeekFresh(now)
+			r, pr := l.peekFresh(now, cost)
 			return r, pr, false
 		}
 		sh.Wait()
 	}
+}
+
+// peekFresh is look for a key not tracked.
+func (l *Limiter) peekFresh(now, cost int64) (policy.Result, policy.Probe) {
+	if cost == 1 {
+		return l.codec.PeekFresh(now)
+	}
+	return atomic.PeekFreshCost(l.codec, now, cost), policy.Probe{}
 }
 
 // Len returns the number of keys tracked: live keys with eviction on, every key ever seen with

@@ -71,7 +71,7 @@ func (l *Limiter) Take(key string, n int64) Decision { return l.takeDecision(l.h
 // ReasonKeyCap, is known only by trying, since making room may reclaim or evict other keys. Safe
 // for concurrent use: it reads the key's state as one snapshot, which concurrent decisions for the
 // key may have changed by the time it returns.
-func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
+func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key), 1) }
 
 // PeekN is Peek for a request of n units: its Allowed, RetryAfter and Reason are what Take(key,
 // n) would get now, with no other traffic, from the key's state, and its Remaining and ResetAt, as
@@ -84,7 +84,7 @@ func (l *Limiter) Peek(key string) Decision { return l.peek(l.hashString(key)) }
 // PeekN(key, 1) is Peek(key). The wait for n units is not, in general, a unit's wait times n, so a
 // caller that shows a client when to retry a request of n units asks PeekN rather than Peek. Safe
 // for concurrent use, as Peek is; it makes at most one small allocation.
-func (l *Limiter) PeekN(key string, n int64) Decision { return l.peekN(l.hashString(key), n) }
+func (l *Limiter) PeekN(key string, n int64) Decision { return l.peek(l.hashString(key), n) }
 
 // AllowKey is Allow for an integer key (the caller's own id or hash), with n units. Integer keys
 // are remixed under the limiter's seed by a keyed bijection, so small integers still spread over
@@ -96,7 +96,7 @@ func (l *Limiter) AllowKey(k uint64, n int64) bool { return l.admit(l.hashKey(k)
 func (l *Limiter) TakeKey(k uint64, n int64) Decision { return l.takeDecision(l.hashKey(k), n) }
 
 // PeekKey is Peek for an integer key. Safe for concurrent use, as Peek is.
-func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k)) }
+func (l *Limiter) PeekKey(k uint64) Decision { return l.peek(l.hashKey(k), 1) }
 
 // Inspect reports the policy's probe values for key at the limiter's current time (the estimate
 // for the sliding counter; see policy.Probe), and whether the key is tracked. An untracked key

@@ -196,27 +196,21 @@ func (p SlidingLog) resetAt(s *SlidingLogState, now int64) int64 {
 // Peek expires a copy of s at now and reports what a unit request would get, changing nothing
 // (the ring is only read). Probe.Count is the units in the window (countOf).
 func (p SlidingLog) Peek(s SlidingLogState, now int64) (policy.Result, policy.Probe) {
-	p.Expire(&s, now)
-	n := int64(s.count)
-	r := policy.Result{Allowed: n < p.Limit, Limit: p.Limit, Remaining: p.Limit - n, ResetAtMs: p.resetAt(&s, now)}
-	if !r.Allowed {
-		r.RetryAfterMs = s.at(0) + p.WindowMs() - now
-	}
-	return r, policy.Probe{Count: n}
+	return p.PeekCost(s, now, 1)
 }
 
 // PeekCost is Peek for a request of cost units (cost >= 0): Allowed and RetryAfterMs are what
-// Take would return for it at now, and the rest is Peek's. Like Peek it expires a copy of s and
-// writes nothing that s shares (its ring).
+// Take would return for it at now; Remaining and ResetAtMs describe the window as it stands.
+// Like Peek it expires a copy of s and writes nothing that s shares (its ring).
 func (p SlidingLog) PeekCost(s SlidingLogState, now, cost int64) (policy.Result, policy.Probe) {
-	r, pr := p.Peek(s, now)
 	p.Expire(&s, now)
-	free := p.Limit - int64(s.count)
-	r.Allowed, r.RetryAfterMs = cost <= free, 0
+	n := int64(s.count)
+	free := p.Limit - n
+	r := policy.Result{Allowed: cost <= free, Limit: p.Limit, Remaining: free, ResetAtMs: p.resetAt(&s, now)}
 	if !r.Allowed && cost <= p.Limit {
 		r.RetryAfterMs = s.at(int(cost-free-1)) + p.WindowMs() - now
 	}
-	return r, pr
+	return r, policy.Probe{Count: n}
 }
 
 // Dead reports whether s, at now, is indistinguishable from a new key's state: every entry has
