@@ -44,8 +44,10 @@ type Listener struct {
 	// short message to the peer, but must not keep the connection. A connection refused because
 	// the Limiter failed under FailClosed is passed too, after OnError, with the Decision that
 	// came with the error and its Allowed set to false (its other fields, Reason included, are as
-	// the Limiter returned them). It runs on the goroutine that called Accept
-	// (on several at once if Accept is called from several), which it holds up. nil means none.
+	// the Limiter returned them). Under Shadow it is called for each connection that would have
+	// been refused, which Accept then returns (so it must write nothing to the peer there). It runs
+	// on the goroutine that called Accept (on several at once if Accept is called from several),
+	// which it holds up. nil means none.
 	OnRefused func(c net.Conn, d engine.Decision)
 
 	// OnError observes every error from the Limiter. The connection is then accepted (fail open)
@@ -55,6 +57,16 @@ type Listener struct {
 
 	// ErrorMode is what happens to a connection when the Limiter fails (default FailOpen).
 	ErrorMode ErrorMode
+
+	// Skip, when it returns true for a new connection, admits it without asking the Limiter, so
+	// that it is neither counted nor refused (a peer in an exempt range, say), as Middleware.Skip
+	// does for requests. It runs on the goroutine that called Accept. nil means none.
+	Skip func(c net.Conn) bool
+
+	// Shadow makes the Listener decide and count every connection as usual, OnRefused included,
+	// but keep each one it would have refused, as Middleware.Shadow does for requests: a way to
+	// see what a limit would do before enforcing it.
+	Shadow bool
 }
 
 // Validate reports a configuration Accept cannot serve: a nil Listener to wrap, a nil Limiter
@@ -113,6 +125,9 @@ func (l *Listener) Addr() net.Addr {
 }
 
 func (l *Listener) admit(c net.Conn) bool {
+	if l.Skip != nil && l.Skip(c) {
+		return true
+	}
 	var key string
 	if l.Key != nil {
 		key = l.Key(c)
@@ -135,7 +150,7 @@ func (l *Listener) admit(c net.Conn) bool {
 	if !d.Allowed && l.OnRefused != nil {
 		l.OnRefused(c, d)
 	}
-	return d.Allowed
+	return d.Allowed || l.Shadow
 }
 
 func (l *Listener) peerKey(a net.Addr) string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,4 +210,72 @@ func TestListenerValidate(t *testing.T) {
 	assert.EqualError(t, err, "httplimit: Listener.Listener is nil: set the net.Listener to wrap")
 	assert.NotNil(t, ln.Addr())
 	assert.NoError(t, ln.Close())
+}
+
+// Skip admits a connection without asking the Limiter (nothing counted), and Shadow keeps every
+// connection while deciding and reporting them as usual: with a limit of 1, three connections
+// from one peer are all accepted, and the Limiter counted only those not skipped.
+func TestListenerSkipAndShadow(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		skip, shadow   bool
+		accepted, seen int // connections Accept returned; refusals OnRefused saw
+		counted        int64
+	}{
+		{"enforcing", false, false, 1, 2, 1},
+		{"skip", true, false, 3, 0, 0},
+		{"shadow", false, true, 3, 2, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lim, _ := newEngine(t, 1, time.Minute, w0)
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			var seen atomic.Int64
+			ln := &httplimit.Listener{
+				Listener: inner, Limiter: httplimit.Local(lim), Shadow: c.shadow,
+				OnRefused: func(net.Conn, engine.Decision) { seen.Add(1) },
+			}
+			if c.skip {
+				ln.Skip = func(net.Conn) bool { return true }
+			}
+			accepted := make(chan net.Conn, 3)
+			go func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						close(accepted)
+						return
+					}
+					accepted <- conn
+				}
+			}()
+			for range 3 {
+				conn, err := net.Dial("tcp", inner.Addr().String())
+				require.NoError(t, err)
+				defer conn.Close()
+			}
+			// Accept decides the three in turn: wait for all of them, accepted or refused.
+			got := 0
+			deadline := time.After(10 * time.Second)
+			for got+int(seen.Load()) < 3 || got < c.accepted {
+				select {
+				case conn := <-accepted:
+					conn.Close()
+					got++
+				case <-deadline:
+					t.Fatalf("Accept returned %d connections and refused %d, want %d and %d", got, seen.Load(), c.accepted, c.seen)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			require.NoError(t, ln.Close())
+			for conn := range accepted { // none beyond those wanted
+				conn.Close()
+				got++
+			}
+			assert.Equal(t, c.accepted, got)
+			assert.Equal(t, int64(c.seen), seen.Load())
+			p := lim.Peek("ip:127.0.0.1")
+			assert.Equal(t, 1-c.counted, p.Remaining, "units counted")
+		})
+	}
 }

@@ -799,10 +799,11 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 			return nil, fmt.Errorf("-conn-limit with -policy %s: %w", c.policyID, err)
 		}
 		px.closers = append(px.closers, func() { connLim.Close() })
-		gate := &connGate{px: px, lim: &scaled{lim: connLim.AsLimiter(), k: k}, peer: httplimit.ClientIP{IPv6Prefix: ip.IPv6Prefix}}
+		conns := &scaled{lim: connLim.AsLimiter(), k: k}
 		px.wrapLn = func(l net.Listener) net.Listener {
 			return &httplimit.Listener{
-				Listener: l, Limiter: gate, Key: gate.key,
+				Listener: l, Limiter: conns, IPv6Prefix: ip.IPv6Prefix,
+				Skip: px.exemptConn, Shadow: c.shadow,
 				OnRefused: func(net.Conn, engine.Decision) { px.m.connRef.Inc() },
 			}
 		}
@@ -812,48 +813,22 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	return px, nil
 }
 
-// connGate is -conn-limit's Limiter, which keeps the promises of -exempt-cidrs and -shadow at
-// accept as the request path keeps them: a peer in an exempt range is admitted without being
-// counted (the ranges of the configuration in use, reloads included), and in shadow mode a
-// connection over the limit is counted in slidelimit_connections_refused_total and admitted.
-// Safe for concurrent use, as the Listener's Accept may run on several goroutines.
-type connGate struct {
-	px   *proxy
-	lim  slidelimit.Limiter
-	peer httplimit.ClientIP // no trusted proxies: no forwarding header can be read at accept
-}
-
-// exemptKey marks the key of a connection from an exempt peer. No peer key starts with it: those
-// are "ip:" or "addr:" and the address.
-const exemptKey = "exempt:"
-
-// key is the Listener's Key: the peer's key as the Listener would make it, or exemptKey.
-func (g *connGate) key(c net.Conn) string {
-	a := c.RemoteAddr()
-	if a == nil {
-		return "addr:"
+// exemptConn reports whether a new connection's peer is in an exempt range of the configuration
+// in use (reloads included), which -conn-limit then neither counts nor closes, as the request
+// path forwards its requests without a decision. Safe for concurrent use: it reads px.state.
+func (px *proxy) exemptConn(c net.Conn) bool {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	st := px.state.Load()
+	if !ok || st == nil {
+		return false
 	}
-	r := &http.Request{RemoteAddr: a.String()}
-	if ip, st := g.peer.Addr(r), g.px.state.Load(); ip.IsValid() && st != nil {
-		for _, p := range st.exemptCIDRs {
-			if p.Contains(ip) {
-				return exemptKey
-			}
+	ip := a.AddrPort().Addr().Unmap().WithZone("")
+	for _, p := range st.exemptCIDRs {
+		if p.Contains(ip) {
+			return true
 		}
 	}
-	return g.peer.Key(r)
-}
-
-func (g *connGate) Take(ctx context.Context, key string, n int64) (slidelimit.Decision, error) {
-	if key == exemptKey {
-		return slidelimit.Decision{Allowed: true}, nil
-	}
-	d, err := g.lim.Take(ctx, key, n)
-	if g.px.c.shadow && err == nil && !d.Allowed {
-		g.px.m.connRef.Inc()
-		d.Allowed = true
-	}
-	return d, err
+	return false
 }
 
 func (px *proxy) registerRedisMetrics() {
