@@ -52,7 +52,6 @@ type proxyConfig struct {
 	upstream        string
 	limit           int64
 	window          time.Duration
-	windowText      string // -window as written, for its errors
 	rates           []rate
 	policyID        string
 	key             string
@@ -105,7 +104,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.Var(rateFlags{&c.rates}, "rate", "a limit, `LIMIT/WINDOW`: 10/1s, 1000/1h, 10r/m, 5/90s; repeat it for several limits, all of which must admit a request (instead of -limit and -window)")
 	fs.Int64Var(&c.limit, "limit", 100, "requests admitted per key per window (the one-limit form of -rate)")
 	c.window = time.Minute
-	fs.Var(durationFlag{&c.window, &c.windowText}, "window", "the `duration` of -limit's window (and of -conn-limit's), with a unit: 500ms, 60s, 1h, 1d")
+	fs.Var(durationFlag{&c.window}, "window", "the `duration` of -limit's window (and of -conn-limit's), with a unit: 500ms, 60s, 1h, 1d")
 	fs.StringVar(&c.policyID, "policy", "sliding-counter", "policy: "+strings.Join(policyIDs, ", "))
 	fs.StringVar(&c.key, "key", "ip", "what a limit applies to: ip (the client address), header:NAME (a header's value; clients without it by ip), conn (each connection), path (each path per client address)")
 	fs.StringVar(&c.configPath, "config", "", "YAML file of per-route rules and exemptions; reloaded on SIGHUP and when it changes")
@@ -222,11 +221,7 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 			return def, nil, fmt.Errorf("-limit %d: must be in [1, %d]", c.limit, int64(policy.MaxLimit))
 		}
 		if err := checkWindow(c.window); err != nil {
-			text := c.windowText
-			if text == "" {
-				text = c.window.String()
-			}
-			return def, nil, fmt.Errorf("-window %s: %v", text, err)
+			return def, nil, fmt.Errorf("-window %s: %v", typed(&c.window), err)
 		}
 		rates = []rate{{c.limit, c.window}}
 	}

@@ -127,12 +127,11 @@ func checkWindow(w time.Duration) error {
 	return nil
 }
 
-// durationFlag is a flag.Value for a duration with parseDuration's errors. When text is set, it
-// keeps the value as written, so that a later range error can echo what the user typed (60d)
-// rather than Go's form of it (1440h0m0s).
+// durationFlag is a flag.Value for a duration with parseDuration's errors. It keeps the value as
+// written (see typed), so that a later range error can echo what the user typed (60d) rather than
+// Go's form of it (1440h0m0s).
 type durationFlag struct {
-	d    *time.Duration
-	text *string
+	d *time.Duration
 }
 
 func (f durationFlag) String() string {
@@ -148,9 +147,6 @@ func (f durationFlag) Set(s string) error {
 		return err
 	}
 	*f.d = d
-	if f.text != nil {
-		*f.text = s
-	}
 	typedDurations.Store(f.d, s)
 	return nil
 }
