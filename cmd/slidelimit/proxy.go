@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -73,6 +74,9 @@ type proxyConfig struct {
 	shadow          bool
 	name            string
 	metricsListen   string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
 	shutdownTimeout time.Duration
 	upstreamTimeout time.Duration // for the upstream's response headers; 0: none
 	idleTimeout     time.Duration
@@ -132,6 +136,9 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.shadow, "shadow", false, "decide, count and export metrics, but never refuse a request")
 	fs.StringVar(&c.name, "name", "default", "the command line's limits' name in the RateLimit fields, metrics and Redis keys")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve /metrics on this address (metrics are never served on -listen)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS on -listen (HTTP/1.1 and HTTP/2) with the PEM certificate chain in this `file` (with -tls-key); read again when it changes, for new connections")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `file` of -tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "with -tls-cert: require each client to present a certificate signed by a CA in this PEM `file` (mutual TLS)")
 	c.shutdownTimeout = 10 * time.Second
 	c.upstreamTimeout = time.Minute
 	fs.Var(durationFlag{d: &c.upstreamTimeout}, "upstream-timeout", "how long (a `duration`) to wait for the upstream's response headers once a request is sent; past it the client gets 504 (0: no limit)")
@@ -1908,7 +1915,33 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if err := checkListenAddrs(c.listen, c.metricsListen); err != nil {
 		return usageErr(fs, "%v", err)
 	}
+	switch {
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return usageErr(fs, "-tls-cert and -tls-key go together: give both, or neither for plain HTTP")
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return usageErr(fs, "-tls-client-ca %s: needs -tls-cert and -tls-key (mutual TLS is TLS first)", c.tlsClientCA)
+	}
 	logger := newLogger(c, stderr)
+	var tlsConfig *tls.Config
+	transport := "plain HTTP"
+	if c.tlsCert != "" {
+		// HTTP/2 first: a client offering both gets it, as from any HTTPS server in Go.
+		files, err := newTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, []string{"h2", "http/1.1"}, func(warning bool, msg string) {
+			if warning {
+				logger.Warn(msg)
+			} else {
+				logger.Info(msg)
+			}
+		})
+		if err != nil {
+			return usageErr(fs, "%v", err)
+		}
+		tlsConfig = files.serverConfig()
+		transport = "HTTPS, " + describeCert(files.cfg)
+		if c.tlsClientCA != "" {
+			transport += ", client certificates required"
+		}
+	}
 	// The libraries' own log lines (redisstore's, when its breaker opens) follow -log-format.
 	slog.SetDefault(logger)
 	if c.redisURL != "" {
@@ -1951,7 +1984,13 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		IdleTimeout: c.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return cutCtx },
 	}}
+	// -conn-limit closes a connection at accept, before its TLS handshake costs anything.
 	listeners := []net.Listener{px.wrapLn(ln)}
+	if tlsConfig != nil {
+		// http.Server hands a connection that chose "h2" by ALPN to its HTTP/2 server, which Serve
+		// sets up by itself when the Server has no TLSConfig of its own.
+		listeners[0] = tls.NewListener(listeners[0], tlsConfig)
+	}
 	if c.metricsListen != "" {
 		mln, err := net.Listen("tcp", c.metricsListen)
 		if err != nil {
@@ -1967,7 +2006,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	// SIGTERM and SIGINT drain and stop the proxy. Their handlers, and SIGHUP's, were in place
 	// before the limiters were built, so that no signal is taken with its default action
 	// (SIGHUP's kills).
-	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s", ln.Addr(), px.upstream.Redacted(), px.describe))
+	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s; %s", ln.Addr(), px.upstream.Redacted(), transport, px.describe))
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { px.watchConfig(watchCtx, hup); close(watched) }()

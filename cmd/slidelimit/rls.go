@@ -157,7 +157,13 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	var creds []grpc.ServerOption
 	transport := "plaintext gRPC"
 	if c.tlsCert != "" {
-		files, err := newTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, logger)
+		// gRPC clients require the server to choose HTTP/2 by ALPN.
+		files, err := newTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, []string{"h2"}, func(warning bool, msg string) {
+			if warning {
+				msg = "warning: " + msg
+			}
+			logger.Print(msg)
+		})
 		if err != nil {
 			return usageErr(fs, "%v", err)
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"log"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +16,7 @@ import (
 // certificate renewed on disk (by cert-manager, say) is served to new connections without a
 // restart. Connections made before keep the certificate they were made with.
 //
-// The files are looked at once a second at most, during a handshake, which long-lived gRPC
+// The files are looked at once a second at most, during a handshake, which long-lived
 // connections make rarely. Files that cannot be read or do not load (a key written before its
 // certificate, in the moment between the two; a certificate that has expired) leave the last good
 // configuration in use, and are tried again at the next look; the log says so once for each
@@ -26,7 +25,8 @@ import (
 // Safe for concurrent use: handshakes on many connections call configForClient at once.
 type tlsFiles struct {
 	cert, key, clientCA string
-	logger              *log.Logger
+	protos              []string // offered by ALPN, in order of preference
+	say                 func(warning bool, msg string)
 
 	mu      sync.Mutex
 	cfg     *tls.Config // the last configuration that loaded
@@ -39,9 +39,10 @@ type tlsFiles struct {
 const tlsCheckEvery = time.Second
 
 // newTLSFiles loads the certificate, its key and, when clientCA is not empty, the CAs whose
-// client certificates are required. Its errors name the flag and the file at fault.
-func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, logger: logger}
+// client certificates are required; the server chooses among protos by ALPN. Its lines go to say,
+// warnings flagged. Its errors name the flag and the file at fault.
+func newTLSFiles(cert, key, clientCA string, protos []string, say func(warning bool, msg string)) (*tlsFiles, error) {
+	f := &tlsFiles{cert: cert, key: key, clientCA: clientCA, protos: protos, say: say}
 	files, err := f.read()
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func newTLSFiles(cert, key, clientCA string, logger *log.Logger) (*tlsFiles, err
 	if leaf := f.cfg.Certificates[0].Leaf; time.Now().Before(leaf.NotBefore) {
 		// Not refused: a certificate issued a moment ago on a host whose clock runs ahead is
 		// about to be good.
-		logger.Printf("warning: -tls-cert %s is not valid until %s: clients refuse it until then", cert, leaf.NotBefore.UTC().Format(time.RFC3339))
+		say(true, fmt.Sprintf("-tls-cert %s is not valid until %s: clients refuse it until then", cert, leaf.NotBefore.UTC().Format(time.RFC3339)))
 	}
 	f.loaded, f.checked = files, time.Now()
 	return f, nil
@@ -93,8 +94,7 @@ func (f *tlsFiles) load(files [3]string) (*tls.Config, error) {
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{pair},
 		MinVersion:   tls.VersionTLS12,
-		// gRPC clients require the server to choose HTTP/2 by ALPN.
-		NextProtos: []string{"h2"},
+		NextProtos:   f.protos,
 	}
 	if f.clientCA != "" {
 		pool, err := certPool(files[2])
@@ -174,14 +174,14 @@ func (f *tlsFiles) look() {
 	}
 	if err == nil {
 		f.cfg, f.loaded, f.failure = cfg, files, ""
-		f.logger.Printf("TLS files reloaded: new connections get %s", describeCert(cfg))
+		f.say(false, "TLS files reloaded: new connections get "+describeCert(cfg))
 		return
 	}
 	// Logged once for each failure and the contents it was met with, until a look finds the files
 	// good again: a file missing for a minute is one line, and missing again later is another.
 	if failure := err.Error() + "\x00" + strings.Join(files[:], "\x00"); failure != f.failure {
 		f.failure = failure
-		f.logger.Printf("warning: TLS files changed but do not load, keeping the last good ones (tried again each second while they differ): %v", err)
+		f.say(true, "TLS files changed but do not load, keeping the last good ones (tried again each second while they differ): "+err.Error())
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,9 +10,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -300,5 +304,165 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		out, code := runRLS(t, append([]string{"-config", edgeConfig(t), "-listen", "127.0.0.1:0"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
 		assert.Contains(t, out, tc.want, "%v", tc.args)
+	}
+}
+
+// tlsProxyClient is an HTTPS client that trusts roots, presents cert when it is not nil, and
+// offers HTTP/2 by ALPN only when h2.
+func tlsProxyClient(t *testing.T, roots *x509.CertPool, cert *tls.Certificate, h2 bool) *http.Client {
+	cfg := &tls.Config{RootCAs: roots}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: failsafe}
+}
+
+// With -tls-cert and -tls-key the proxy serves HTTPS on -listen, HTTP/1.1 and HTTP/2 alike,
+// limits both as one, and tells the upstream the request came over https.
+func TestProxyTLS(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s forwarded=%s", r.Header.Get("X-Forwarded-Proto"), r.Header.Get("Forwarded"))
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, "proxy-1", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	p := startProxy(t, "-upstream", up.URL, "-limit", "2", "-window", "1h", "-tls-cert", certFile, "-tls-key", keyFile)
+	assert.Contains(t, p.stderr(), `; HTTPS, the certificate for \"proxy-1\", valid until `)
+
+	get := func(c *http.Client) (*http.Response, string) {
+		t.Helper()
+		res, err := c.Get("https://" + p.addr + "/")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, string(b)
+	}
+	res, body := get(tlsProxyClient(t, ca.pool, nil, false))
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "HTTP/1.1", res.Proto)
+	assert.Equal(t, `proto=https forwarded=for=127.0.0.1;host="`+p.addr+`";proto=https`, body)
+	res, body = get(tlsProxyClient(t, ca.pool, nil, true))
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "HTTP/2.0", res.Proto)
+	assert.Contains(t, body, "proto=https ")
+	res, _ = get(tlsProxyClient(t, ca.pool, nil, true))
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the third request of the client's two, whichever protocol")
+
+	// Plain HTTP on the TLS port is answered 400 by the server itself, and a client that does not
+	// trust the certificate is refused in the handshake.
+	plain, err := http.Get("http://" + p.addr + "/")
+	require.NoError(t, err)
+	b, err := io.ReadAll(plain.Body)
+	plain.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, plain.StatusCode)
+	assert.Contains(t, string(b), "HTTP request to an HTTPS server")
+	_, err = tlsProxyClient(t, newTestCA(t, "another CA").pool, nil, false).Get("https://" + p.addr + "/")
+	assert.ErrorContains(t, err, "certificate signed by unknown authority")
+
+	// A renewed certificate is what new connections get.
+	c, k = ca.issue(t, "proxy-2", false)
+	writeFile(t, keyFile, string(k))
+	writeFile(t, certFile, string(c))
+	require.Eventually(t, func() bool { return servedName(t, p.addr, ca.pool) == "proxy-2" }, failsafe, 100*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.stderr(), `TLS files reloaded: new connections get the certificate for \"proxy-2\"`)
+	}, failsafe, 10*time.Millisecond)
+}
+
+// -tls-client-ca requires a client certificate of its CAs; -conn-limit closes a connection at
+// accept, before its handshake.
+func TestProxyMutualTLSAndConnLimit(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	ca, clients := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	c, k := ca.issue(t, "proxy", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	writeFile(t, caFile, string(clients.pem))
+	p := startProxy(t, "-upstream", up.URL, "-conn-limit", "2", "-window", "1h",
+		"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
+	assert.Contains(t, p.stderr(), ", client certificates required")
+	c, k = clients.issue(t, "client", true)
+	pair, err := tls.X509KeyPair(c, k)
+	require.NoError(t, err)
+
+	// Connection 1: no client certificate, refused in the handshake.
+	_, err = tlsProxyClient(t, ca.pool, nil, false).Get("https://" + p.addr + "/")
+	assert.Error(t, err, "no client certificate")
+	// Connection 2: admitted, and kept alive for a second request.
+	with := tlsProxyClient(t, ca.pool, &pair, false)
+	for range 2 {
+		res, err := with.Get("https://" + p.addr + "/")
+		require.NoError(t, err)
+		io.Copy(io.Discard, res.Body) // read to its end, so that the connection is used again
+		res.Body.Close()
+		assert.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	// Connection 3 is over -conn-limit: closed before any TLS is spoken.
+	raw, err := net.DialTimeout("tcp", p.addr, failsafe)
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.SetDeadline(time.Now().Add(failsafe)))
+	_, err = raw.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "a connection over -conn-limit")
+	assert.Equal(t, int64(2), up.hits.Load())
+}
+
+// Bad proxy TLS flags are a bad command line (exit 2), named.
+func TestProxyBadTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	c, k := ca.issue(t, "proxy", false)
+	certFile, keyFile, missing := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "missing.pem")
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls-cert", certFile}, "-tls-cert and -tls-key go together: give both, or neither for plain HTTP"},
+		{[]string{"-tls-client-ca", certFile}, "-tls-client-ca " + certFile + ": needs -tls-cert and -tls-key"},
+		{[]string{"-tls-cert", certFile, "-tls-key", missing}, "-tls-key: open " + missing + ": no such file or directory"},
+		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", keyFile}, "-tls-client-ca " + keyFile + `: certificate 1: a PEM block of type "EC PRIVATE KEY", not CERTIFICATE`},
+	} {
+		out, code := runProxy(t, append([]string{"-upstream", "http://127.0.0.1:1", "-listen", "127.0.0.1:0"}, tc.args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
+		assert.Contains(t, out, tc.want, "%v", tc.args)
+	}
+}
+
+// An upgrade (a WebSocket) works over HTTPS as over plain HTTP, on an HTTP/1.1 connection.
+func TestProxyTLSUpgrade(t *testing.T) {
+	up := newUpgradeUpstream(t)
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, "proxy", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	p := startProxy(t, "-upstream", up.URL, "-tls-cert", certFile, "-tls-key", keyFile)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", p.addr)
+	u := &upgraded{conn: conn, br: bufio.NewReader(conn)}
+	res, err := http.ReadResponse(u.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	for _, msg := range []string{"one", "two"} {
+		got, err := u.echo(msg)
+		require.NoError(t, err)
+		assert.Equal(t, msg, got)
 	}
 }
