@@ -75,6 +75,7 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 		{"step not an object", wrap(`7`), []string{`case 0 "c0"`, "step 1", "bad JSON"}},
 		{"args not an array", wrap(`{"call": "allow", "args": 3, "expect": true}`), []string{"step 1", "args is a JSON number, want an array"}},
 		{"name not a string", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": 3}]}`, []string{"case 0", "name is a JSON number, want a string"}},
+		{"version not an integer", `{"policy": "rate-limiter/gcra", "version": 1e0, "cases": []}`, []string{"version is a JSON number 1e0, want an integer in int's range, written without a fraction or exponent"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := testvectors.Parse("f.json", []byte(tc.body))

@@ -366,6 +366,11 @@ func kindName(t reflect.Type) string {
 		return "a string"
 	case reflect.Bool:
 		return "a bool"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		// A JSON number decodes into one only when it is written as an integer and fits: 1.0,
+		// 1e0 and 2^64 are numbers, and still refused.
+		return "an integer in " + t.Kind().String() + "'s range, written without a fraction or exponent"
 	}
 	return "a number"
 }

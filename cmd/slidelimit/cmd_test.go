@@ -105,10 +105,19 @@ func TestRunDispatch(t *testing.T) {
 	assert.Equal(t, exitOK, run([]string{"bench", "-window", "1d", "-keys", "10", "-duration", "5ms", "-reference=false"}, &stdout, &stderr), stderr.String())
 	assert.Contains(t, stdout.String(), "limit 10 per 24h0m0s")
 
-	for _, u := range []string{"ftp://x", "http://", "127.0.0.1:8080"} {
+	for _, u := range []string{"ftp://x", "http://", "127.0.0.1:8080", "http://:8080/"} {
 		stderr.Reset()
 		assert.Equal(t, exitUsage, run([]string{"load", "-url", u}, &stdout, &stderr), u)
 		assert.Contains(t, stderr.String(), fmt.Sprintf("-url %q: must be an http:// or https:// URL with a host", u))
+	}
+	for u, want := range map[string]string{
+		"http://127.0.0.1:99999/":  `-url "http://127.0.0.1:99999/": port 99999 is out of range [1, 65535]`,
+		"http://u:secret@[::1]:0/": `-url "http://u:xxxxx@[::1]:0/": port 0 is out of range [1, 65535]`,
+	} {
+		stderr.Reset()
+		assert.Equal(t, exitUsage, run([]string{"load", "-url", u}, &stdout, &stderr), u)
+		assert.Contains(t, stderr.String(), want, u)
+		assert.NotContains(t, stderr.String(), "secret", u)
 	}
 
 	stderr.Reset()

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -48,14 +49,22 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		return usageErr(fs, "-rounds %d: must be at least 1", c.rounds)
 	}
 	if c.url != "" {
-		if u, err := url.Parse(c.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", c.url)
+		shown := redactURL(c.url) // its password hidden, here and in the report
+		u, err := url.Parse(c.url)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", shown)
+		}
+		if port := u.Port(); port != "" {
+			// url.Parse takes any digits: a port out of range would pass here and fail every request.
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, port)
+			}
 		}
 		r, err := loadRun(c, c.url)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "slidelimit load: %s, %v, %d connections\n\n", c.url, c.duration, c.concurrency)
+		fmt.Fprintf(stdout, "slidelimit load: %s, %v, %d connections\n\n", shown, c.duration, c.concurrency)
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  req/s\tp50\tp99\tstatus codes")
 		fmt.Fprintf(tw, "  %s\t%v\t%v\t%v\n", group(int64(r.rps)), r.p50, r.p99, r.codes)

@@ -252,9 +252,24 @@ func TestParseDurationTooLong(t *testing.T) {
 		_, err := parseDuration(in)
 		assert.EqualError(t, err, fmt.Sprintf("%q is too long: a duration is at most 2562047h (about 292 years)", in), in)
 	}
-	for _, in := range []string{"5x", "1e3s", "-5d", "h", "1d2h"} {
+	for _, in := range []string{"5x", "1e3s", "h", "d", "1d1d", "1d-2h", "1d+2h", "2h1d", "1dx", "1 d", "inf", "NaN", "1e3", "0x10"} {
 		_, err := parseDuration(in)
 		assert.ErrorContains(t, err, "is not a duration", in)
+	}
+	// Days lead, whole, in part, or with smaller units after them, as the hours of
+	// time.ParseDuration do.
+	for in, want := range map[string]time.Duration{
+		"1d": 24 * time.Hour, "1.5d": 36 * time.Hour, ".5d": 12 * time.Hour, "0.1d": 144 * time.Minute,
+		"1d2h": 26 * time.Hour, "2d30m15s": 48*time.Hour + 30*time.Minute + 15*time.Second,
+		"-5d": -120 * time.Hour, "+1d500ms": 24*time.Hour + 500*time.Millisecond,
+	} {
+		d, err := parseDuration(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, d, in)
+	}
+	for _, in := range []string{"106751d23h47m16.854775808s", "106751.999d"} {
+		_, err := parseDuration(in)
+		assert.ErrorContains(t, err, "is too long", in)
 	}
 	d, err := parseDuration("2562047h")
 	require.NoError(t, err)

@@ -88,17 +88,32 @@ func parseDuration(s string) (time.Duration, error) {
 	case "0", "+0", "-0":
 		return 0, nil
 	}
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
+	if bareNumber.MatchString(s) {
 		return 0, fmt.Errorf("%s has no unit: add a unit, like %ss", s, s)
 	}
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		v, err := strconv.ParseInt(n, 10, 64)
-		if err == nil && v >= 0 && v <= math.MaxInt64/int64(24*time.Hour) {
-			return time.Duration(v) * 24 * time.Hour, nil
+	if m := leadingDays.FindStringSubmatch(s); m != nil {
+		// Days lead, as the largest unit: 1d, 1.5d, 1d12h. A day is 24 hours, so a number of
+		// days is that number of hours, parsed exactly by time.ParseDuration, times 24.
+		sign, days, rest := m[1], m[2], m[3]
+		if rest != "" && !durationSyntax.MatchString(rest) || strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
+			return 0, notADuration(s)
 		}
-		if err == nil && v > 0 || errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(n, "-") {
+		h, err := time.ParseDuration(days + "h")
+		if err != nil || h > math.MaxInt64/24 {
 			return 0, durationTooLarge(s)
 		}
+		d := 24 * h
+		if rest != "" {
+			r, err := time.ParseDuration(rest)
+			if err != nil || r > math.MaxInt64-d {
+				return 0, durationTooLarge(s)
+			}
+			d += r
+		}
+		if sign == "-" {
+			d = -d
+		}
+		return d, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -106,13 +121,24 @@ func parseDuration(s string) (time.Duration, error) {
 			// time.ParseDuration says "invalid" for a value past its range too.
 			return 0, durationTooLarge(s)
 		}
-		return 0, fmt.Errorf("%q is not a duration: write a number and a unit (ms, s, m, h, d), like 500ms, 60s or 1h", s)
+		return 0, notADuration(s)
 	}
 	return d, nil
 }
 
-// durationSyntax matches what time.ParseDuration reads, whatever the size.
-var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+func notADuration(s string) error {
+	return fmt.Errorf("%q is not a duration: write a number and a unit (ms, s, m, h, d), like 500ms, 60s or 1h", s)
+}
+
+var (
+	// durationSyntax matches what time.ParseDuration reads, whatever the size.
+	durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+	// bareNumber is a decimal number with no unit, which a unit would make a duration. Not what
+	// strconv.ParseFloat reads: "inf", "NaN" and "1e3" with an s are no durations.
+	bareNumber = regexp.MustCompile(`^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$`)
+	// leadingDays is a number of days and what follows it: the sign, the days, the rest.
+	leadingDays = regexp.MustCompile(`^([-+]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)d(.*)$`)
+)
 
 func durationTooLarge(s string) error {
 	return fmt.Errorf("%q is too long: a duration is at most 2562047h (about 292 years)", s)
