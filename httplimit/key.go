@@ -53,7 +53,8 @@ const DefaultIPv6Prefix = 64
 // the hop garbage.
 //
 // Configure a ClientIP before use and do not change it afterwards; its methods may then be called
-// from any number of goroutines at once.
+// from any number of goroutines at once. A nil *ClientIP is the zero one: no trusted proxies, IPv6
+// grouped by /64.
 type ClientIP struct {
 	// TrustedProxies are the address ranges of the proxies in front of this server. Empty means
 	// none: the forwarding header is never read. ParsePrefixes builds the list from a flag value.
@@ -109,7 +110,10 @@ func (c *ClientIP) Key(r *http.Request) string {
 func (c *ClientIP) keyOf(a netip.Addr) string {
 	var buf [64]byte // "ip:" and the longest IPv6 prefix text fit
 	b := append(buf[:0], "ip:"...)
-	bits := c.IPv6Prefix
+	bits := 0
+	if c != nil {
+		bits = c.IPv6Prefix
+	}
 	if bits <= 0 || bits > 128 {
 		bits = DefaultIPv6Prefix
 	}
@@ -122,6 +126,9 @@ func (c *ClientIP) keyOf(a netip.Addr) string {
 }
 
 func (c *ClientIP) trusted(a netip.Addr) bool {
+	if c == nil {
+		return false
+	}
 	for _, p := range c.TrustedProxies {
 		if p.Contains(a) {
 			return true

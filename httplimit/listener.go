@@ -73,6 +73,9 @@ type Listener struct {
 // (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode. It only reads l, and may run
 // concurrently with Accept, not with a change to l.
 func (l *Listener) Validate() error {
+	if l == nil {
+		return errors.New("httplimit: the *Listener is nil")
+	}
 	if l.Listener == nil {
 		return errors.New("httplimit: Listener.Listener is nil: set the net.Listener to wrap")
 	}
@@ -109,7 +112,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 // Close closes the wrapped listener, and does nothing when there is none. Safe for concurrent use
 // as the wrapped listener's Close is.
 func (l *Listener) Close() error {
-	if l.Listener == nil {
+	if l == nil || l.Listener == nil {
 		return nil
 	}
 	return l.Listener.Close()
@@ -118,7 +121,7 @@ func (l *Listener) Close() error {
 // Addr returns the wrapped listener's address, or an empty TCP address when there is none.
 // Safe for concurrent use as the wrapped listener's Addr is.
 func (l *Listener) Addr() net.Addr {
-	if l.Listener == nil {
+	if l == nil || l.Listener == nil {
 		return &net.TCPAddr{}
 	}
 	return l.Listener.Addr()

@@ -176,3 +176,35 @@ func TestSharedWaitingBoundsEveryMiddleware(t *testing.T) {
 		<-first
 	}
 }
+
+// slowShortWaits refuses every request with a wait of a microsecond, each decision taking 5 ms
+// (a slow store): until its admitAt-th call, which it admits.
+type slowShortWaits struct {
+	calls   atomic.Int64
+	admitAt int64
+}
+
+func (l *slowShortWaits) Take(_ context.Context, _ string, _ int64) (slidelimit.Decision, error) {
+	time.Sleep(5 * time.Millisecond)
+	if l.calls.Add(1) >= l.admitAt {
+		return slidelimit.Decision{Allowed: true, Limit: 1}, nil
+	}
+	return slidelimit.Decision{Limit: 1, Reason: slidelimit.ReasonLimited, RetryAfter: time.Microsecond}, nil
+}
+
+// MaxDelay bounds the time that passes, not the sum of the waits the limits ask for: waits of a
+// microsecond, each followed by a decision of 5 ms, once added up to 50 ms only after 50,000
+// decisions (over four minutes). Within 50 ms of real time there is room for about ten
+// decisions of 5 ms, however fast the machine, so the 30th, which would admit, is never made.
+func TestMaxDelayBoundsTheTimeThatPasses(t *testing.T) {
+	lim := &slowShortWaits{admitAt: 30}
+	mw := &Middleware{Limiter: lim, MaxDelay: 50 * time.Millisecond}
+	w := httptest.NewRecorder()
+	mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if w.Code != http.StatusTooManyRequests {
+		t.Errorf("status %d, want 429", w.Code)
+	}
+	if n := lim.calls.Load(); n > 12 {
+		t.Errorf("%d decisions within a MaxDelay of 50ms, each taking 5ms: want at most 12", n)
+	}
+}

@@ -1,11 +1,13 @@
 package httplimit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,11 +74,12 @@ type Limit struct {
 //     calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
-// Several limits are all or nothing: a request refused by one consumes nothing of the others. A
-// limit whose quota the request's cost is above is asked first, when that quota is its Limiter's
-// own policy's or the Limiter can give back (a Quota.Limit set by hand may be below what the
-// Limiter admits): it refuses the request for its cost, with no Retry-After, where a used-up
-// limit asked before it would have given a wait after which the request is refused all the same.
+// Several limits are all or nothing: a request refused by one consumes nothing of the others. The
+// limits whose quotas the request's cost is above are asked first, smallest quota first, those
+// whose quota is their Limiter's own policy's or whose Limiter can give back (a Quota.Limit set by
+// hand may be below what the Limiter admits, which then admits, and the next is asked): one of
+// them refuses the request for its cost, with no Retry-After, where a used-up limit asked before
+// it would have given a wait after which the request is refused all the same.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
 // bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
@@ -165,12 +168,15 @@ type Middleware struct {
 	Problem bool
 
 	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, as
-	// nginx's limit_req delay does: when every wait the limits ask for fits in MaxDelay
-	// altogether, the request sleeps it and is decided again; otherwise, or when the request's
-	// context ends, it is refused. Each wait is the one Retry-After would give: the refusing
-	// limit's RetryAfter, or longer when a limit not asked has too little left for longer. A
-	// waiting request holds its goroutine and connection; nothing of this middleware's limits is
-	// counted while it waits (an outer middleware's, which admitted it, stays counted).
+	// nginx's limit_req delay does: when the wait the limits ask for ends within MaxDelay of the
+	// request's first refusal, the request sleeps it and is decided again; otherwise, or when the
+	// request's context ends, it is refused. So a request waits at most MaxDelay in all, and a
+	// timer's lateness. Each wait is the one Retry-After would give: the refusing limit's
+	// RetryAfter, or longer when a limit not asked has too little left for longer. A waiting
+	// request holds its goroutine and connection; nothing of this middleware's limits is counted
+	// while it waits (an outer middleware's, which admitted it, stays counted). A request that a
+	// limit which cannot give back has counted before another refused it (with two or more such
+	// limits, see above) is refused at once: decided again, it would be counted there twice.
 	MaxDelay time.Duration
 
 	// MaxWaiting bounds how many requests may wait under MaxDelay at once, across every client
@@ -231,6 +237,9 @@ type Middleware struct {
 // error names the field and the value. It only reads m: calls may run at once with each other and
 // with Wrap, not with a change to m.
 func (m *Middleware) Validate() error {
+	if m == nil {
+		return fmt.Errorf("%w: the *Middleware is nil", ErrNoLimiter)
+	}
 	if m.Limiter == nil {
 		return fmt.Errorf("%w: Middleware.Limiter is nil (httplimit.Local(nil) is nil: check engine.New's error)", ErrNoLimiter)
 	}
@@ -291,6 +300,9 @@ func (m *Middleware) Validate() error {
 // handler it returns is safe for concurrent use.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
+		if m == nil {
+			return &broken{err: err}
+		}
 		return &broken{err: err, onError: m.OnError, problem: m.Problem}
 	}
 	if next == nil {
@@ -327,15 +339,16 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 	}
 	h.order = append(h.order, last...)
-	// The limit a cost above its quota is asked of first (see decide): the smallest quota among
-	// those that are the Limiter's own policy's, which refuses the cost counting nothing, or whose
-	// Limiter can give back; a Quota.Limit set by hand may be below what a Limiter admits (a tier).
-	h.least = -1
+	// The limits a cost above their quota is asked of first (see decide), smallest quota first:
+	// those whose quota is the Limiter's own policy's, which refuse the cost counting nothing, and
+	// those whose Limiter can give back; a Quota.Limit set by hand may be below what a Limiter
+	// admits (a tier), so such a limit may admit the cost, and the next is asked.
 	for _, i := range h.order {
-		if e := &h.limits[i]; e.limit > 0 && (e.ownQuota || e.refund != nil) && (h.least < 0 || e.limit < h.limits[h.least].limit) {
-			h.least = i
+		if e := &h.limits[i]; e.limit > 0 && (e.ownQuota || e.refund != nil) {
+			h.costFirst = append(h.costFirst, i)
 		}
 	}
+	slices.SortStableFunc(h.costFirst, func(a, b int) int { return cmp.Compare(h.limits[a].limit, h.limits[b].limit) })
 	var items []string
 	for _, e := range h.limits {
 		if e.policy != "" {
@@ -482,7 +495,7 @@ type handler struct {
 	next       http.Handler
 	limits     []limitEntry // in the order the fields list them
 	order      []int        // the order they are asked in: those that can give back first
-	least      int          // the limit asked first for a cost above its quota; -1: none
+	costFirst  []int        // the limits asked first for a cost above their quota, smallest quota first
 	key        func(*http.Request) string
 	cost       func(*http.Request) int64
 	skip       func(*http.Request) bool
@@ -581,7 +594,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.st, f.ds = make([]entryState, n), make([]engine.Decision, n)
 	}
 
-	var waited time.Duration
+	var deadline time.Time // the end of MaxDelay, from the first refusal that waits
 	for {
 		d, idx, closed := h.decide(r, f)
 		if closed { // never in Shadow mode, where decide fails open
@@ -598,12 +611,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// The wait includes the limits not asked that are used up for longer: sleeping only the
 			// refusing limit's would end in a refusal by the next, after holding the request (and
 			// a place among MaxWaiting) for nothing.
-			if wait := h.longestWait(f, d.RetryAfter); wait <= h.maxDelay-waited && !h.stopped() && h.startWaiting() {
+			// The bound is on the time that passes, not on the waits asked for: each wait ends
+			// late by a timer's slack and a decision, which short waits would add up past it.
+			if deadline.IsZero() {
+				deadline = time.Now().Add(h.maxDelay)
+			}
+			// A limit that cannot give back and was counted before the refusal would be counted
+			// again by the decision after the wait: such a request is refused at once.
+			if wait := h.longestWait(f, d.RetryAfter); wait <= time.Until(deadline) && !f.stillCounted() && !h.stopped() && h.startWaiting() {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
 					h.waiting.n.Add(-1)
-					waited += wait
 					f.reset()
 					continue
 				case <-r.Context().Done():
@@ -687,19 +706,18 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	}
 	idx = -1
 	tightest := -1
-	// A cost above h.least's quota is asked of it first: it refuses for the cost, with no wait,
-	// where a used-up limit asked before it would refuse with a wait that admits nothing.
-	first := -1
-	if h.least >= 0 && f.cost > h.limits[h.least].limit {
-		first = h.least
+	// A cost above a limit's quota is asked of the limits with such quotas first, smallest
+	// first: one refuses for the cost, with no wait, where a used-up limit asked before it would
+	// refuse with a wait that admits nothing. Those asked here are not asked again below.
+	first := 0
+	for first < len(h.costFirst) && f.cost > h.limits[h.costFirst[first]].limit {
+		first++
 	}
-	for k := -1; k < len(h.order); k++ {
-		i := first
-		if k >= 0 {
-			if i = h.order[k]; i == first {
-				continue
-			}
-		} else if first < 0 {
+	for k := 0; k < first+len(h.order); k++ {
+		var i int
+		if k < first {
+			i = h.costFirst[k]
+		} else if i = h.order[k-first]; first > 0 && slices.Contains(h.costFirst[:first], i) {
 			continue
 		}
 		e := &h.limits[i]
@@ -742,6 +760,17 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 		d = engine.Decision{Allowed: true}
 	}
 	return d, -1, false
+}
+
+// stillCounted reports whether one of f's limits counted the request and could not give it back
+// (see giveBackOwn).
+func (f *frame) stillCounted() bool {
+	for i, s := range f.st {
+		if s == returned && f.h.limits[i].refund == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // reset forgets f's decisions, for a request decided again after its wait.

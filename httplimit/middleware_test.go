@@ -837,3 +837,83 @@ func TestCostAboveASlidingLogGetsNoWait(t *testing.T) {
 	assert.Equal(t, 429, r.status)
 	assert.Empty(t, r.retryAfter, "no wait admits a cost of 3 under a limit of 2")
 }
+
+// Under MaxDelay, a request that a limit which cannot give back has counted (the first of two
+// sliding logs, asked in order) is refused at once rather than wait: decided again after the
+// wait, it would be counted there a second time, though nothing is counted while a request waits.
+func TestMaxDelayDoesNotCountALimitTwice(t *testing.T) {
+	mk := func(p policy.Policy) *engine.Limiter {
+		l, err := engine.New(p)
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a := mk(policy.SlidingLog{Limit: 100, Window: time.Hour})
+	b := mk(policy.SlidingLog{Limit: 1, Window: 200 * time.Millisecond})
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(a), Quota: httplimit.Quota{Name: "hour"},
+		Limits:   []httplimit.Limit{{Limiter: httplimit.Local(b), Quota: httplimit.Quota{Name: "burst"}}},
+		MaxDelay: 5 * time.Second,
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status, "refused at once: waiting would count the hour a second time")
+	assert.NotEmpty(t, r.retryAfter)
+	assert.Equal(t, int64(98), a.Peek("ip:127.0.0.1").Remaining, "the hour counted each request once")
+}
+
+// A cost above several limits' quotas is asked of each of them first, smallest quota first, until
+// one refuses: a tier's hand-set quota, which its Limiter admits, does not hide a limit whose own
+// quota the cost is above behind a used-up one that would give a wait admitting nothing.
+func TestCostAboveQuotaPastATierGetsNoWait(t *testing.T) {
+	clk := clock.NewManual(w0)
+	mk := func(p policy.Policy) *engine.Limiter {
+		l, err := engine.New(p, engine.WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	tier := mk(policy.SlidingCounter{Limit: 100, Window: time.Minute})
+	used := mk(policy.SlidingCounter{Limit: 20, Window: time.Minute})
+	small := mk(policy.FixedWindow{Limit: 5, Window: time.Minute})
+	require.True(t, used.AllowN("ip:127.0.0.1", 20))
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(tier), Quota: httplimit.Quota{Name: "tier", Limit: 3, Window: time.Minute},
+		Limits: []httplimit.Limit{
+			{Limiter: httplimit.Local(used), Quota: httplimit.Quota{Name: "used"}},
+			{Limiter: httplimit.Local(small), Quota: httplimit.Quota{Name: "small"}},
+		},
+		Cost: func(*http.Request) int64 { return 10 },
+		Now:  nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status)
+	assert.Empty(t, r.retryAfter, "no wait admits a cost of 10 under a limit of 5")
+	assert.Contains(t, r.body, "request cost exceeds the limit")
+	assert.Equal(t, int64(100), tier.Peek("ip:127.0.0.1").Remaining, "the tier's 10 units were given back")
+	assert.Equal(t, int64(5), small.Peek("ip:127.0.0.1").Remaining)
+}
+
+// A nil *Middleware or *Listener is a configuration error, not a panic: Wrap answers 500 and
+// Accept returns the error; a nil *ClientIP keys as the zero one.
+func TestNilReceivers(t *testing.T) {
+	var mw *httplimit.Middleware
+	assert.ErrorIs(t, mw.Validate(), httplimit.ErrNoLimiter)
+	w := httptest.NewRecorder()
+	mw.Wrap(ok).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, http.StatusInternalServerError, w.Code)
+
+	var ln *httplimit.Listener
+	_, err := ln.Accept()
+	assert.ErrorContains(t, err, "the *Listener is nil")
+	assert.NoError(t, ln.Close())
+	assert.NotNil(t, ln.Addr())
+
+	var ip *httplimit.ClientIP
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "[2001:db8::1]:1234"
+	req.Header.Set("X-Forwarded-For", "192.0.2.1")
+	assert.Equal(t, "ip:2001:db8::/64", ip.Key(req))
+}
