@@ -86,7 +86,8 @@ type Decision struct {
 	// Counted is how many units this decision counted: its cost when admitted, 0 when refused.
 	// It bounds what a refund of this decision can give back, so an admission that a backend's
 	// failure mode made without its store reports 0 (redisstore: FailOpen's, which counted
-	// nothing, and FailLocal's fallback's, which counted in the fallback).
+	// nothing, and FailLocal's fallback's, which counted in the fallback). redisstore/batched's
+	// FailLocal admissions report their cost: they are charged to Redis once it answers.
 	Counted int64
 }
 

@@ -164,7 +164,7 @@ var (
 // limiter) returns the matching error at once; a closed limiter returns ErrClosed before ctx is
 // looked at, and Close wakes a waiter that is asleep, which then returns ErrClosed. Waiters are not queued: under contention a waiter
 // may be overtaken by requests that arrive while it sleeps, as with any rate limiter that
-// decides on arrival.
+// decides on arrival. A nil ctx is taken as context.Background().
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	return l.wait(ctx, l.hashString(key), n)
 }
@@ -178,6 +178,9 @@ func (l *Limiter) WaitKey(ctx context.Context, k uint64, n int64) error {
 func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 	if l.closed.Load() { // before ctx, so that every call after Close reports it (see Close)
 		return ErrClosed
+	}
+	if ctx == nil { // a programming error, read as redisstore reads it rather than a panic
+		ctx = context.Background()
 	}
 	var timer *time.Timer
 	defer func() {

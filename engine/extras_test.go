@@ -461,6 +461,12 @@ func TestWait(t *testing.T) {
 
 		require.ErrorIs(t, l.Wait(ctx, "k", 3), ErrCostAboveLimit, "a wait that can never succeed fails at once")
 		require.ErrorIs(t, l.Wait(ctx, "k", -1), ErrNegativeCost)
+
+		// A nil ctx is context.Background(), as in redisstore, not a panic.
+		//lint:ignore SA1012 the nil ctx is what is tested
+		require.NoError(t, l.Wait(nil, "fresh", 1))
+		//lint:ignore SA1012 the nil ctx is what is tested
+		require.NoError(t, l.WaitKey(nil, 7, 1))
 	})
 }
 
