@@ -63,7 +63,12 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	}
 	rounds, total := 1, c.duration
 	if c.reference {
-		rounds, total = max(int((c.duration+benchRound-1)/benchRound), 1), 2*c.duration
+		// Rounded up without adding, and doubled short of overflow: -duration may be as long
+		// as a Duration holds.
+		rounds, total = max(int(c.duration/benchRound), 1), c.duration+min(c.duration, math.MaxInt64-c.duration)
+		if c.duration > benchRound && c.duration%benchRound != 0 {
+			rounds++
+		}
 	}
 	bar := newProgress(stderr, total)
 
