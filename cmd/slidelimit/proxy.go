@@ -77,6 +77,8 @@ type proxyConfig struct {
 	tlsCert         string
 	tlsKey          string
 	tlsClientCA     string
+	h2c             bool
+	upstreamH2C     bool
 	shutdownTimeout time.Duration
 	upstreamTimeout time.Duration // for the upstream's response headers; 0: none
 	idleTimeout     time.Duration
@@ -139,6 +141,8 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS on -listen (HTTP/1.1 and HTTP/2) with the PEM certificate chain in this `file` (with -tls-key); read again when it changes, for new connections")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `file` of -tls-cert")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "with -tls-cert: require each client to present a certificate signed by a CA in this PEM `file` (mutual TLS)")
+	fs.BoolVar(&c.h2c, "h2c", false, "also accept HTTP/2 without TLS on -listen, by prior knowledge (as load balancers and gRPC clients speak it to a backend); not with -tls-cert, which offers HTTP/2 by ALPN")
+	fs.BoolVar(&c.upstreamH2C, "upstream-h2c", false, "speak HTTP/2 without TLS, by prior knowledge, to an http:// -upstream (a gRPC server, say); an https:// one is offered HTTP/2 by ALPN already")
 	c.shutdownTimeout = 10 * time.Second
 	c.upstreamTimeout = time.Minute
 	fs.Var(durationFlag{d: &c.upstreamTimeout}, "upstream-timeout", "how long (a `duration`) to wait for the upstream's response headers once a request is sent; past it the client gets 504 (0: no limit)")
@@ -209,6 +213,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", up.Redacted(), port)
 		}
+	}
+	if c.upstreamH2C && up.Scheme != "http" {
+		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", up.Redacted())
 	}
 	if strings.Contains(c.upstream, "#") {
 		// A fragment is never sent: the upstream would not see what it seems to say.
@@ -691,7 +698,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
-		Transport: upstreamTransport(c.upstreamTimeout),
+		Transport: upstreamTransport(c.upstreamTimeout, c.upstreamH2C),
 		// What the ReverseProxy logs beside its ErrorHandler (a body cut short) goes through the
 		// command's log too, in its format.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError),
@@ -1868,12 +1875,18 @@ func trustedPeer(ip *httplimit.ClientIP, r *http.Request) bool {
 // upstreamTransport keeps enough idle connections to the upstream for a busy proxy; the default
 // of two per host would open (and leave in TIME_WAIT) a connection for most requests. headers
 // bounds the wait for a response's headers (-upstream-timeout; 0: none).
-func upstreamTransport(headers time.Duration) *http.Transport {
+func upstreamTransport(headers time.Duration, h2c bool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.ResponseHeaderTimeout = headers
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
 	t.IdleConnTimeout = 90 * time.Second
+	if h2c {
+		// Every request to an http:// upstream then goes as HTTP/2; the transport has no way to
+		// fall back, which is why it is a flag and not a guess.
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
 	return t
 }
 
@@ -1920,6 +1933,8 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		return usageErr(fs, "-tls-cert and -tls-key go together: give both, or neither for plain HTTP")
 	case c.tlsClientCA != "" && c.tlsCert == "":
 		return usageErr(fs, "-tls-client-ca %s: needs -tls-cert and -tls-key (mutual TLS is TLS first)", c.tlsClientCA)
+	case c.h2c && c.tlsCert != "":
+		return usageErr(fs, "-h2c is HTTP/2 without TLS: with -tls-cert, HTTP/2 is offered by ALPN already")
 	}
 	logger := newLogger(c, stderr)
 	var tlsConfig *tls.Config
@@ -1984,6 +1999,12 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		IdleTimeout: c.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return cutCtx },
 	}}
+	if c.h2c {
+		servers[0].Protocols = new(http.Protocols)
+		servers[0].Protocols.SetHTTP1(true)
+		servers[0].Protocols.SetUnencryptedHTTP2(true)
+		transport = "plain HTTP/1.1 and HTTP/2"
+	}
 	// -conn-limit closes a connection at accept, before its TLS handshake costs anything.
 	listeners := []net.Listener{px.wrapLn(ln)}
 	if tlsConfig != nil {

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// h2cClient speaks only HTTP/2 without TLS (prior knowledge), or only HTTP/1.1.
+func h2cClient(t *testing.T, h2 bool) *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	if h2 {
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	} else {
+		tr.Protocols.SetHTTP1(true)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: failsafe}
+}
+
+// -h2c accepts HTTP/2 without TLS beside HTTP/1.1, limiting both as one; -upstream-h2c forwards
+// over it, so that a gRPC server can sit behind the proxy. Without -h2c an HTTP/2 client by prior
+// knowledge is refused.
+func TestProxyH2C(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw %s", r.Proto)
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+
+	get := func(c *http.Client, addr string) (int, string, string) {
+		t.Helper()
+		res, err := c.Get("http://" + addr + "/")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, res.Proto, string(b)
+	}
+	p := startProxy(t, "-upstream", up.URL, "-limit", "2", "-window", "1h", "-h2c", "-upstream-h2c")
+	assert.Contains(t, p.stderr(), "; plain HTTP/1.1 and HTTP/2; ")
+	code, proto, body := get(h2cClient(t, true), p.addr)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "HTTP/2.0", proto)
+	assert.Equal(t, "upstream saw HTTP/2.0", body)
+	code, proto, _ = get(h2cClient(t, false), p.addr)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "HTTP/1.1", proto)
+	code, _, _ = get(h2cClient(t, true), p.addr)
+	assert.Equal(t, http.StatusTooManyRequests, code, "the client's third request, whichever protocol")
+
+	plain := startProxy(t, "-upstream", "http://127.0.0.1:1")
+	_, err := h2cClient(t, true).Get("http://" + plain.addr + "/")
+	assert.Error(t, err, "HTTP/2 by prior knowledge without -h2c")
+}
+
+// -h2c with -tls-cert and -upstream-h2c with an https:// upstream are refused, named.
+func TestProxyBadH2CFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-upstream", "http://127.0.0.1:1", "-h2c", "-tls-cert", "c.pem", "-tls-key", "k.pem"}, "-h2c is HTTP/2 without TLS: with -tls-cert, HTTP/2 is offered by ALPN already"},
+		{[]string{"-upstream", "https://127.0.0.1:1", "-upstream-h2c"}, `-upstream-h2c with -upstream "https://127.0.0.1:1": HTTP/2 without TLS needs an http:// upstream`},
+	} {
+		out, code := runProxy(t, append([]string{"-listen", "127.0.0.1:0"}, tc.args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
+		assert.Contains(t, out, tc.want, "%v", tc.args)
+	}
+}
