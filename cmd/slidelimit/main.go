@@ -66,8 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help":
-			fmt.Fprint(stdout, usage)
-			return exitOK
+			return writeUsage(stdout, stderr)
 		case "-version", "--version":
 			cmd, rest = "version", args[1:]
 		}
@@ -87,8 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help":
 		switch {
 		case len(rest) == 0 || len(rest) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, rest[0]):
-			fmt.Fprint(stdout, usage)
-			return exitOK
+			return writeUsage(stdout, stderr)
 		case len(rest) > 1 || strings.HasPrefix(rest[0], "-"):
 			fmt.Fprintf(stderr, "slidelimit help: want at most one command, got %q\n\n%s", strings.Join(rest, " "), usage)
 			return exitUsage
@@ -110,6 +108,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "slidelimit %s: %v\n", cmd, err)
 	return exitFail
+}
+
+// writeUsage writes the usage on stdout: exit 0, or 1 when it could not be written.
+func writeUsage(stdout, stderr io.Writer) int {
+	if _, err := fmt.Fprint(stdout, usage); err != nil {
+		fmt.Fprintf(stderr, "slidelimit: writing the usage: %v\n", err)
+		return exitFail
+	}
+	return exitOK
 }
 
 // flagOutput is a flag set's output: silent while the flag package parses (it would print its

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -748,4 +749,18 @@ func TestProxyAccessLogGivesTheWaitSent(t *testing.T) {
 	require.Greater(t, secs, 10, "the hour's wait: %q", r.retryAfter)
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "msg=request") })
 	assert.Contains(t, p.stderr(), "retry_after_ms="+strconv.Itoa(secs*1000)+" ", p.stderr())
+}
+
+// failingWriter fails every write, as a full disk or a closed pipe does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// Output that could not be written is a failure, exit 1, said on stderr.
+func TestUnwrittenOutputFails(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"-h"}, {"help"}} {
+		var stderr bytes.Buffer
+		assert.Equal(t, exitFail, run(args, failingWriter{}, &stderr), "%v", args)
+		assert.Contains(t, stderr.String(), "no space left on device", "%v", args)
+	}
 }

@@ -52,6 +52,8 @@ func versionMain(args []string, stdout, stderr io.Writer) error {
 	if v.modified {
 		rev += " (modified)"
 	}
-	fmt.Fprintf(stdout, "slidelimit %s\nrevision %s\n%s %s/%s\n", v.version, rev, v.goVersion, runtime.GOOS, runtime.GOARCH)
-	return nil
+	// A version that could not be written (a full disk, a closed pipe) is a failure, exit 1, not
+	// an empty answer with exit 0.
+	_, err := fmt.Fprintf(stdout, "slidelimit %s\nrevision %s\n%s %s/%s\n", v.version, rev, v.goVersion, runtime.GOOS, runtime.GOARCH)
+	return err
 }
