@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -237,5 +238,45 @@ func TestBreakerDefaults(t *testing.T) {
 		out.opened, out.failed, out.calls, out.waited, DefaultTimeout)
 	if out.opened < 0 || out.opened > DefaultBreakerWindow+500*time.Millisecond {
 		t.Errorf("a 1.5s outage opened the default breaker after %v, want within %v plus slack", out.opened, DefaultBreakerWindow)
+	}
+}
+
+// A FailClosed refusal's RetryAfter is the time left until the breaker next tries Redis: a call
+// already waiting on Redis when another opened the breaker is told what is left of the cooldown,
+// not all of it.
+func TestFailClosedRetryAfterIsWhatIsLeft(t *testing.T) {
+	srv := startServer(t)
+	const timeout, cooldown = 200 * time.Millisecond, 500 * time.Millisecond
+	l, err := New(newClient(t, srv.Addr), "left", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(timeout), WithBreaker(1, cooldown), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take before the pause: %+v %v", d, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	var first, second slidelimit.Decision
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); first, _ = l.Take(context.Background(), "a", 1) }()
+	go func() {
+		defer wg.Done()
+		time.Sleep(timeout * 3 / 4) // sent while the first waits; it times out after the first opened the breaker
+		second, _ = l.Take(context.Background(), "b", 1)
+	}()
+	wg.Wait()
+	if first.Allowed || second.Allowed {
+		t.Fatalf("FailClosed admitted: %+v, %+v", first, second)
+	}
+	if first.RetryAfter > cooldown || first.RetryAfter < cooldown-timeout/4 {
+		t.Errorf("the call that opened the breaker: RetryAfter %v, want about the cooldown %v", first.RetryAfter, cooldown)
+	}
+	if second.RetryAfter >= first.RetryAfter-timeout/4 {
+		t.Errorf("the call that failed %v after the breaker opened: RetryAfter %v, want what is left of %v", timeout/2, second.RetryAfter, cooldown)
 	}
 }

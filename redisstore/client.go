@@ -53,7 +53,9 @@ const DiscoveryTimeout = 2 * time.Second
 // reload, and its periodic one comes every 60 seconds.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
-// URL as RedactURL prints it. The caller closes the client. NewClient is safe for concurrent use.
+// URL as RedactURL prints it. A password must be percent-encoded where it holds '#', '?', '/' or
+// '@': one that ends the URL's authority early, so that part of it would be read as the host (and
+// quoted by every later error), is refused as malformed. The caller closes the client. NewClient is safe for concurrent use.
 func NewClient(rawURL string) (c redis.UniversalClient, err error) {
 	defer func() {
 		// go-redis panics on some options it parses without checking (checkPool refuses the
@@ -90,6 +92,11 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redisstore: Redis URL %q is malformed: %v", RedactURL(rawURL), ue.Err)
 		}
 		return nil, fmt.Errorf("redisstore: Redis URL %q is malformed", RedactURL(rawURL))
+	}
+	if u.User == nil && redactUserinfo(rawURL) != rawURL || !strings.HasPrefix(u.Host, "[") && strings.Count(u.Host, ":") > 1 {
+		// A password holding an unescaped '#', '?' or '/' ends the authority early, and url.Parse
+		// then reads part of it as the host, which every error and log line would quote.
+		return nil, fmt.Errorf("redisstore: Redis URL %q is malformed: percent-encode a password's '#', '?', '/' and '@' (%%23, %%3F, %%2F, %%40)", RedactURL(rawURL))
 	}
 	q := u.Query()
 	if m := firstNonEmpty(q.Get("master"), q.Get("master_name")); m != "" && scheme != "unix" {

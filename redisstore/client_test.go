@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -421,4 +422,35 @@ func TestSentinelClientDialsOnce(t *testing.T) {
 		}
 		_ = c.Close()
 	}
+}
+
+// A password holding an unescaped '#' or '?' after a ':' parses, in url.Parse, as a host that
+// holds part of the password, which every later error and log line would quote: NewClient refuses
+// it as malformed, naming no part of it.
+func TestNewClientRefusesAPasswordReadAsTheHost(t *testing.T) {
+	for u, secret := range map[string]string{
+		"redis://:s3cr3tPart:#rest@127.0.0.1:6379":    "s3cr3tPart",
+		"redis://u:Zqgc)jj:?eYb%/5Wv@127.0.0.1:1/x":   "Zqgc",
+		"redis://u:pa:ss#word@127.0.0.1:6379":         "pa:ss",
+		"rediss://:k3y:?tail@example.com:6380/0":      "k3y",
+		"redis://user:one:two?three@127.0.0.1:6379/0": "one:two",
+	} {
+		c, err := NewClient(u)
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("NewClient(%q): no error; url.Parse reads the host as %q", u, hostOf(u))
+			continue
+		}
+		if !strings.Contains(err.Error(), "is malformed") || strings.Contains(err.Error(), secret) {
+			t.Errorf("NewClient(%q): %v; want it called malformed, without %q", u, err, secret)
+		}
+	}
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err.Error()
+	}
+	return u.Host
 }

@@ -214,3 +214,42 @@ func socketTimeoutsOnly(t *testing.T, addr, name string, socket time.Duration, o
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// wrappedClient is a client of a type New cannot look inside, as an instrumenting wrapper is.
+type wrappedClient struct{ *redis.Client }
+
+// A client of another type (a wrapper) is not looked inside, so its calls are bounded as those of
+// a client whose socket does not follow the deadline: a call to a paused server ends at the
+// caller's deadline and at the limiter's timeout, though the wrapped client's socket waits 5s.
+func TestDeadlinesThroughAWrapper(t *testing.T) {
+	srv := startServer(t)
+	const socket = 5 * time.Second
+	inner := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ReadTimeout: socket, WriteTimeout: socket, MaxRetries: -1})
+	t.Cleanup(func() { inner.Close() })
+	const timeout = 100 * time.Millisecond
+	l, err := New(wrappedClient{inner}, "wrapped", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(timeout), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take before the pause: %+v %v", d, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	start := time.Now()
+	_, err = l.Take(ctx, "k", 1)
+	cancel()
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > faultSlack {
+		t.Fatalf("Take with a 30ms deadline through a wrapper on a paused server: %v after %v; want context.DeadlineExceeded at the deadline", err, took)
+	}
+	start = time.Now()
+	d, err := l.Take(context.Background(), "k", 1)
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || d.Allowed || took > timeout+faultSlack {
+		t.Fatalf("the limiter's own %v timeout through a wrapper: %+v %v after %v; want ErrUnavailable at the timeout", timeout, d, err, took)
+	}
+}

@@ -103,8 +103,8 @@
 // scripting, a database number the server does not have, a client name it refuses — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
 // WithOnError hook, or to log/slog's default logger without one. Each failed probe doubles the
 // cooldown, up to 64 times, so a misconfigured fleet does not reconnect per request. The Limiter
-// starts no goroutine of its own (but through a go-redis client without ContextTimeoutEnabled,
-// where each call runs on one that ends with it: see New); the process-wide coarse clock it
+// starts no goroutine of its own (but through a go-redis client without ContextTimeoutEnabled, or
+// a wrapper, where each call runs on one that ends with it: see New); the process-wide coarse clock it
 // shares runs one until the last user of it is closed.
 //
 // # Connecting

@@ -97,7 +97,8 @@ type Limiter struct {
 // Redis then runs on a goroutine of its own, and Take, TakeWithLimit, Refund, Reset and All's
 // Take return at ctx's deadline or the limiter's timeout all the same, while the call goes on,
 // holding its connection, until those socket timeouts end it (or Redis answers); hence the bound
-// on them. The Limiter does not close client.
+// on them. A client of another type (a wrapper) is not looked inside: its calls run so too, as
+// its socket may not follow the deadline. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {
 	if check.IsNil(client) {
 		return nil, errors.New("redisstore: client is nil")
@@ -371,8 +372,9 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		l.br.fatal(probe)
 		err = fmt.Errorf("%w: %s: %w", ErrMisconfigured, hint, err)
 		l.reportFatal(err)
-		return nil, time.Duration(l.br.curCool.Load()), err
+		return nil, time.Duration(l.br.curCool.Load()), err // reopened by this call, for all of it
 	}
+	opened := false
 	if serverAnswered(err) {
 		// The server is up and refused this one script (a key of another type, say): no
 		// reason to take every other key off Redis. Name the keys, which the reply may not,
@@ -401,7 +403,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		// A failure that every key would not get replaces an earlier such error as the cause:
 		// a fixed password followed by a read-only replica must name the replica.
 		l.lastFatal.Store(nil)
-		opened := l.br.failure(probe)
+		opened = l.br.failure(probe)
 		if opened {
 			// Anew, as another pointer: a success racing the opening may have cleared it.
 			l.lastCause.Store(&fatalReport{err: cause.err, msg: cause.msg})
@@ -417,9 +419,13 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 	if l.cfg.onError != nil {
 		l.cfg.onError(err)
 	}
-	// The breaker's cooldown now: doubled after fatal probes, if a timed-out probe just reopened
-	// it for that long.
-	return nil, time.Duration(l.br.curCool.Load()), err
+	// The time left until the breaker next tries Redis: all of its cooldown (doubled after fatal
+	// probes) where this call opened it, or reopened it as a failed probe; what is left of it
+	// where another call opened it while this one waited.
+	if opened || probe {
+		return nil, time.Duration(l.br.curCool.Load()), err
+	}
+	return nil, l.br.wait(), err
 }
 
 // answered is an error reply about one call's keys, with its text rewritten to hide their
@@ -691,7 +697,8 @@ func (l *Limiter) Stats(s *Stats) {
 }
 
 // Close makes every later Take, Refund and Reset return ErrClosed, and releases the process-wide
-// clock if the limiter acquired it. With a client whose ContextTimeoutEnabled is false, it also
+// clock if the limiter acquired it. With a client whose ContextTimeoutEnabled is false (or a
+// wrapper, see New), it also
 // waits for the calls to Redis that callers gave up on at their deadline (see New) to end, at
 // most the client's socket timeouts, so that no goroutine of the limiter outlives Close. It does
 // not close the Redis client or the fallback limiter. Idempotent and safe for concurrent use; a

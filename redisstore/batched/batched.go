@@ -208,7 +208,8 @@ func cellOf(idx, rem int64) uint64 { return uint64(uint32(idx))<<32 | uint64(uin
 // timeouts on the socket, so each call to Redis then runs on a goroutine of its own, and Take
 // (and the exchange, and Close) stop waiting at ctx's deadline or the timeout all the same, while
 // the call goes on, holding its connection, until those socket timeouts end it (or Redis
-// answers); hence the bound on them. New registers the process in the fleet with one heartbeat
+// answers); hence the bound on them. A client of another type (a wrapper) is not looked inside:
+// its calls run so too. New registers the process in the fleet with one heartbeat
 // (if Redis does not answer, the limiter starts offline and keeps trying) and starts the
 // exchange goroutine. The Limiter does not close client.
 func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Option) (*Limiter, error) {

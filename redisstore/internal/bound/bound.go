@@ -16,8 +16,10 @@ import (
 
 // SocketFollowsContext reports whether c sets a context's deadline on its socket reads and writes
 // (a go-redis client with ContextTimeoutEnabled), so that a call ends by that deadline without
-// help. A client of another type (a wrapper) is taken to: the constructors document that it
-// must honour the deadline, and cannot look inside it.
+// help. A client of another type (a wrapper) is taken not to: nothing can look inside it, and a
+// wrapper of a client with ContextTimeoutEnabled false held a call for that client's socket
+// timeouts, past the deadline the limiters promise. Its calls then run on goroutines of their own
+// (Call), for a few allocations a call.
 func SocketFollowsContext(c redis.UniversalClient) bool {
 	switch c := c.(type) {
 	case *redis.Client:
@@ -27,7 +29,7 @@ func SocketFollowsContext(c redis.UniversalClient) bool {
 	case *redis.Ring:
 		return c.Options().ContextTimeoutEnabled
 	}
-	return true
+	return false
 }
 
 // Calls is one limiter's calls through a client: whether the client follows deadlines (see
