@@ -8,9 +8,9 @@ import (
 )
 
 // envoyproxy/ratelimit reads its files with gopkg.in/yaml.v2, a YAML 1.1 reader: yes, on and
-// their kin are booleans there (quoted, they are strings), and a float is loaded into the whole
-// requests_per_unit. Files written for it load here alike. The expected values are what yaml.v2
-// v2.4.0 decodes these scalars to.
+// their kin are booleans there (quoted, they are strings). Files written for it load here alike.
+// A whole float in requests_per_unit, which it refuses ("error checking config"), is read here as
+// the number it is. The expected values are what yaml.v2 v2.4.0 decodes these scalars to.
 func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 	file := func(shadow, rpu string) string {
 		return "domain: d\ndescriptors:\n- key: k\n  shadow_mode: " + shadow + "\n  rate_limit:\n    unit: second\n    requests_per_unit: " + rpu + "\n"
@@ -56,5 +56,14 @@ func TestYAML11ValuesLoadAsEnvoyReadsThem(t *testing.T) {
 		cfg, err := rls.ParseConfig("test.yaml", []byte(file(c.shadow, c.rpu)))
 		require.Nil(t, cfg)
 		require.ErrorContains(t, err, c.reason)
+	}
+}
+
+// envoyproxy/ratelimit ignores a requests_per_unit beside unlimited: true, so files written for it
+// may hold one. It loads here, and the limit stays unlimited.
+func TestUnlimitedIgnoresRequestsPerUnit(t *testing.T) {
+	s := serve(t, parse(t, "domain: d\ndescriptors:\n- key: k\n  rate_limit:\n    unlimited: true\n    requests_per_unit: 1\n"))
+	for i := range 5 {
+		require.Equal(t, []string{ok, ok}, outcome(s.call(t, "d", 0, desc("k", "v"))), "call %d", i)
 	}
 }

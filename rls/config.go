@@ -223,7 +223,8 @@ func errReason(err error) string {
 // error gets its line, and how a misspelled field, a duplicate field or a key that is not a
 // string is caught instead of ignored.
 type parser struct {
-	file string
+	file  string
+	paths map[string]int // every descriptor's path in the domain, and its line
 }
 
 func (p *parser) errf(n *yaml.Node, format string, a ...any) error {
@@ -235,7 +236,7 @@ func (p *parser) errf(n *yaml.Node, format string, a ...any) error {
 }
 
 func parseDomain(file string, data []byte) (*domain, error) {
-	p := &parser{file: file}
+	p := &parser{file: file, paths: map[string]int{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &ConfigError{File: file, Reason: "bad YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
@@ -412,6 +413,12 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		if parentPath != "" {
 			n.path = parentPath + "." + n.path
 		}
+		// A key or value holding a '.' can spell the path of a nested descriptor (key a.b at the
+		// top, and b under a): one name in metrics, headers and Redis keys for two limits.
+		if prev, dup := p.paths[n.path]; dup {
+			return p.errf(item, "descriptor %s under %s has the path %s of the one at line %d (a '.' in a key or value reads as a level)", segment(n.key, n.value), orTop(parentPath), n.path, prev)
+		}
+		p.paths[n.path] = item.Line
 		if n.shadow, err = p.boolean(f["shadow_mode"], "shadow_mode"); err != nil {
 			return err
 		}
@@ -512,7 +519,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	}
 	rpuNode := f["requests_per_unit"]
 	if rl.unlimited {
-		for _, field := range []string{"unit", "requests_per_unit", "window", "policy"} {
+		// envoyproxy/ratelimit refuses a unit beside unlimited and ignores requests_per_unit, so
+		// files written for it may hold one: ignored here too. window and policy are this
+		// service's own, with no such files to load.
+		for _, field := range []string{"unit", "window", "policy"} {
 			if !isNull(f[field]) {
 				return nil, p.errf(f[field], "%s is unlimited and also sets %s", what, field)
 			}
@@ -527,11 +537,11 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 	}
 	switch {
 	case rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!float":
-		// envoyproxy/ratelimit loads a float into its integer field (10.0 and 1e3 are 10 and
-		// 1000), so files written for it may hold one. A fraction it drops without a word;
-		// here it is refused, as a limit of 10.5 is not the limit of 10 it would become. YAML
+		// envoyproxy/ratelimit refuses a float anywhere in its files ("error checking config");
+		// here a whole one is read as the number it is (10.0 and 1e3 are 10 and 1000), and one
+		// with a fraction is refused, as a limit of 10.5 is no whole number of requests. YAML
 		// reads some whole numbers as floats too: one too large for 64 bits, and one with a
-		// leading zero that is not octal (08, which envoyproxy/ratelimit's YAML reads as 8).
+		// leading zero that is not octal (08, read as 8).
 		var f float64
 		if rpuNode.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) {
 			return nil, p.errf(rpuNode, "requests_per_unit %s in %s is not a whole number", rpuNode.Value, what)

@@ -46,6 +46,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"middle_wildcard.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/users" has a * before its end: only a value ending in * (a prefix) is supported`},
 		{"two_wildcards.yaml", "line 3", `descriptor 1 under the domain: value "/api/*/files/*" has a * before its end`},
 		{"name_collision.yaml", "line 8", "descriptor k_v under the domain has the name of the one at line 3 (a key and value are named key_value)"},
+		{"path_collision.yaml", "line 7", "descriptor b under a has the path a.b of the one at line 3 (a '.' in a key or value reads as a level)"},
 		{"metadata_not_map.yaml", "line 4", `metadata in descriptor 1 under the domain is the int "5", want a map`},
 		{"long_window.yaml", "line 5", "the window of rate_limit of k (1200h0m0s) must be a whole number of milliseconds in [1ms, 1193h2m47.296s]"},
 	}
