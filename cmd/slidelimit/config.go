@@ -94,6 +94,14 @@ const maxConfigBytes = 16 << 20
 // readConfigFile reads the -config file, which must be a regular file (a FIFO would block the
 // read, and with it start-up and the stop signals) of at most maxConfigBytes.
 func readConfigFile(path string) ([]byte, error) {
+	return readRegularFile(path, maxConfigBytes, "rules file")
+}
+
+// readRegularFile reads path, which must be a regular file of at most limit bytes: what a path
+// names may be endless (/dev/zero) or block the read (a FIFO), and a file the process must read
+// then takes its memory, or holds up start-up and the stop signals. kind names what no larger
+// file is, for the error.
+func readRegularFile(path string, limit int, kind string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -111,12 +119,12 @@ func readConfigFile(path string) ([]byte, error) {
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxConfigBytes {
-		return nil, fmt.Errorf("%s: larger than %d MiB, which no rules file is", path, maxConfigBytes>>20)
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s: larger than %d MiB, which no %s is", path, limit>>20, kind)
 	}
 	return b, nil
 }

@@ -1993,8 +1993,9 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	cutCtx, cutOff := context.WithCancel(context.Background())
 	defer cutOff()
 	flight := &inFlight{}
+	silent := &silentConns{m: map[net.Conn]struct{}{}}
 	servers := []*http.Server{{
-		Handler: flight.track(px.handler), ConnContext: httplimit.ConnContext, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog,
+		Handler: flight.track(px.handler), ConnContext: httplimit.ConnContext, ConnState: silent.track, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog,
 		// Without it an idle keep-alive connection stays open for as long as the client keeps it.
 		IdleTimeout: c.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return cutCtx },
@@ -2066,11 +2067,13 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	// request to stop, and the orchestrator that sent it kills the process soon after anyway.
 	// Stopping as asked is a success, as in "slidelimit rls".
 	cut := false
+	silent.closeAll()
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {
 			cut = true
 		}
 	}
+	inFlightAtCut := flight.count() > 0
 	if !cut {
 		// Shutdown neither waits for nor closes hijacked connections, so the handlers still
 		// running now hold upgraded ones (WebSockets): they get the same deadline.
@@ -2091,14 +2094,52 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 		gctx, gcancel := context.WithTimeout(context.Background(), time.Second)
 		flight.wait(gctx)
 		gcancel()
-		if signalled.Load() {
+		switch {
+		case !inFlightAtCut:
+			// What Shutdown waited for held no request: nothing was cut off.
+		case signalled.Load():
 			logger.Warn("requests still in flight at the second stop signal were cut off")
-		} else {
+		default:
 			logger.Warn(fmt.Sprintf("requests still in flight after -shutdown-timeout %v were cut off", c.shutdownTimeout))
 		}
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// silentConns are the connections that have sent no request yet (http.StateNew). Shutdown waits
+// for one until five seconds after it opened, as it might yet send a request: a browser's TLS
+// preconnect, or a health checker's bare TCP connect, held the stop that long, and was then
+// reported as a request cut off. At shutdown they are closed at once; an HTTP/2 connection leaves
+// StateNew as soon as its server takes it. Safe for concurrent use: ConnState runs on each
+// connection's goroutine.
+type silentConns struct {
+	mu     sync.Mutex
+	m      map[net.Conn]struct{}
+	closed bool // closeAll ran: a connection still new is closed as it comes
+}
+
+func (s *silentConns) track(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case st != http.StateNew:
+		delete(s.m, c)
+	case s.closed:
+		c.Close()
+	default:
+		s.m[c] = struct{}{}
+	}
+}
+
+func (s *silentConns) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.m {
+		c.Close()
+	}
+	clear(s.m)
 }
 
 // inFlight counts the requests a handler is serving, upgraded connections included: Shutdown

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +34,9 @@ type tlsFiles struct {
 	checked time.Time
 }
 
+// maxPEMBytes bounds each TLS file: a certificate chain is kilobytes.
+const maxPEMBytes = 1 << 20
+
 // tlsCheckEvery is how often, at most, a handshake looks at the files.
 const tlsCheckEvery = time.Second
 
@@ -50,11 +52,7 @@ func newTLSFiles(cert, key, clientCA string, protos []string, say func(warning b
 	if f.cfg, err = f.load(files); err != nil {
 		return nil, err
 	}
-	if leaf := f.cfg.Certificates[0].Leaf; time.Now().Before(leaf.NotBefore) {
-		// Not refused: a certificate issued a moment ago on a host whose clock runs ahead is
-		// about to be good.
-		say(true, fmt.Sprintf("-tls-cert %s is not valid until %s: clients refuse it until then", cert, leaf.NotBefore.UTC().Format(time.RFC3339)))
-	}
+	f.warnNotYetValid()
 	f.loaded, f.checked = files, time.Now()
 	return f, nil
 }
@@ -67,7 +65,8 @@ func (f *tlsFiles) read() (files [3]string, err error) {
 		if file.path == "" {
 			continue
 		}
-		b, err := os.ReadFile(file.path)
+		// A FIFO would block the read, under f.mu, and with it every handshake after it.
+		b, err := readRegularFile(file.path, maxPEMBytes, "PEM file")
 		if err != nil {
 			return files, fmt.Errorf("%s: %w", file.flag, err)
 		}
@@ -175,6 +174,7 @@ func (f *tlsFiles) look() {
 	if err == nil {
 		f.cfg, f.loaded, f.failure = cfg, files, ""
 		f.say(false, "TLS files reloaded: new connections get "+describeCert(cfg))
+		f.warnNotYetValid()
 		return
 	}
 	// Logged once for each failure and the contents it was met with, until a look finds the files
@@ -182,6 +182,14 @@ func (f *tlsFiles) look() {
 	if failure := err.Error() + "\x00" + strings.Join(files[:], "\x00"); failure != f.failure {
 		f.failure = failure
 		f.say(true, "TLS files changed but do not load, keeping the last good ones (tried again each second while they differ): "+err.Error())
+	}
+}
+
+// warnNotYetValid says when the certificate in use is not valid yet. Not refused: a certificate
+// issued a moment ago on a host whose clock runs ahead is about to be good.
+func (f *tlsFiles) warnNotYetValid() {
+	if leaf := f.cfg.Certificates[0].Leaf; time.Now().Before(leaf.NotBefore) {
+		f.say(true, fmt.Sprintf("-tls-cert %s is not valid until %s: clients refuse it until then", f.cert, leaf.NotBefore.UTC().Format(time.RFC3339)))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,7 +224,7 @@ func TestRLSTLS(t *testing.T) {
 		servedName(t, p.addr, ca.pool)
 		return warnings() == 2 && strings.Count(p.stderr(), "TLS files reloaded") == 1
 	}, failsafe, 100*time.Millisecond)
-	gone := func() int { return strings.Count(p.stderr(), "-tls-cert: open "+certFile) }
+	gone := func() int { return strings.Count(p.stderr(), "-tls-cert: stat "+certFile) }
 	for round := 1; round <= 2; round++ {
 		require.NoError(t, os.Rename(filepath.Join(dir, "v2", "tls.crt"), filepath.Join(dir, "v2", "tls.crt.away")))
 		require.Eventually(t, func() bool { servedName(t, p.addr, ca.pool); return gone() == round }, failsafe, 100*time.Millisecond)
@@ -291,7 +292,7 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		{[]string{"-tls-cert", certFile}, "-tls-cert and -tls-key go together"},
 		{[]string{"-tls-key", keyFile}, "-tls-cert and -tls-key go together"},
 		{[]string{"-tls-client-ca", junk}, "-tls-client-ca " + junk + ": needs -tls-cert and -tls-key"},
-		{[]string{"-tls-cert", missing, "-tls-key", keyFile}, "-tls-cert: open " + missing + ": no such file or directory"},
+		{[]string{"-tls-cert", missing, "-tls-key", keyFile}, "-tls-cert: stat " + missing + ": no such file or directory"},
 		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + `: certificate 1: not a PEM block ("not a certificate")`},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", empty}, "-tls-client-ca " + empty + ": no certificate in it"},
@@ -299,7 +300,7 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caKey}, "-tls-client-ca " + caKey + `: certificate 2: a PEM block of type "EC PRIVATE KEY", not CERTIFICATE`},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caBad}, "-tls-client-ca " + caBad + ": certificate 1: x509: "},
 		{[]string{"-tls-cert", oldCert, "-tls-key", oldKey}, "-tls-cert " + oldCert + `: the certificate for "rls-old" expired at `},
-		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", missing}, "-tls-client-ca: open " + missing + ": no such file or directory"},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", missing}, "-tls-client-ca: stat " + missing + ": no such file or directory"},
 	} {
 		out, code := runRLS(t, append([]string{"-config", edgeConfig(t), "-listen", "127.0.0.1:0"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
@@ -431,7 +432,7 @@ func TestProxyBadTLSFlags(t *testing.T) {
 	}{
 		{[]string{"-tls-cert", certFile}, "-tls-cert and -tls-key go together: give both, or neither for plain HTTP"},
 		{[]string{"-tls-client-ca", certFile}, "-tls-client-ca " + certFile + ": needs -tls-cert and -tls-key"},
-		{[]string{"-tls-cert", certFile, "-tls-key", missing}, "-tls-key: open " + missing + ": no such file or directory"},
+		{[]string{"-tls-cert", certFile, "-tls-key", missing}, "-tls-key: stat " + missing + ": no such file or directory"},
 		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", keyFile}, "-tls-client-ca " + keyFile + `: certificate 1: a PEM block of type "EC PRIVATE KEY", not CERTIFICATE`},
 	} {
@@ -465,4 +466,96 @@ func TestProxyTLSUpgrade(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, msg, got)
 	}
+}
+
+// At SIGTERM a connection that has sent no request (a bare TCP connect, a TLS preconnect) is
+// closed at once rather than waited for, and no request is said to be cut off; an HTTP/2 request
+// in flight on a connection of its own still finishes.
+func TestProxyShutdownClosesSilentConnections(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "finished")
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, "proxy", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	// Shorter than the 5s for which http.Server.Shutdown waits on a connection with no request:
+	// without the close at shutdown, the request in flight would be cut off at this deadline
+	// while the silent connections were waited for.
+	p := startProxy(t, "-upstream", up.URL, "-shutdown-timeout", "4s", "-tls-cert", certFile, "-tls-key", keyFile)
+
+	bare, err := net.DialTimeout("tcp", p.addr, failsafe)
+	require.NoError(t, err)
+	defer bare.Close()
+	pre, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
+	require.NoError(t, err)
+	defer pre.Close()
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := tlsProxyClient(t, ca.pool, nil, true).Get("https://" + p.addr + "/slow")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		done <- result{res.StatusCode, string(b), err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(failsafe):
+		t.Fatal("the request never reached the upstream")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	for _, conn := range []net.Conn{bare, pre} {
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(failsafe)))
+		_, err := conn.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, io.EOF, "a connection with no request is closed at shutdown")
+	}
+	close(release)
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, result{code: 200, body: "finished"}, r, "the HTTP/2 request in flight finished")
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatal("the proxy did not exit after SIGTERM")
+	}
+	assert.NoError(t, p.err, "exit status")
+	assert.NotContains(t, p.stderr(), "cut off")
+}
+
+// A certificate not valid yet is served, at start and when read again, with a warning: clients
+// refuse it until then.
+func TestTLSNotYetValidIsWarned(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, "proxy-1", false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-tls-cert", certFile, "-tls-key", keyFile)
+	assert.NotContains(t, p.stderr(), "is not valid until")
+	c, k = ca.sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: "proxy-2"}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(2 * time.Hour)})
+	writeFile(t, keyFile, string(k))
+	writeFile(t, certFile, string(c))
+	require.Eventually(t, func() bool {
+		if conn, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{InsecureSkipVerify: true}); err == nil {
+			conn.Close() // a handshake looks at the files
+		}
+		return strings.Contains(p.stderr(), "-tls-cert "+certFile+" is not valid until ")
+	}, failsafe, 100*time.Millisecond)
 }
