@@ -297,7 +297,7 @@ func canon(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 
 // ErrShortMappedPrefix is wrapped by ParsePrefixes's error for an IPv4-mapped range shorter than
 // /96: it reaches past the mapped addresses into plain IPv6 ones, so it has no IPv4 form to be
-// compared as. A sentinel, compared with errors.Is.
+// compared as. A sentinel, compared with errors.Is from any goroutine; never reassigned.
 var ErrShortMappedPrefix = errors.New("an IPv4-mapped IPv6 range must be /96 or longer")
 
 // ParsePrefixes parses a comma-separated list of CIDR ranges or single addresses ("10.0.0.0/8,

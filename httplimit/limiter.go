@@ -34,7 +34,8 @@ import (
 type Limiter = slidelimit.Limiter
 
 // ErrLimiterClosed is returned by a Local limiter whose engine.Limiter has been closed; it is
-// engine.ErrClosed (and slidelimit.ErrClosed), so errors.Is matches any of the three.
+// engine.ErrClosed (and slidelimit.ErrClosed), so errors.Is matches any of the three. A
+// sentinel, compared from any goroutine; never reassigned.
 var ErrLimiterClosed = engine.ErrClosed
 
 // Local adapts an in-process engine limiter to Limiter: it is l.AsLimiter(). Its Take ignores ctx

@@ -46,7 +46,8 @@ const (
 )
 
 // ErrNoLimiter is the error Validate returns (wrapped, naming the field) for a nil Limiter, which
-// is also what Local(nil) returns: an engine.New whose error went unchecked.
+// is also what Local(nil) returns: an engine.New whose error went unchecked. A sentinel, compared
+// with errors.Is from any goroutine; never reassigned.
 var ErrNoLimiter = errors.New("httplimit: no limiter")
 
 // Limit is one more limit a request must fit, beside Middleware.Limiter: a Limiter and the
@@ -75,11 +76,12 @@ type Limit struct {
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others. The
-// limits whose quotas the request's cost is above are asked first, smallest quota first, those
-// whose quota is their Limiter's own policy's or whose Limiter can give back (a Quota.Limit set by
-// hand may be below what the Limiter admits, which then admits, and the next is asked): one of
-// them refuses the request for its cost, with no Retry-After, where a used-up limit asked before
-// it would have given a wait after which the request is refused all the same.
+// limits whose quotas the request's cost is above are asked first: those whose quota is their
+// Limiter's own policy's, smallest first, then those whose Limiter can give back, smallest first
+// (a Quota.Limit set by hand may be below what the Limiter admits, which then admits, and the next
+// is asked). One whose own quota the cost is above refuses the request for its cost, with no
+// Retry-After, where a used-up limit asked before it would have given a wait after which the
+// request is refused all the same.
 // The middleware gives units back through the Limiter: an in-process engine (Local) gives back
 // what its policy can give back exactly (the sliding counter and the fixed window, and the token
 // bucket, GCRA and leaky bucket at once: all of it where their Rate divides 1000, else all but at
@@ -175,8 +177,9 @@ type Middleware struct {
 	// RetryAfter, or longer when a limit not asked has too little left for longer. A waiting
 	// request holds its goroutine and connection; nothing of this middleware's limits is counted
 	// while it waits (an outer middleware's, which admitted it, stays counted). A request that a
-	// limit which cannot give back has counted before another refused it (with two or more such
-	// limits, see above) is refused at once: decided again, it would be counted there twice.
+	// limit has counted before another refused it, and that the limit could not give back (with
+	// two or more limits that cannot, see above, or a Refund that failed), is refused at once:
+	// decided again, it would be counted there twice.
 	MaxDelay time.Duration
 
 	// MaxWaiting bounds how many requests may wait under MaxDelay at once, across every client
@@ -339,16 +342,27 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 	}
 	h.order = append(h.order, last...)
-	// The limits a cost above their quota is asked of first (see decide), smallest quota first:
-	// those whose quota is the Limiter's own policy's, which refuse the cost counting nothing, and
-	// those whose Limiter can give back; a Quota.Limit set by hand may be below what a Limiter
-	// admits (a tier), so such a limit may admit the cost, and the next is asked.
+	// The limits a cost above their quota is asked of first (see decide): those whose quota is
+	// the Limiter's own policy's, which refuse the cost counting nothing, smallest first; then
+	// those whose Limiter can give back, smallest first. A Quota.Limit set by hand may be below
+	// what its Limiter admits (a tier), so such a limit may admit the cost, or, used up, refuse it
+	// with a wait: asked after every limit of its own quota, it gives that wait only where none
+	// of them refuses the cost outright.
 	for _, i := range h.order {
 		if e := &h.limits[i]; e.limit > 0 && (e.ownQuota || e.refund != nil) {
 			h.costFirst = append(h.costFirst, i)
 		}
 	}
-	slices.SortStableFunc(h.costFirst, func(a, b int) int { return cmp.Compare(h.limits[a].limit, h.limits[b].limit) })
+	slices.SortStableFunc(h.costFirst, func(a, b int) int {
+		ea, eb := &h.limits[a], &h.limits[b]
+		if ea.ownQuota != eb.ownQuota {
+			if ea.ownQuota {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(ea.limit, eb.limit)
+	})
 	var items []string
 	for _, e := range h.limits {
 		if e.policy != "" {
@@ -551,8 +565,11 @@ type frame struct {
 	// Limiter's fallback, on a quota that is not the one RateLimit-Policy advertises. Made on the
 	// first such Decision, as a failing store is the rare path.
 	fallback []bool
-	buf      [2]entryState
-	dbuf     [2]engine.Decision
+	// kept is set when a Limiter failed to give back what it counted: the units stay counted,
+	// so the request must not be decided again after a wait.
+	kept bool
+	buf  [2]entryState
+	dbuf [2]engine.Decision
 }
 
 type frameKey struct{}
@@ -706,18 +723,17 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	}
 	idx = -1
 	tightest := -1
-	// A cost above a limit's quota is asked of the limits with such quotas first, smallest
-	// first: one refuses for the cost, with no wait, where a used-up limit asked before it would
-	// refuse with a wait that admits nothing. Those asked here are not asked again below.
-	first := 0
-	for first < len(h.costFirst) && f.cost > h.limits[h.costFirst[first]].limit {
-		first++
-	}
-	for k := 0; k < first+len(h.order); k++ {
+	// A cost above a limit's quota is asked of the limits with such quotas first (see
+	// costFirst): one refuses for the cost, with no wait, where a used-up limit asked before it
+	// would refuse with a wait that admits nothing. Those asked then are not asked again.
+	n := len(h.costFirst)
+	for k := 0; k < n+len(h.order); k++ {
 		var i int
-		if k < first {
-			i = h.costFirst[k]
-		} else if i = h.order[k-first]; first > 0 && slices.Contains(h.costFirst[:first], i) {
+		if k < n {
+			if i = h.costFirst[k]; f.cost <= h.limits[i].limit {
+				continue
+			}
+		} else if i = h.order[k-n]; f.st[i] != unasked {
 			continue
 		}
 		e := &h.limits[i]
@@ -762,9 +778,12 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	return d, -1, false
 }
 
-// stillCounted reports whether one of f's limits counted the request and could not give it back
-// (see giveBackOwn).
+// stillCounted reports whether one of f's limits counted the request and could not give it back,
+// having no way to or failing to (see giveBackOwn).
 func (f *frame) stillCounted() bool {
+	if f.kept {
+		return true
+	}
 	for i, s := range f.st {
 		if s == returned && f.h.limits[i].refund == nil {
 			return true
@@ -799,8 +818,11 @@ func (f *frame) giveBackOwn(r *http.Request) {
 		f.st[i] = returned
 		if e := &f.h.limits[i]; e.refund != nil {
 			g, err := e.refund(r.Context(), f.key, f.cost, f.ds[i])
-			if err != nil && f.h.onError != nil {
-				f.h.onError(r, f.key, err)
+			if err != nil {
+				f.kept = true
+				if f.h.onError != nil {
+					f.h.onError(r, f.key, err)
+				}
 			}
 			// The field then shows what the limit holds again: read back where the Limiter can
 			// say so without counting, as a limit not asked is shown, since for a bucket the

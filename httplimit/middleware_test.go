@@ -917,3 +917,66 @@ func TestNilReceivers(t *testing.T) {
 	req.Header.Set("X-Forwarded-For", "192.0.2.1")
 	assert.Equal(t, "ip:2001:db8::/64", ip.Key(req))
 }
+
+// A used-up tier, whose hand-set quota the cost is above, is asked after a limit whose own quota
+// the cost is above: that one refuses for the cost, with no wait, where the tier would have given
+// a wait that admits nothing.
+func TestCostAboveQuotaPastAUsedUpTierGetsNoWait(t *testing.T) {
+	clk := clock.NewManual(w0)
+	mk := func(p policy.Policy) *engine.Limiter {
+		l, err := engine.New(p, engine.WithClock(clk))
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	tier := mk(policy.SlidingCounter{Limit: 100, Window: time.Minute})
+	small := mk(policy.FixedWindow{Limit: 5, Window: time.Minute})
+	require.True(t, tier.AllowN("ip:127.0.0.1", 100))
+	mw := &httplimit.Middleware{
+		Limiter: httplimit.Local(tier), Quota: httplimit.Quota{Name: "tier", Limit: 3, Window: time.Minute},
+		Limits: []httplimit.Limit{{Limiter: httplimit.Local(small), Quota: httplimit.Quota{Name: "small"}}},
+		Cost:   func(*http.Request) int64 { return 10 },
+		Now:    nowOf(clk),
+	}
+	ts := serve(t, mw.Wrap(ok))
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status)
+	assert.Empty(t, r.retryAfter, "no wait admits a cost of 10 under a limit of 5")
+	assert.Contains(t, r.body, "request cost exceeds the limit")
+}
+
+// failingRefund decides on an engine and fails every Refund, as a store that went away between
+// the two calls does.
+type failingRefund struct{ l *engine.Limiter }
+
+func (f failingRefund) Take(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return f.l.Take(key, n), nil
+}
+
+func (f failingRefund) Refund(context.Context, string, int64, engine.Decision) (int64, error) {
+	return 0, errors.New("store unavailable")
+}
+
+// Under MaxDelay a request that a limit counted and then failed to give back is refused at once:
+// decided again after the wait, it would be counted there twice.
+func TestMaxDelayAfterAFailedRefundDoesNotWait(t *testing.T) {
+	mk := func(p policy.Policy) *engine.Limiter {
+		l, err := engine.New(p)
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	hour := mk(policy.SlidingCounter{Limit: 100, Window: time.Hour})
+	burst := mk(policy.GCRA{Rate: 10, Burst: 1})
+	mw := &httplimit.Middleware{
+		Limiter: failingRefund{hour}, Quota: httplimit.Quota{Name: "hour"},
+		Limits:   []httplimit.Limit{{Limiter: httplimit.Local(burst), Quota: httplimit.Quota{Name: "burst"}}},
+		MaxDelay: 2 * time.Second,
+		OnError:  func(*http.Request, string, error) {},
+	}
+	ts := serve(t, mw.Wrap(ok))
+	assert.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	r := get(t, ts.Client(), ts.URL, nil)
+	assert.Equal(t, 429, r.status, "refused at once: waiting would count the hour a second time")
+	assert.Equal(t, int64(98), hour.Peek("ip:127.0.0.1").Remaining, "the hour counted each request once")
+}
