@@ -422,3 +422,17 @@ func (u unitPeeker) Take(_ context.Context, key string, n int64) (engine.Decisio
 }
 
 func (u unitPeeker) Peek(key string) engine.Decision { return u.l.Peek(key) }
+
+// A stack whose inner middleware is misconfigured (no Limiter): 500, the outer limit's unit given
+// back, and no field left from the outer middleware, as for an inner limiter that is closed.
+func TestStackedOverAMisconfiguredMiddleware(t *testing.T) {
+	clk := clock.NewManual(w0)
+	outerLim := &countingRefunder{l: newOn(t, policy.FixedWindow{Limit: 5, Window: time.Minute}, clk)}
+	key := func(*http.Request) string { return "k" }
+	inner := &httplimit.Middleware{KeyFunc: key, OnError: func(*http.Request, string, error) {}}
+	outer := &httplimit.Middleware{Limiter: outerLim, KeyFunc: key, Quota: httplimit.Quota{Name: "server", Limit: 5, Window: time.Minute}, Now: nowOf(clk)}
+	ts := serve(t, outer.Wrap(inner.Wrap(ok)))
+	assert.Equal(t, reply{status: 500, body: "rate limiter misconfigured\n"}, get(t, ts.Client(), ts.URL, nil))
+	assert.Equal(t, 1, outerLim.refunds)
+	assert.Equal(t, int64(5), outerLim.l.Peek("k").Remaining, "the outer limit holds all 5")
+}

@@ -299,7 +299,8 @@ func (m *Middleware) Validate() error {
 // Wrap returns a handler that limits the requests reaching next. On a configuration Validate
 // refuses, or a nil next, it returns a handler that answers every request with 500 Internal
 // Server Error and reports the error to OnError: a misconfigured limiter neither panics nor lets
-// traffic through unlimited, and charges nothing. Wrap only reads m, as Validate does, and the
+// traffic through unlimited, and charges nothing (an outer middleware that admitted the request
+// gives its units back, as for a limiter that fails closed). Wrap only reads m, as Validate does, and the
 // handler it returns is safe for concurrent use.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := m.Validate(); err != nil {
@@ -457,6 +458,13 @@ type broken struct {
 func (b *broken) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.onError != nil {
 		b.onError(r, "", b.err)
+	}
+	// Under an outer middleware that admitted the request, as when a limiter fails closed: the
+	// request is not served, so the outer gives its units back, and no field describes it.
+	if parent, _ := r.Context().Value(frameKey{}).(*frame); parent != nil {
+		parent.giveBack(r)
+		delete(w.Header(), hdrRateLimit)
+		delete(w.Header(), hdrPolicy)
 	}
 	if b.problem {
 		WriteProblem(w, http.StatusInternalServerError, "rate limiter misconfigured")
