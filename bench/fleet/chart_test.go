@@ -130,6 +130,14 @@ func TestRunWritesChart(t *testing.T) {
 	if err := checkFlags(bogus); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
 		t.Fatalf("-modes engine,bogus: error %v, want one naming the mode", err)
 	}
+	// The policy's own bounds, before the table's header is printed.
+	for _, bad := range []config{{window: 0, limit: 30}, {window: 1500 * time.Microsecond, limit: 30}, {window: time.Second, limit: 99999999999}} {
+		c := cfg
+		c.window, c.limit = bad.window, bad.limit
+		if err := checkFlags(c); err == nil || !strings.Contains(err.Error(), "-limit ") || !strings.Contains(err.Error(), "-window ") {
+			t.Fatalf("-limit %d -window %v: error %v, want one naming both flags", bad.limit, bad.window, err)
+		}
+	}
 	if err := checkFlags(cfg); err != nil {
 		t.Fatal(err)
 	}

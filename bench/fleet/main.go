@@ -86,6 +86,11 @@ func main() {
 	flag.StringVar(&modes, "modes", "engine,exact,batched,gubernator", "modes to run, comma-separated")
 	flag.StringVar(&cfg.chart, "chart", "", "also draw the results as a PNG to this file (name ending in .png)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// flag stops at the first argument that is no flag: those after it would go unread.
+		fmt.Fprintf(os.Stderr, "fleet: unexpected argument %q: every setting is a flag\n", flag.Arg(0))
+		os.Exit(2)
+	}
 	cfg.modes = strings.Split(modes, ",")
 	if err := checkFlags(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -101,6 +106,13 @@ func main() {
 func checkFlags(cfg config) error {
 	if cfg.keys < 1 || cfg.limit < procs || cfg.duration <= 0 || cfg.goroutines < 1 {
 		return fmt.Errorf("need -keys >= 1, -limit >= %d, -duration > 0, -goroutines >= 1", procs)
+	}
+	// The fleet-wide limit, and the engine mode's share of it for each process: checked now,
+	// not after the table's header.
+	for _, p := range []policy.SlidingCounter{{Limit: cfg.limit, Window: cfg.window}, {Limit: cfg.limit / procs, Window: cfg.window}} {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("-limit %d -window %v: %v", cfg.limit, cfg.window, err)
+		}
 	}
 	for _, m := range cfg.modes {
 		if !slices.Contains([]string{"engine", "exact", "batched", "gubernator"}, m) {

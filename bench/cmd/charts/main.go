@@ -50,6 +50,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
+		var f flagError
+		if errors.As(err, &f) {
+			os.Exit(2) // the flag package has said what was wrong
+		}
 		fail(err)
 	}
 }
@@ -58,6 +62,9 @@ func main() {
 type usageError string
 
 func (u usageError) Error() string { return string(u) }
+
+// flagError is a flag the flag package refused, having printed why.
+type flagError struct{ error }
 
 // run is the command: it reads the files args names and writes what its flags ask for, naming
 // each file written on stdout.
@@ -68,7 +75,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	targetsFile := fs.String("targets", "", "also write the performance targets, as a markdown table, to this file")
 	tableFile := fs.String("table", "", "also write the medians (ns/op, allocs/op, bytes/key) as markdown tables to this file")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return flagError{err}
 	}
 	if fs.NArg() == 0 {
 		return usageError("usage: charts -o DIR FILE...")

@@ -133,3 +133,12 @@ func TestRunSerialOnly(t *testing.T) {
 	err = run([]string{"-o", dir, "-table", table, empty}, &out, &errs)
 	require.ErrorContains(t, err, "no BenchmarkLimiters or BenchmarkMemory results")
 }
+
+// A flag the flag package refuses is a usage error, which main exits 2 on.
+func TestRunBadFlag(t *testing.T) {
+	var out, errs strings.Builder
+	err := run([]string{"-x"}, &out, &errs)
+	var f flagError
+	require.ErrorAs(t, err, &f)
+	require.Contains(t, errs.String(), "flag provided but not defined: -x")
+}

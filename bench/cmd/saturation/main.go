@@ -46,11 +46,13 @@ func main() {
 	procs := flag.Int("procs", 1, "GOMAXPROCS for the run")
 	target := flag.Float64("target", 0.97, "the least admitted fraction that passes")
 	flag.Parse()
-	p, err := policyFor(*pol, *limit, *window)
+	var p policy.Policy
+	var err error
 	if flag.NArg() > 0 { // the flag package stops at the first non-flag: every flag after it is lost
 		err = fmt.Errorf("unexpected argument %q", flag.Arg(0))
-	} else if err == nil {
-		err = validate(*limit, *window, *duration, *procs, *target)
+	} else if err = validate(*limit, *window, *duration, *procs, *target); err == nil {
+		// After validate, whose errors name the flags: the policy's own name its fields.
+		p, err = policyFor(*pol, *limit, *window)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "saturation:", err)
