@@ -177,6 +177,12 @@ func publish(proxy, version, dir string) error {
 	if err := module.Check(path, version); err != nil {
 		return err
 	}
+	// A module's zip holds its own directory only: a LICENSE at the repository's root is not in
+	// a nested module's, which would then be published with no license (and pkg.go.dev would
+	// not show its documentation).
+	if st, err := os.Stat(filepath.Join(dir, "LICENSE")); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: no LICENSE file in the module's directory: its zip would have no license", dir)
+	}
 	esc, err := module.EscapePath(path)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ func write(t *testing.T, root, rel, data string) {
 func tree(t *testing.T) string {
 	root := t.TempDir()
 	write(t, root, "go.mod", "module example.com/r\n\ngo 1.26.0\n")
+	write(t, root, "LICENSE", "the license\n")
 	write(t, root, "r.go", "package r\n")
 	write(t, root, "cmd/c/go.mod", "module example.com/r/cmd/c\n\ngo 1.26.0\n\nrequire (\n\texample.com/r v0.1.0\n\texample.com/r/store v0.1.0\n\tgolang.org/x/sys v0.1.0\n)\n")
 	write(t, root, "cmd/c/main.go", "package main\n\nfunc main() {}\n")
@@ -89,10 +91,33 @@ func TestPublishWritesProxyLayout(t *testing.T) {
 	}
 	files := cf.Valid
 	// The nested modules' files belong to their own zips.
-	if strings.Join(files, ",") != "example.com/r@v0.1.0/go.mod,example.com/r@v0.1.0/r.go" {
-		t.Fatalf("zip holds %v, want only go.mod and r.go", files)
+	if strings.Join(files, ",") != "example.com/r@v0.1.0/LICENSE,example.com/r@v0.1.0/go.mod,example.com/r@v0.1.0/r.go" {
+		t.Fatalf("zip holds %v, want only LICENSE, go.mod and r.go", files)
 	}
 	if err := publish(proxy, "1.0", root); err == nil {
 		t.Fatal("publish accepted version 1.0")
+	}
+	// store has no LICENSE of its own: its zip would have none.
+	if err := publish(proxy, "v0.1.0", filepath.Join(root, "store")); err == nil || !strings.Contains(err.Error(), "no LICENSE file") {
+		t.Fatalf("publish of a module without a LICENSE: %v, want an error naming it", err)
+	}
+}
+
+// Each published module carries a copy of the repository's LICENSE (publish refuses one without):
+// the copies must stay the root's.
+func TestLicenseCopiesAreTheRoots(t *testing.T) {
+	want, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods, err := findModules("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mods {
+		got, err := os.ReadFile(filepath.Join("../..", m.dir, "LICENSE"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s/LICENSE: %v; want a copy of the root's LICENSE", m.dir, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 // Command traces replays the policy registry's four canonical workloads through slidelimit's
 // engine and prints the registry's metrics for each, so that slidelimit's decisions can be set
-// beside the registry's figures.
+// beside the registry's figures. docs/testing.md says what the registry is, and restates the
+// workloads and metrics.
 //
 //	cd bench && go run ./cmd/traces [-policy ID|all] [-json | -markdown] [-perftime 200ms]
 //
