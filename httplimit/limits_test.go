@@ -19,10 +19,13 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// newOn returns a limiter of p on clk.
+// newOn returns a limiter of p on clk (nil: on the engine's own clock), closed when the test ends.
 func newOn(t *testing.T, p policy.Policy, clk *clock.Clock, opts ...engine.Option) *engine.Limiter {
 	t.Helper()
-	l, err := engine.New(p, append([]engine.Option{engine.WithClock(clk)}, opts...)...)
+	if clk != nil { // nil: the engine's own clock, for waits in real time
+		opts = append([]engine.Option{engine.WithClock(clk)}, opts...)
+	}
+	l, err := engine.New(p, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l

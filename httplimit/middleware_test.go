@@ -769,12 +769,7 @@ func TestCostAboveALaterLimitGetsNoWait(t *testing.T) {
 // refilling one a second, emptied, says t=1, not t=10.
 func TestUnaskedUsedUpLimitShowsItsWait(t *testing.T) {
 	clk := clock.NewManual(w0)
-	mk := func(p policy.Policy) *engine.Limiter {
-		l, err := engine.New(p, engine.WithClock(clk))
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
+	mk := func(p policy.Policy) *engine.Limiter { return newOn(t, p, clk) }
 	first := mk(policy.SlidingCounter{Limit: 1, Window: time.Minute})
 	bucket := mk(policy.TokenBucket{Rate: 1, Burst: 10})
 	require.True(t, first.Allow("ip:127.0.0.1"))
@@ -842,12 +837,7 @@ func TestCostAboveASlidingLogGetsNoWait(t *testing.T) {
 // sliding logs, asked in order) is refused at once rather than wait: decided again after the
 // wait, it would be counted there a second time, though nothing is counted while a request waits.
 func TestMaxDelayDoesNotCountALimitTwice(t *testing.T) {
-	mk := func(p policy.Policy) *engine.Limiter {
-		l, err := engine.New(p)
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
+	mk := func(p policy.Policy) *engine.Limiter { return newOn(t, p, nil) }
 	a := mk(policy.SlidingLog{Limit: 100, Window: time.Hour})
 	b := mk(policy.SlidingLog{Limit: 1, Window: 200 * time.Millisecond})
 	mw := &httplimit.Middleware{
@@ -861,39 +851,6 @@ func TestMaxDelayDoesNotCountALimitTwice(t *testing.T) {
 	assert.Equal(t, 429, r.status, "refused at once: waiting would count the hour a second time")
 	assert.NotEmpty(t, r.retryAfter)
 	assert.Equal(t, int64(98), a.Peek("ip:127.0.0.1").Remaining, "the hour counted each request once")
-}
-
-// A cost above several limits' quotas is asked of each of them first, smallest quota first, until
-// one refuses: a tier's hand-set quota, which its Limiter admits, does not hide a limit whose own
-// quota the cost is above behind a used-up one that would give a wait admitting nothing.
-func TestCostAboveQuotaPastATierGetsNoWait(t *testing.T) {
-	clk := clock.NewManual(w0)
-	mk := func(p policy.Policy) *engine.Limiter {
-		l, err := engine.New(p, engine.WithClock(clk))
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
-	tier := mk(policy.SlidingCounter{Limit: 100, Window: time.Minute})
-	used := mk(policy.SlidingCounter{Limit: 20, Window: time.Minute})
-	small := mk(policy.FixedWindow{Limit: 5, Window: time.Minute})
-	require.True(t, used.AllowN("ip:127.0.0.1", 20))
-	mw := &httplimit.Middleware{
-		Limiter: httplimit.Local(tier), Quota: httplimit.Quota{Name: "tier", Limit: 3, Window: time.Minute},
-		Limits: []httplimit.Limit{
-			{Limiter: httplimit.Local(used), Quota: httplimit.Quota{Name: "used"}},
-			{Limiter: httplimit.Local(small), Quota: httplimit.Quota{Name: "small"}},
-		},
-		Cost: func(*http.Request) int64 { return 10 },
-		Now:  nowOf(clk),
-	}
-	ts := serve(t, mw.Wrap(ok))
-	r := get(t, ts.Client(), ts.URL, nil)
-	assert.Equal(t, 429, r.status)
-	assert.Empty(t, r.retryAfter, "no wait admits a cost of 10 under a limit of 5")
-	assert.Contains(t, r.body, "request cost exceeds the limit")
-	assert.Equal(t, int64(100), tier.Peek("ip:127.0.0.1").Remaining, "the tier's 10 units were given back")
-	assert.Equal(t, int64(5), small.Peek("ip:127.0.0.1").Remaining)
 }
 
 // A nil *Middleware or *Listener is a configuration error, not a panic: Wrap answers 500 and
@@ -918,31 +875,41 @@ func TestNilReceivers(t *testing.T) {
 	assert.Equal(t, "ip:2001:db8::/64", ip.Key(req))
 }
 
-// A used-up tier, whose hand-set quota the cost is above, is asked after a limit whose own quota
-// the cost is above: that one refuses for the cost, with no wait, where the tier would have given
-// a wait that admits nothing.
-func TestCostAboveQuotaPastAUsedUpTierGetsNoWait(t *testing.T) {
-	clk := clock.NewManual(w0)
-	mk := func(p policy.Policy) *engine.Limiter {
-		l, err := engine.New(p, engine.WithClock(clk))
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		return l
+// A cost above several limits' quotas is asked first of those whose own quota it is above,
+// smallest first, then of those with a quota set by hand: a tier whose hand-set quota the cost is
+// above, whether its Limiter admits the cost or, used up, would give a wait, does not hide a limit
+// that refuses the cost outright behind a used-up one whose wait admits nothing.
+func TestCostAboveQuotaPastATierGetsNoWait(t *testing.T) {
+	for _, tierUsedUp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tier used up=%v", tierUsedUp), func(t *testing.T) {
+			clk := clock.NewManual(w0)
+			tier := newOn(t, policy.SlidingCounter{Limit: 100, Window: time.Minute}, clk)
+			used := newOn(t, policy.SlidingCounter{Limit: 20, Window: time.Minute}, clk)
+			small := newOn(t, policy.FixedWindow{Limit: 5, Window: time.Minute}, clk)
+			require.True(t, used.AllowN("ip:127.0.0.1", 20))
+			tierLeft := int64(100)
+			if tierUsedUp {
+				require.True(t, tier.AllowN("ip:127.0.0.1", 100))
+				tierLeft = 0
+			}
+			mw := &httplimit.Middleware{
+				Limiter: httplimit.Local(tier), Quota: httplimit.Quota{Name: "tier", Limit: 3, Window: time.Minute},
+				Limits: []httplimit.Limit{
+					{Limiter: httplimit.Local(used), Quota: httplimit.Quota{Name: "used"}},
+					{Limiter: httplimit.Local(small), Quota: httplimit.Quota{Name: "small"}},
+				},
+				Cost: func(*http.Request) int64 { return 10 },
+				Now:  nowOf(clk),
+			}
+			ts := serve(t, mw.Wrap(ok))
+			r := get(t, ts.Client(), ts.URL, nil)
+			assert.Equal(t, 429, r.status)
+			assert.Empty(t, r.retryAfter, "no wait admits a cost of 10 under a limit of 5")
+			assert.Contains(t, r.body, "request cost exceeds the limit")
+			assert.Equal(t, tierLeft, tier.Peek("ip:127.0.0.1").Remaining, "what the tier counted was given back")
+			assert.Equal(t, int64(5), small.Peek("ip:127.0.0.1").Remaining)
+		})
 	}
-	tier := mk(policy.SlidingCounter{Limit: 100, Window: time.Minute})
-	small := mk(policy.FixedWindow{Limit: 5, Window: time.Minute})
-	require.True(t, tier.AllowN("ip:127.0.0.1", 100))
-	mw := &httplimit.Middleware{
-		Limiter: httplimit.Local(tier), Quota: httplimit.Quota{Name: "tier", Limit: 3, Window: time.Minute},
-		Limits: []httplimit.Limit{{Limiter: httplimit.Local(small), Quota: httplimit.Quota{Name: "small"}}},
-		Cost:   func(*http.Request) int64 { return 10 },
-		Now:    nowOf(clk),
-	}
-	ts := serve(t, mw.Wrap(ok))
-	r := get(t, ts.Client(), ts.URL, nil)
-	assert.Equal(t, 429, r.status)
-	assert.Empty(t, r.retryAfter, "no wait admits a cost of 10 under a limit of 5")
-	assert.Contains(t, r.body, "request cost exceeds the limit")
 }
 
 // failingRefund decides on an engine and fails every Refund, as a store that went away between
@@ -960,12 +927,7 @@ func (f failingRefund) Refund(context.Context, string, int64, engine.Decision) (
 // Under MaxDelay a request that a limit counted and then failed to give back is refused at once:
 // decided again after the wait, it would be counted there twice.
 func TestMaxDelayAfterAFailedRefundDoesNotWait(t *testing.T) {
-	mk := func(p policy.Policy) *engine.Limiter {
-		l, err := engine.New(p)
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
+	mk := func(p policy.Policy) *engine.Limiter { return newOn(t, p, nil) }
 	hour := mk(policy.SlidingCounter{Limit: 100, Window: time.Hour})
 	burst := mk(policy.GCRA{Rate: 10, Burst: 1})
 	mw := &httplimit.Middleware{

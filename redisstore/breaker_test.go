@@ -253,13 +253,7 @@ func TestFailClosedRetryAfterIsWhatIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
-		t.Fatalf("Take before the pause: %+v %v", d, err)
-	}
-	if err := srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = srv.Resume() }()
+	warmThenPause(t, srv, l)
 	var first, second slidelimit.Decision
 	var wg sync.WaitGroup
 	wg.Add(2)

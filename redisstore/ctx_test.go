@@ -12,6 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 )
 
 // TestCallerDeadlineIsNotAStoreFailure: a caller whose own deadline has passed (as behind
@@ -233,13 +234,7 @@ func TestDeadlinesThroughAWrapper(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
-		t.Fatalf("Take before the pause: %+v %v", d, err)
-	}
-	if err := srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = srv.Resume() }()
+	warmThenPause(t, srv, l)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	start := time.Now()
 	_, err = l.Take(ctx, "k", 1)
@@ -252,4 +247,17 @@ func TestDeadlinesThroughAWrapper(t *testing.T) {
 	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || d.Allowed || took > timeout+faultSlack {
 		t.Fatalf("the limiter's own %v timeout through a wrapper: %+v %v after %v; want ErrUnavailable at the timeout", timeout, d, err, took)
 	}
+}
+
+// warmThenPause makes one call through l while srv answers, so that its connection is open, then
+// pauses srv until the test ends.
+func warmThenPause(t *testing.T, srv *redistest.Server, l *Limiter) {
+	t.Helper()
+	if d, err := l.Take(context.Background(), "warm", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take before the pause: %+v %v", d, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Resume() })
 }

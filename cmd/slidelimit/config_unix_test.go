@@ -34,14 +34,10 @@ func TestProxyConfigMustBeARegularFile(t *testing.T) {
 // under the lock every handshake takes, so one swapped in hung every new connection for good, and
 // /dev/zero took the process's memory.
 func TestTLSFilesMustBeRegularFiles(t *testing.T) {
-	dir := t.TempDir()
+	ca, certFile, keyFile := serverCertFiles(t, "proxy")
+	dir := filepath.Dir(certFile)
 	fifo := filepath.Join(dir, "cert.fifo")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	ca := newTestCA(t, "test CA")
-	c, k := ca.issue(t, "proxy", false)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
 	for path, want := range map[string]string{
 		fifo:        "-tls-cert: " + fifo + ": not a regular file (p---------)",
 		"/dev/zero": "-tls-cert: /dev/zero: not a regular file (Dc---------)",

@@ -144,6 +144,17 @@ func startCommand(t *testing.T, command string, listening *regexp.Regexp, args .
 
 func (p *proc) url(path string) string { return "http://" + p.addr + path }
 
+// exitedOK waits for the process, signalled to stop, to exit, and checks it exited 0.
+func (p *proc) exitedOK(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(failsafe):
+		t.Fatal("the proxy did not exit after SIGTERM")
+	}
+	assert.NoError(t, p.err, "exit status")
+}
+
 // upstream is a real server behind the proxy that records what reaches it.
 type upstream struct {
 	*httptest.Server
@@ -377,15 +388,22 @@ func TestProxyConnLimit(t *testing.T) {
 	}
 }
 
-// SIGTERM lets a request in flight finish, refuses new connections, and exits 0.
-func TestProxyGracefulShutdown(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// heldUpstream is an upstream that holds its one request until release is closed, then answers
+// "finished"; entered is closed when the request arrives.
+func heldUpstream(t *testing.T) (up *httptest.Server, entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-release
 		io.WriteString(w, "finished")
 	}))
 	t.Cleanup(up.Close)
+	return up, entered, release
+}
+
+// SIGTERM lets a request in flight finish, refuses new connections, and exits 0.
+func TestProxyGracefulShutdown(t *testing.T) {
+	up, entered, release := heldUpstream(t)
 	p := startProxy(t, "-upstream", up.URL, "-limit", "10", "-window", "1h")
 	c := newClient(t, true)
 
@@ -432,12 +450,7 @@ func TestProxyGracefulShutdown(t *testing.T) {
 	r := <-inflight
 	require.NoError(t, r.err)
 	assert.Equal(t, resp{status: 200, body: "finished"}, resp{status: r.r.status, body: r.r.body})
-	select {
-	case <-p.exited:
-	case <-time.After(failsafe):
-		t.Fatal("the proxy did not exit after SIGTERM")
-	}
-	assert.NoError(t, p.err, "exit status")
+	p.exitedOK(t)
 	assert.Contains(t, p.stderr(), "shutting down")
 	assert.Contains(t, p.stderr(), "stopped")
 }
@@ -569,6 +582,12 @@ func dialUpgraded(t *testing.T, p *proc) *upgraded {
 	t.Helper()
 	conn, err := net.Dial("tcp", p.addr)
 	require.NoError(t, err)
+	return upgradeOn(t, p, conn)
+}
+
+// upgradeOn asks for the echo protocol on conn, a new connection to p.
+func upgradeOn(t *testing.T, p *proc, conn net.Conn) *upgraded {
+	t.Helper()
 	t.Cleanup(func() { conn.Close() })
 	require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
 	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", p.addr)
@@ -1023,12 +1042,7 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	case <-time.After(failsafe):
 		t.Fatal("the request waiting under -max-delay was not answered after SIGTERM")
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(failsafe):
-		t.Fatal("the proxy did not exit after SIGTERM")
-	}
-	assert.NoError(t, p.err, "exit status")
+	p.exitedOK(t)
 	assert.NotContains(t, p.stderr(), "cut off")
 }
 

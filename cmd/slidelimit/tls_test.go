@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -308,6 +307,19 @@ func TestRLSBadTLSFlags(t *testing.T) {
 	}
 }
 
+// serverCertFiles writes a certificate for 127.0.0.1 named name, and its key, to tls.crt and
+// tls.key in a new directory, signed by a new CA, which it returns.
+func serverCertFiles(t *testing.T, name string) (ca *testCA, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	ca = newTestCA(t, "test CA")
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, name, false)
+	writeFile(t, certFile, string(c))
+	writeFile(t, keyFile, string(k))
+	return ca, certFile, keyFile
+}
+
 // tlsProxyClient is an HTTPS client that trusts roots, presents cert when it is not nil, and
 // offers HTTP/2 by ALPN only when h2.
 func tlsProxyClient(t *testing.T, roots *x509.CertPool, cert *tls.Certificate, h2 bool) *http.Client {
@@ -327,12 +339,7 @@ func TestProxyTLS(t *testing.T) {
 		fmt.Fprintf(w, "proto=%s forwarded=%s", r.Header.Get("X-Forwarded-Proto"), r.Header.Get("Forwarded"))
 	}))
 	t.Cleanup(up.Close)
-	dir := t.TempDir()
-	ca := newTestCA(t, "test CA")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, "proxy-1", false)
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
+	ca, certFile, keyFile := serverCertFiles(t, "proxy-1")
 	p := startProxy(t, "-upstream", up.URL, "-limit", "2", "-window", "1h", "-tls-cert", certFile, "-tls-key", keyFile)
 	assert.Contains(t, p.stderr(), `; HTTPS, the certificate for \"proxy-1\", valid until `)
 
@@ -369,7 +376,7 @@ func TestProxyTLS(t *testing.T) {
 	assert.ErrorContains(t, err, "certificate signed by unknown authority")
 
 	// A renewed certificate is what new connections get.
-	c, k = ca.issue(t, "proxy-2", false)
+	c, k := ca.issue(t, "proxy-2", false)
 	writeFile(t, keyFile, string(k))
 	writeFile(t, certFile, string(c))
 	require.Eventually(t, func() bool { return servedName(t, p.addr, ca.pool) == "proxy-2" }, failsafe, 100*time.Millisecond)
@@ -420,12 +427,8 @@ func TestProxyMutualTLSAndConnLimit(t *testing.T) {
 
 // Bad proxy TLS flags are a bad command line (exit 2), named.
 func TestProxyBadTLSFlags(t *testing.T) {
-	dir := t.TempDir()
-	ca := newTestCA(t, "test CA")
-	c, k := ca.issue(t, "proxy", false)
-	certFile, keyFile, missing := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "missing.pem")
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
+	_, certFile, keyFile := serverCertFiles(t, "proxy")
+	missing := filepath.Join(t.TempDir(), "missing.pem")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -445,22 +448,11 @@ func TestProxyBadTLSFlags(t *testing.T) {
 // An upgrade (a WebSocket) works over HTTPS as over plain HTTP, on an HTTP/1.1 connection.
 func TestProxyTLSUpgrade(t *testing.T) {
 	up := newUpgradeUpstream(t)
-	dir := t.TempDir()
-	ca := newTestCA(t, "test CA")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, "proxy", false)
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
+	ca, certFile, keyFile := serverCertFiles(t, "proxy")
 	p := startProxy(t, "-upstream", up.URL, "-tls-cert", certFile, "-tls-key", keyFile)
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: failsafe}, "tcp", p.addr, &tls.Config{RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
 	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(failsafe)))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", p.addr)
-	u := &upgraded{conn: conn, br: bufio.NewReader(conn)}
-	res, err := http.ReadResponse(u.br, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	u := upgradeOn(t, p, conn)
 	for _, msg := range []string{"one", "two"} {
 		got, err := u.echo(msg)
 		require.NoError(t, err)
@@ -472,19 +464,8 @@ func TestProxyTLSUpgrade(t *testing.T) {
 // closed at once rather than waited for, and no request is said to be cut off; an HTTP/2 request
 // in flight on a connection of its own still finishes.
 func TestProxyShutdownClosesSilentConnections(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		io.WriteString(w, "finished")
-	}))
-	t.Cleanup(up.Close)
-	dir := t.TempDir()
-	ca := newTestCA(t, "test CA")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, "proxy", false)
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
+	up, entered, release := heldUpstream(t)
+	ca, certFile, keyFile := serverCertFiles(t, "proxy")
 	// Shorter than the 5s for which http.Server.Shutdown waits on a connection with no request:
 	// without the close at shutdown, the request in flight would be cut off at this deadline
 	// while the silent connections were waited for.
@@ -527,27 +508,17 @@ func TestProxyShutdownClosesSilentConnections(t *testing.T) {
 	r := <-done
 	require.NoError(t, r.err)
 	assert.Equal(t, result{code: 200, body: "finished"}, r, "the HTTP/2 request in flight finished")
-	select {
-	case <-p.exited:
-	case <-time.After(failsafe):
-		t.Fatal("the proxy did not exit after SIGTERM")
-	}
-	assert.NoError(t, p.err, "exit status")
+	p.exitedOK(t)
 	assert.NotContains(t, p.stderr(), "cut off")
 }
 
 // A certificate not valid yet is served, at start and when read again, with a warning: clients
 // refuse it until then.
 func TestTLSNotYetValidIsWarned(t *testing.T) {
-	dir := t.TempDir()
-	ca := newTestCA(t, "test CA")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, "proxy-1", false)
-	writeFile(t, certFile, string(c))
-	writeFile(t, keyFile, string(k))
+	ca, certFile, keyFile := serverCertFiles(t, "proxy-1")
 	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-tls-cert", certFile, "-tls-key", keyFile)
 	assert.NotContains(t, p.stderr(), "is not valid until")
-	c, k = ca.sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: "proxy-2"}, KeyUsage: x509.KeyUsageDigitalSignature,
+	c, k := ca.sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: "proxy-2"}, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(2 * time.Hour)})
 	writeFile(t, keyFile, string(k))
