@@ -69,8 +69,8 @@ type Listener struct {
 	Shadow bool
 }
 
-// Validate reports a configuration Accept cannot serve: a nil Listener to wrap, a nil Limiter
-// (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode. It only reads l, and may run
+// Validate reports a configuration Accept cannot serve: a nil *Listener, a nil Listener to wrap,
+// a nil Limiter (ErrNoLimiter, as from Local(nil)) or an unknown ErrorMode. It only reads l, and may run
 // concurrently with Accept, not with a change to l.
 func (l *Listener) Validate() error {
 	if l == nil {

@@ -232,13 +232,13 @@ type Middleware struct {
 	Now func() time.Time
 }
 
-// Validate reports a configuration that Wrap cannot serve: a nil Limiter (ErrNoLimiter, as from
-// Local(nil)), a nil Limits entry, a Quota.Name with characters an HTTP structured-field string
-// cannot hold, names that are missing or repeated among several limits, a negative Quota, a
-// Quota.Limit above 999,999,999,999,999 (the largest integer such a field can carry; a larger
-// Remaining is sent as that), a negative MaxDelay or MaxWaiting, or an unknown ErrorMode. The
-// error names the field and the value. It only reads m: calls may run at once with each other and
-// with Wrap, not with a change to m.
+// Validate reports a configuration that Wrap cannot serve: a nil *Middleware or a nil Limiter
+// (ErrNoLimiter, as from Local(nil)), a nil Limits entry, a Quota.Name with characters an HTTP
+// structured-field string cannot hold, names that are missing or repeated among several limits, a
+// negative Quota, a Quota.Limit above 999,999,999,999,999 (the largest integer such a field can
+// carry; a larger Remaining is sent as that), a negative MaxDelay or MaxWaiting, or an unknown
+// ErrorMode. The error names the field and the value. It only reads m: calls may run at once with
+// each other and with Wrap, not with a change to m.
 func (m *Middleware) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: the *Middleware is nil", ErrNoLimiter)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math/big"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -42,18 +44,32 @@ func FuzzParseRate(f *testing.F) {
 }
 
 // FuzzParseDuration checks that parseDuration agrees with time.ParseDuration wherever that one
-// succeeds, reads Nd as N days, and never panics.
+// succeeds, reads a leading Nd as N×24 hours (N in part too, and smaller units after it), and
+// never panics.
 func FuzzParseDuration(f *testing.F) {
-	for _, s := range []string{"0", "-0", "60", "1.5", "500ms", "1h30m", "1d", "2562047h", "2562048h", "106751d", "106752d", "-1d", "d", ""} {
+	for _, s := range []string{"0", "-0", "60", "1.5", "500ms", "1h30m", "1d", "1.5d", "0.1d", "1d12h", "-2d30m", ".5d", "2562047h", "2562048h", "106751d", "106752d", "-1d", "d", ""} {
 		f.Add(s)
 	}
+	days := regexp.MustCompile(`^([-+]?)([0-9]*)(?:\.([0-9]*))?d(.*)$`)
 	f.Fuzz(func(t *testing.T, s string) {
 		d, err := parseDuration(s)
 		if want, werr := time.ParseDuration(s); werr == nil && (err != nil || d != want) {
 			t.Fatalf("%q: %v, %v; time.ParseDuration says %v", s, d, err, want)
 		}
-		if err == nil && strings.HasSuffix(s, "d") && d%(24*time.Hour) != 0 {
-			t.Fatalf("%q: %v is not whole days", s, d)
+		m := days.FindStringSubmatch(s)
+		if err != nil || m == nil {
+			return
+		}
+		// The days written as hours, worked out exactly (24 times a decimal has no more
+		// places than the decimal), then read by time.ParseDuration with the rest.
+		n, ok := new(big.Rat).SetString(m[2] + "." + m[3] + "0")
+		if !ok {
+			t.Fatalf("%q: accepted as %v, with days %q that are no number", s, d, m[2]+"."+m[3])
+		}
+		hours := n.Mul(n, big.NewRat(24, 1)).FloatString(len(m[3]))
+		want, werr := time.ParseDuration(m[1] + hours + "h" + m[4])
+		if werr != nil || d != want {
+			t.Fatalf("%q: %v; as hours, %sh%s, it is %v, %v", s, d, m[1]+hours, m[4], want, werr)
 		}
 	})
 }
