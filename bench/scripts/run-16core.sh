@@ -21,8 +21,8 @@
 # Environment: ROUNDS (1), COUNT (3), BENCHTIME (0.1s), CPUS (1,2,4,8,16),
 # MEMKEYS (10000000; 0 skips the memory run, whose bytes per key do not depend on the cores),
 # BATCH (1: also run scripts/run-batch-insert.sh into <out>/batch-insert/ with
-# the same -cpu list, about 10 more minutes; 0 to skip; its PARTS and BATCH_COUNT pass through as
-# its PARTS and COUNT), BIN. On a 16-core Intel Xeon VM,
+# the same -cpu list, about 10 more minutes; 0 to skip; its PARTS, BATCH_COUNT and BATCH_BENCHTIME
+# (0.2s) pass through as its PARTS, COUNT and BENCHTIME), BIN. On a 16-core Intel Xeon VM,
 # ROUNDS=3 COUNT=1 took 4 minutes (bench/results/2026-12-04-16core/).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -80,6 +80,7 @@ fi
 cat "$out/targets.md"
 if [ "${BATCH:-1}" != 0 ]; then
 	echo "batch, insert, key flood ($((SECONDS - start))s)"
-	CPUS=$cpus COUNT=${BATCH_COUNT:-6} bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
+	# BENCHTIME is this script's own: the batch runs keep theirs unless BATCH_BENCHTIME is given.
+	CPUS=$cpus COUNT=${BATCH_COUNT:-6} BENCHTIME=${BATCH_BENCHTIME:-0.2s} bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
 fi
 echo "done in $((SECONDS - start))s: $out"

@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sync"
@@ -58,6 +59,12 @@ func main() {
 	}
 	if err := validate(*keys, *steady, *window, *cpuWindow, *quiet, *part); err != nil {
 		fail(err)
+	}
+	if *cpuProfile != "" {
+		// Its directory is checked now, not after part 1 has run for minutes.
+		if fi, err := os.Stat(filepath.Dir(*cpuProfile)); err != nil || !fi.IsDir() {
+			fail(fmt.Errorf("-cpuprofile %q: no directory %s to write it in", *cpuProfile, filepath.Dir(*cpuProfile)))
+		}
 	}
 	fmt.Printf("# churn: %s %s/%s, GOMAXPROCS %d, %s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
