@@ -281,7 +281,8 @@ func WithBreakerRatio(b BreakerRatio) Option {
 }
 
 // WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
-// 0 turns the cache off. Each takes at most DenyCacheEntryBytes, whatever the subject's length.
+// 0 turns the cache off. The bound is checked before each new entry without a lock, so refusals
+// stored at the same moment may pass it by their number, at most one per goroutine taking. Each takes at most DenyCacheEntryBytes, whatever the subject's length.
 // A remembered key is decided in process, with the state Redis returned when it refused it, until
 // its retry time: the policy is replayed on that state, so the answer is the one Redis would give
 // when no other host touches the key, and while other hosts only take from the key it can only
