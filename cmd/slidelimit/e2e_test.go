@@ -984,7 +984,9 @@ type waitResult struct {
 
 // waitUnderMaxDelay sends, through c, a request that p (with -max-delay and -max-waiting 1, its
 // limit used up) makes wait for its turn, and returns once it waits: when a further request is
-// refused at once for it. The channel gets the waiting request's answer.
+// refused at once for it. The limit must be one whose wait does not depend on the clock's place in
+// a window: a GCRA of 1 a minute waits a minute, where a sliding window's unit used just before
+// the window's edge comes back, all but a fraction, a moment after it. The channel gets the waiting request's answer.
 func waitUnderMaxDelay(t *testing.T, p *proc, c *http.Client) <-chan waitResult {
 	t.Helper()
 	waited := make(chan waitResult, 1)
@@ -1025,7 +1027,7 @@ func waitUnderMaxDelay(t *testing.T, p *proc, c *http.Client) <-chan waitResult 
 func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(up.Close)
-	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-policy", "gcra", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
 	c := newClient(t, true)
 	first, err := c.Get(p.url("/"))
 	require.NoError(t, err)
@@ -1052,12 +1054,12 @@ func TestProxyShutdownRefusesWaitingRequests(t *testing.T) {
 func TestProxyMaxWaitingAcrossReloads(t *testing.T) {
 	up := newUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, cfg, "rules:\n  - name: api\n    rates: [1/1m]\n")
+	writeFile(t, cfg, "rules:\n  - name: api\n    rates: [1/1m]\n    policy: gcra\n")
 	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-max-delay", "1m", "-max-waiting", "1", "-shutdown-timeout", "1h")
 	c := newClient(t, true)
 	require.Equal(t, 200, do(t, c, p.url("/"), nil).status)
 	waited := waitUnderMaxDelay(t, p, c)
-	writeFile(t, cfg, "exempt:\n  paths: [/healthz]\nrules:\n  - name: api\n    rates: [1/1m]\n")
+	writeFile(t, cfg, "exempt:\n  paths: [/healthz]\nrules:\n  - name: api\n    rates: [1/1m]\n    policy: gcra\n")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	waitFor(t, func() bool { return strings.Contains(p.stderr(), "config reloaded") })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -1179,7 +1181,7 @@ func TestProxyUpstreamTimeoutIs504(t *testing.T) {
 func TestProxyLogsAClientGoneDuringMaxDelayAs499(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(up.Close)
-	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-max-delay", "1m", "-max-waiting", "1", "-log-refused", "1")
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1/1m", "-policy", "gcra", "-max-delay", "1m", "-max-waiting", "1", "-log-refused", "1")
 	c := newClient(t, true)
 	first, err := c.Get(p.url("/"))
 	require.NoError(t, err)
