@@ -187,7 +187,12 @@ func configFiles(path string) ([]string, error) {
 		}
 		full := filepath.Join(path, name)
 		fst, err := os.Stat(full)
-		if err != nil || fst.IsDir() {
+		if err != nil {
+			// A link that points nowhere, or a file removed since the listing: dropping it would
+			// load the directory without its domains, and a reload would apply that.
+			return nil, &ConfigError{File: full, Reason: errReason(err)}
+		}
+		if fst.IsDir() {
 			continue
 		}
 		if !fst.Mode().IsRegular() {

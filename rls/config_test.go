@@ -99,6 +99,15 @@ func TestLoadConfigDirectory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"alpha", "beta"}, cfg.Domains())
 	require.Equal(t, []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml")}, cfg.Files())
+
+	// A .yaml link that points nowhere is an error naming it, not a domain left out: a reload
+	// would apply the directory without it.
+	gone := filepath.Join(dir, "gone.yaml")
+	require.NoError(t, os.Symlink(filepath.Join(dir, "missing", "gone.yaml"), gone))
+	_, err = rls.LoadConfig(dir)
+	var ce *rls.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, gone, ce.File)
 }
 
 // requests_per_unit 0 refuses every request whatever the policy and unit: a bucket's refill rule

@@ -362,12 +362,7 @@ type dup struct {
 // descriptors are OK with 0. Safe for concurrent use.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rls: domain is empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rls: no descriptors")
-	}
+	// Closed first: a closed Server answers every call UNAVAILABLE, a malformed one too.
 	s.mu.RLock()
 	st := s.st
 	if st != nil {
@@ -378,6 +373,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.Unavailable, "rls: server closed")
 	}
 	defer st.calls.Done()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rls: domain is empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rls: no descriptors")
+	}
 	resp, err := s.decide(ctx, st, req)
 	s.metrics.latency.Observe(time.Since(start).Seconds())
 	return resp, err

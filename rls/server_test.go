@@ -361,6 +361,9 @@ func TestHealth(t *testing.T) {
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, res.GetStatus())
 	_, err = s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1")}})
 	require.Equal(t, codes.Unavailable, status.Code(err))
+	// Every call, a malformed one too.
+	_, err = s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{})
+	require.Equal(t, codes.Unavailable, status.Code(err), "an empty request after Close")
 }
 
 // Under concurrent callers, exactly the limit is admitted, and refused requests on two
