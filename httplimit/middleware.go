@@ -573,8 +573,9 @@ type frame struct {
 	// Limiter's fallback, on a quota that is not the one RateLimit-Policy advertises. Made on the
 	// first such Decision, as a failing store is the rare path.
 	fallback []bool
-	// kept is set when a Limiter failed to give back what it counted: the units stay counted,
-	// so the request must not be decided again after a wait.
+	// kept is set when a limit counted the request and did not give it back (it cannot, or its
+	// Refund failed): the units stay counted, so the request must not be decided again after a
+	// wait.
 	kept bool
 	buf  [2]entryState
 	dbuf [2]engine.Decision
@@ -643,7 +644,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			// A limit that cannot give back and was counted before the refusal would be counted
 			// again by the decision after the wait: such a request is refused at once.
-			if wait := h.longestWait(f, d.RetryAfter); wait <= time.Until(deadline) && !f.stillCounted() && !h.stopped() && h.startWaiting() {
+			if wait := h.longestWait(f, d.RetryAfter); wait <= time.Until(deadline) && !f.kept && !h.stopped() && h.startWaiting() {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
@@ -786,20 +787,6 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 	return d, -1, false
 }
 
-// stillCounted reports whether one of f's limits counted the request and could not give it back,
-// having no way to or failing to (see giveBackOwn).
-func (f *frame) stillCounted() bool {
-	if f.kept {
-		return true
-	}
-	for i, s := range f.st {
-		if s == returned && f.h.limits[i].refund == nil {
-			return true
-		}
-	}
-	return false
-}
-
 // reset forgets f's decisions, for a request decided again after its wait.
 func (f *frame) reset() {
 	clear(f.st)
@@ -824,7 +811,9 @@ func (f *frame) giveBackOwn(r *http.Request) {
 			continue
 		}
 		f.st[i] = returned
-		if e := &f.h.limits[i]; e.refund != nil {
+		if e := &f.h.limits[i]; e.refund == nil {
+			f.kept = true
+		} else {
 			g, err := e.refund(r.Context(), f.key, f.cost, f.ds[i])
 			if err != nil {
 				f.kept = true

@@ -380,7 +380,7 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		return p.errf(list, "descriptors is %s, want a list of maps", kindName(list))
 	}
 	parent.exact, parent.byKey = map[entryKey]*node{}, map[string]*node{}
-	seen, names := map[entryKey]int{}, map[string]int{}
+	seen, siblings := map[entryKey]int{}, map[string]bool{}
 	for i, item := range list.Content {
 		what := fmt.Sprintf("descriptor %d under %s", i+1, orTop(parentPath))
 		if item.Kind != yaml.MappingNode {
@@ -405,12 +405,6 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 			return p.errf(item, "duplicate descriptor %s under %s (first at line %d)", segment(n.key, n.value), orTop(parentPath), prev)
 		}
 		seen[ek] = item.Line
-		// key k_v and key k with value v are one name in metrics and headers, and
-		// envoyproxy/ratelimit refuses them as one descriptor given twice.
-		if prev, dup := names[segment(n.key, n.value)]; dup {
-			return p.errf(item, "descriptor %s under %s has the name of the one at line %d (a key and value are named key_value)", segment(n.key, n.value), orTop(parentPath), prev)
-		}
-		names[segment(n.key, n.value)] = item.Line
 		if md := f["metadata"]; !isNull(md) && md.Kind != yaml.MappingNode {
 			return p.errf(md, "metadata in %s is %s, want a map", what, kindName(md))
 		}
@@ -418,12 +412,17 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		if parentPath != "" {
 			n.path = parentPath + "." + n.path
 		}
-		// A key or value holding a '.' can spell the path of a nested descriptor (key a.b at the
-		// top, and b under a): one name in metrics, headers and Redis keys for two limits.
+		// Two descriptors with one path are one name in metrics, headers and Redis keys: a
+		// sibling's key k_v and key k with value v (which envoyproxy/ratelimit refuses as one
+		// descriptor given twice), or a key or value holding a '.' that spells the path of a
+		// nested descriptor (key a.b at the top, and b under a).
 		if prev, dup := p.paths[n.path]; dup {
+			if siblings[n.path] {
+				return p.errf(item, "descriptor %s under %s has the name of the one at line %d (a key and value are named key_value)", segment(n.key, n.value), orTop(parentPath), prev)
+			}
 			return p.errf(item, "descriptor %s under %s has the path %s of the one at line %d (a '.' in a key or value reads as a level)", segment(n.key, n.value), orTop(parentPath), n.path, prev)
 		}
-		p.paths[n.path] = item.Line
+		p.paths[n.path], siblings[n.path] = item.Line, true
 		if n.shadow, err = p.boolean(f["shadow_mode"], "shadow_mode"); err != nil {
 			return err
 		}

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -54,11 +53,8 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", shown)
 		}
-		if port := u.Port(); port != "" {
-			// url.Parse takes any digits: a port out of range would pass here and fail every request.
-			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-				return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, port)
-			}
+		if !portInRange(u) {
+			return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, u.Port())
 		}
 		r, err := loadRun(c, c.url)
 		if err != nil {

@@ -207,12 +207,8 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", up.Redacted())
 	}
-	if port := up.Port(); port != "" {
-		// url.Parse takes any digits: a port out of range would pass here and fail every request
-		// with 502.
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", up.Redacted(), port)
-		}
+	if !portInRange(up) {
+		return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", up.Redacted(), up.Port())
 	}
 	if c.upstreamH2C && up.Scheme != "http" {
 		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", up.Redacted())
@@ -1888,6 +1884,17 @@ func upstreamTransport(headers time.Duration, h2c bool) *http.Transport {
 		t.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return t
+}
+
+// portInRange reports whether u's port, if it has one, is in [1, 65535]: url.Parse takes any
+// digits, and a port out of range would pass it and fail every request (502 in the proxy).
+func portInRange(u *url.URL) bool {
+	p := u.Port()
+	if p == "" {
+		return true
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // redactURL hides the user information of a Redis URL (password included) for logs and errors,
