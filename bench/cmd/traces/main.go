@@ -5,6 +5,9 @@
 //
 //	cd bench && go run ./cmd/traces [-policy ID|all] [-json | -markdown] [-perftime 200ms]
 //
+// -perftime 0 skips the throughput measurement (its column prints "-"); -json, whose shape holds
+// the figure, needs it positive, and -markdown ignores it.
+//
 // Each trace is replayed on a manual clock set to every event's time, with integer keys and cost 1,
 // in the reference configuration of 100 permits per second. The metrics come from a replay with
 // eviction off, so entriesTracked is every key ever seen, as the registry counts it; a second
@@ -41,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	policyID := fs.String("policy", "sliding-counter", "registry policy id, or all")
 	asJSON := fs.Bool("json", false, "print the registry's bench.json shape")
 	asMarkdown := fs.Bool("markdown", false, "print a markdown table of the deterministic metrics, as docs/testing.md shows them")
-	perfTime := fs.Duration("perftime", 200*time.Millisecond, "least time spent deciding per trace when measuring throughput")
+	perfTime := fs.Duration("perftime", 200*time.Millisecond, "least time spent deciding per trace when measuring throughput; 0 skips the measurement (not with -json, whose shape has the figure)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // asked for: the usage is the answer
@@ -98,8 +101,12 @@ func checkFlags(fs *flag.FlagSet, asJSON, asMarkdown bool, perfTime time.Duratio
 	if asJSON && asMarkdown {
 		return fmt.Errorf("%w: -json and -markdown are exclusive", errUsage)
 	}
-	if perfTime <= 0 {
-		return fmt.Errorf("%w: -perftime %v must be positive", errUsage, perfTime)
+	// 0 skips the measurement, which -markdown never makes; -json's registry shape needs it.
+	switch {
+	case perfTime < 0:
+		return fmt.Errorf("%w: -perftime %v must not be negative", errUsage, perfTime)
+	case perfTime == 0 && asJSON:
+		return fmt.Errorf("%w: -json reports throughput (perf.opsPerSec), so -perftime must be positive", errUsage)
 	}
 	return nil
 }

@@ -25,7 +25,8 @@ func TestUnknownPolicyIsNamed(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-json", "-markdown"},
-		{"-perftime", "0s"},
+		{"-perftime", "-1ms"},
+		{"-json", "-perftime", "0s"},
 		{"extra"},
 		{"-nosuchflag"},
 	} {
@@ -210,5 +211,31 @@ func TestText(t *testing.T) {
 		if got := strings.Fields(lines[2+2*i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("line %d = %q, want fields %v", 2+2*i, lines[2+2*i], want)
 		}
+	}
+}
+
+// -perftime 0 skips the throughput measurement: the text output prints "-" in its column, and
+// -markdown, which never measures it, accepts the flag.
+func TestPerftimeZeroSkipsThroughput(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := run([]string{"-perftime", "0"}, &out, &errs); code != 0 {
+		t.Fatalf("exit status %d, stderr %q", code, errs.String())
+	}
+	rows := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 8 && f[0] != "trace" {
+			rows++
+			if f[7] != "-" {
+				t.Errorf("decisions/s %q, want - (not measured): %q", f[7], line)
+			}
+		}
+	}
+	if rows != len(trace.All()) {
+		t.Fatalf("%d rows, want %d:\n%s", rows, len(trace.All()), out.String())
+	}
+	out.Reset()
+	if code := run([]string{"-markdown", "-perftime", "0"}, &out, &errs); code != 0 || !strings.Contains(out.String(), "|") {
+		t.Fatalf("-markdown -perftime 0: exit status %d, stdout %q, stderr %q", code, out.String(), errs.String())
 	}
 }
