@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,9 +101,24 @@ func TestCallerDeadlineDuringCall(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason != engine.ReasonLimited {
 		t.Fatalf("own timeout on a paused server: %+v, %v", d, err)
 	}
+	ownTimeoutIsNotTheCallers(t, "Take", err, 30*time.Millisecond)
 	if st := statsOf(short); !st.BreakerOpen {
 		t.Fatalf("the limiter's own timeout did not count: %+v", st)
 	}
+	// Reset, on a limiter whose breaker is still closed.
+	reset, err := New(client, "ctx3", policy.FixedWindow{Limit: 100, Window: time.Minute},
+		WithTimeout(30*time.Millisecond), WithOnFailure(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reset.Close()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	err = reset.Reset(ctx, "k")
+	cancel()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reset at its own timeout on a paused server: %v, want ErrUnavailable", err)
+	}
+	ownTimeoutIsNotTheCallers(t, "Reset", err, 30*time.Millisecond)
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +180,24 @@ func TestDeadlinesWithoutContextTimeout(t *testing.T) {
 	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || d.Allowed || took > timeout+faultSlack {
 		t.Fatalf("the limiter's own %v timeout on a paused server: %+v %v after %v; want ErrUnavailable at the timeout", timeout, d, err, took)
 	}
+	ownTimeoutIsNotTheCallers(t, "Take", err, timeout)
 	if st := statsOf(own); !st.BreakerOpen {
 		t.Fatalf("the limiter's own timeout did not count against the store: %+v", st)
+	}
+}
+
+// ownTimeoutIsNotTheCallers fails t unless err, a call's failure at the limiter's own timeout d
+// with the caller's context alive, says so in one way whichever of the context's timer and the
+// socket's deadline fired first, and does not read as the caller's deadline to errors.Is.
+func ownTimeoutIsNotTheCallers(t *testing.T, what string, err error, d time.Duration) {
+	t.Helper()
+	want := fmt.Sprintf("no reply within %v, the limiter's timeout (WithTimeout)", d)
+	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s at the limiter's own timeout: %v; want %q, and not the caller's context.DeadlineExceeded", what, err, want)
+	}
+	var te interface{ Timeout() bool }
+	if !errors.As(err, &te) || !te.Timeout() {
+		t.Fatalf("%s at the limiter's own timeout: %v has no Timeout() true", what, err)
 	}
 }
 

@@ -68,11 +68,14 @@
 // # Failures
 //
 // Each call has a deadline (50ms by default) and is never retried: a timed out script may have
-// run, or may still run. A server that stalls (paused, or busy) rather than goes away reads the
-// call once it resumes and runs it, writing its units, although the failure choice has decided
-// the request meanwhile: FailOpen's admission is then counted after all, FailClosed's refusal
-// takes quota the request never used, and FailLocal's decision is counted twice. Each errs
-// towards admitting less, never more. The caller's own cancellation or deadline is the caller's:
+// run, or may still run. A server that stalls (stopped, or busy in a long command or DEBUG
+// SLEEP) rather than goes away may still run a call it had been sent once it resumes, writing its
+// units, although the failure choice has decided the request meanwhile: FailOpen's admission is
+// then counted after all, FailClosed's refusal takes quota the request never used, and
+// FailLocal's decision is counted twice. Each errs towards admitting less, never more. Which
+// timed-out calls run is not up to the store: a call already written on an open connection runs;
+// one that needed a new connection during the stall was never sent, and one held by CLIENT PAUSE
+// is dropped with its connection, which the client closes on the timeout. The caller's own cancellation or deadline is the caller's:
 // Take returns its context's error and the breaker does not count it. The failure choice is
 // fail-open, fail-closed, or an in-process engine.Limiter as fallback (WithOnFailure,
 // WithFallback).

@@ -157,7 +157,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // ends at the timeout. When Redis does not decide (timeout, connection error, error reply, or the
 // breaker is open), Take returns the failure choice's Decision together with an error wrapping
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
-// with it. A key refused recently is decided from the local deny cache with no round trip.
+// with it. The limiter's own timeout reads the same whichever of the client's deadlines fired:
+// "no reply within <WithTimeout's d>, the limiter's timeout", with a Timeout method that reports
+// true, and not context.DeadlineExceeded, which is kept for the caller's own deadline. A key refused recently is decided from the local deny cache with no round trip.
 //
 // When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
 // failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or
@@ -335,6 +337,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	dl, _ := cctx.Deadline()
 	var res []int64
 	var err error
 	if l.bounded.Follows() {
@@ -367,6 +370,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		l.br.abandon(probe)
 		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", cerr)
 	}
+	err = check.OwnTimeout(err, dl, l.cfg.timeout)
 	l.failures.Inc()
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
 		l.br.fatal(probe)
@@ -610,6 +614,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return l.openError()
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	dl, _ := cctx.Deadline()
 	// Not replayed by go-redis, which retries READONLY, LOADING and the like until the deadline,
 	// so that the caller would get the timeout instead of the server's reason. A DEL may run
 	// twice, though, so a lost connection is tried again here, within the same deadline.
@@ -636,6 +641,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if cerr := callerDone(ctx); cerr != nil {
 		return fmt.Errorf("redisstore: %w", cerr)
 	}
+	err = check.OwnTimeout(err, dl, l.cfg.timeout)
 	l.failures.Inc()
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
 		// Returned, not reported: the hook hears of such a cause once, from the scripts' calls,

@@ -35,9 +35,9 @@ type Option func(*config) error
 //     of processes), and the counts it makes are not carried back to Redis (its admissions report
 //     Counted 0, so Refund gives nothing back for them on Redis).
 //
-// A call that timed out on a server that stalls rather than goes away still runs once the server
-// resumes (see the package doc): its units are then counted on Redis too, whatever the mode
-// decided, which only ever admits less.
+// A call that timed out on a server that stalls rather than goes away may still run once the
+// server resumes (see the package doc for which do): its units are then counted on Redis too,
+// whatever the mode decided, which only ever admits less.
 //
 // A plain value, safe to copy and to share between goroutines.
 type OnFailure = slidelimit.FailureMode

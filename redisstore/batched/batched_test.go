@@ -488,6 +488,7 @@ func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
 	defer srv.Stop()
 	c := newClient(t, srv.Addr)
 	l := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, WithTimeout(5*time.Second))
+	own := newLimiter(t, c, clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Second}, WithTimeout(50*time.Millisecond), WithProcessID("own"))
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -500,6 +501,12 @@ func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
 	var s Stats
 	if l.Stats(&s); s.Offline {
 		t.Fatalf("the caller's deadline took the limiter offline: %+v", s)
+	}
+	// The limiter's own timeout, with the caller's context alive, is an outage, and does not read
+	// as the caller's deadline.
+	_, err = own.Take(context.Background(), "k", 1)
+	if want := "no reply within 50ms, the limiter's timeout (WithTimeout)"; !errors.Is(err, ErrOffline) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Take at the limiter's own timeout: %v; want ErrOffline, %q, and not context.DeadlineExceeded", err, want)
 	}
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
@@ -555,6 +562,11 @@ func TestDeadlinesWithoutContextTimeout(t *testing.T) {
 	d, err = own.Take(ctx, "k", 1)
 	if took := time.Since(start); !errors.Is(err, ErrOffline) || took > timeout+slack {
 		t.Fatalf("the limiter's own %v timeout on a paused server: %+v %v after %v; want ErrOffline at the timeout", timeout, d, err, took)
+	}
+	// Said one way, whichever of the socket's and the context's deadlines fired first, and not as
+	// the caller's deadline.
+	if want := "no reply within 100ms, the limiter's timeout (WithTimeout)"; errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the limiter's own timeout: %v; want %q, and not context.DeadlineExceeded", err, want)
 	}
 	if own.Stats(&s); !s.Offline {
 		t.Fatalf("the limiter's own timeout did not take it offline: %+v", s)

@@ -2,7 +2,9 @@ package check
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -85,3 +87,30 @@ func HideKey(msg, key, named string) string {
 	}
 	return msg
 }
+
+// OwnTimeout returns err, the failure of a call made under the limiter's own deadline dl
+// (WithTimeout's d), as a timeout error of the limiter's once dl has passed, and err unchanged
+// before it. Use it only where the caller's own context is still alive.
+//
+// Why: the client reports a deadline as context.DeadlineExceeded or as a socket's "i/o timeout",
+// whichever fired first, so the same failure would read one way or the other from call to call,
+// and the first would pass errors.Is(err, context.DeadlineExceeded): the caller's own deadline,
+// which it is not. The timeout keeps the client's text but wraps neither.
+func OwnTimeout(err error, dl time.Time, d time.Duration) error {
+	if err == nil || time.Now().Before(dl) {
+		return err
+	}
+	return &timeout{d: d, said: err.Error()}
+}
+
+// timeout is OwnTimeout's error; Timeout reports true, as a net.Error's does.
+type timeout struct {
+	d    time.Duration
+	said string
+}
+
+func (e *timeout) Error() string {
+	return fmt.Sprintf("no reply within %v, the limiter's timeout (WithTimeout) (%s)", e.d, e.said)
+}
+
+func (e *timeout) Timeout() bool { return true }
