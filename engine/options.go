@@ -9,8 +9,9 @@ import (
 	"github.com/slidelimit/slidelimit/policy"
 )
 
-// Option configures a Limiter at construction. New applies each once, in order (a later one of a
-// kind overrides an earlier one), before the limiter is shared; an Option holds no state of its
+// Option configures a Limiter at construction. New applies each once, in order (a later valid
+// one of a kind overrides an earlier one; any invalid one, even if a later one overrides it, makes
+// New fail), before the limiter is shared; an Option holds no state of its
 // own, so one value may be reused for several limiters and passed between goroutines. The With
 // functions only build such values, and may be called from any goroutine.
 type Option func(*config) error
@@ -30,7 +31,8 @@ const (
 	RefuseNewKeys AtCap = iota
 	// EvictStalest, when the reclaim WithMaxKeys describes makes no room, makes it by evicting
 	// the least recently renewed key of a sample taken across the limiter (up to 64 live keys
-	// from up to 4 shards holding keys), among those holding less than half of their limit: for
+	// from up to 4 shards holding keys, at most 16 from any one, so with fewer shards the sample
+	// is smaller and may miss the limiter's stalest key), among those holding less than half of their limit: for
 	// the window policies, an estimate (count) below half the limit; for the buckets, less than
 	// half the burst taken (half the capacity filled). Keys given per-key limits by TakeWithLimit
 	// are judged against the lowest limit the limiter has been given, never one above their own.
