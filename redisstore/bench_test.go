@@ -117,3 +117,46 @@ func serverMicros(b *testing.B, c *redis.Client) float64 {
 	b.Fatalf("no cmdstat_evalsha in %q", info)
 	return 0
 }
+
+// BenchmarkLogCost measures what one admitted request of cost n costs the server on a sliding log,
+// which writes one entry per unit: a new key each op, the log's largest limit, and for
+// limiters=16, All over 16 such logs. The server runs one script at a time, so its time here is
+// time every other client waits (see the package doc's Failures).
+//
+//	go test -run '^$' -bench LogCost -benchtime 20x -count 3 ./redisstore
+func BenchmarkLogCost(b *testing.B) {
+	c := newClient(b, testAddr)
+	ctx := context.Background()
+	for _, tc := range []struct{ limiters, cost int }{{1, 1}, {1, 100}, {1, policy.MaxLogLimit}, {16, policy.MaxLogLimit}} {
+		b.Run("limiters="+strconv.Itoa(tc.limiters)+"/cost="+strconv.Itoa(tc.cost), func(b *testing.B) {
+			ls := make([]*Limiter, tc.limiters)
+			for i := range ls {
+				l, err := New(c, "logcost"+strconv.Itoa(i), policy.SlidingLog{Limit: policy.MaxLogLimit, Window: time.Minute}, WithTimeout(time.Minute))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				ls[i] = l
+			}
+			m, err := All(ls...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := m.Take(ctx, "warm", 1); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			prefix := strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+			b.ResetTimer()
+			for i := range b.N {
+				if d, err := m.Take(ctx, prefix+strconv.Itoa(i), int64(tc.cost)); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(serverMicros(b, c), "server-µs/op")
+		})
+	}
+}
