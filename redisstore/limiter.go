@@ -706,9 +706,11 @@ func (l *Limiter) Stats(s *Stats) {
 // clock if the limiter acquired it. With a client whose ContextTimeoutEnabled is false (or a
 // wrapper, see New), it also
 // waits for the calls to Redis that callers gave up on at their deadline (see New) to end, at
-// most the client's socket timeouts, so that no goroutine of the limiter outlives Close. It does
-// not close the Redis client or the fallback limiter. Idempotent and safe for concurrent use; a
-// Take running concurrently with Close may still complete on Redis.
+// most the client's socket timeouts, so that no goroutine of the limiter outlives Close (a call
+// that began before Close and reaches Redis only after it runs on its caller's goroutine instead,
+// bounded by those timeouts rather than by its deadline). It does not close the Redis client or
+// the fallback limiter. Idempotent and safe for concurrent use; a Take running concurrently with
+// Close may still complete on Redis.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

@@ -40,6 +40,7 @@ type Calls struct {
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when running falls to 0
 	running int
+	shut    bool // set by Wait: Call starts no goroutine after it
 }
 
 // New returns the Calls of a limiter using client c.
@@ -57,18 +58,32 @@ func (cs *Calls) Follows() bool { return cs.follows }
 
 // Wait returns once no goroutine that Call started is running: at most the client's socket
 // timeouts after the last such call began. A Close calls it, so that no goroutine of the limiter
-// outlives it. Unlike a sync.WaitGroup's, it may run while calls start.
+// outlives it. Unlike a sync.WaitGroup's, it may run while calls start: a Call that begins once
+// Wait has, one that passed its limiter's closed check before Close, starts no goroutine and runs
+// f on its caller's, bounded by the client's socket timeouts instead of ctx's deadline.
 func (cs *Calls) Wait() {
 	cs.mu.Lock()
+	cs.shut = true
 	for cs.running > 0 {
 		cs.idle.Wait()
 	}
 	cs.mu.Unlock()
 }
 
-func (cs *Calls) add(d int) {
+// start counts a goroutine about to start, unless Wait has begun.
+func (cs *Calls) start() bool {
 	cs.mu.Lock()
-	if cs.running += d; cs.running == 0 {
+	defer cs.mu.Unlock()
+	if cs.shut {
+		return false
+	}
+	cs.running++
+	return true
+}
+
+func (cs *Calls) done() {
+	cs.mu.Lock()
+	if cs.running--; cs.running == 0 {
 		cs.idle.Broadcast()
 	}
 	cs.mu.Unlock()
@@ -91,7 +106,7 @@ var errPast = fmt.Errorf("no reply by the call's deadline: %w", context.Deadline
 // call through a client that follows deadlines: go-redis sets only deadlines on the socket.
 func Call[T any](ctx context.Context, cs *Calls, f func(context.Context) (T, error)) (T, error) {
 	dl, ok := ctx.Deadline()
-	if cs.follows || !ok {
+	if cs.follows || !ok || !cs.start() {
 		return f(ctx)
 	}
 	type result struct {
@@ -100,9 +115,8 @@ func Call[T any](ctx context.Context, cs *Calls, f func(context.Context) (T, err
 	}
 	// Buffered, so that f's goroutine ends even when nobody reads its result.
 	done := make(chan result, 1)
-	cs.add(1)
 	go func() {
-		defer cs.add(-1)
+		defer cs.done()
 		v, err := f(ctx)
 		done <- result{v, err}
 	}()

@@ -87,3 +87,24 @@ func TestCall(t *testing.T) {
 		t.Fatalf("no deadline: %d, %v; want f's result", v, err)
 	}
 }
+
+// TestCallAfterWait: a Call that begins once Wait has (a call that passed its limiter's closed
+// check before Close) starts no goroutine that could outlive the Close: it runs f on the caller's
+// goroutine, so it returns f's own result even past its deadline, and Wait has nothing to wait for.
+func TestCallAfterWait(t *testing.T) {
+	cs := &Calls{}
+	cs.idle = sync.NewCond(&cs.mu)
+	cs.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	slow := func(context.Context) (int, error) {
+		time.Sleep(30 * time.Millisecond)
+		return 4, nil
+	}
+	if v, err := Call(ctx, cs, slow); v != 4 || err != nil {
+		t.Fatalf("after Wait: %d, %v; want f's own result, run on the caller's goroutine", v, err)
+	}
+	if cs.running != 0 {
+		t.Fatalf("%d goroutines counted after Wait", cs.running)
+	}
+}
