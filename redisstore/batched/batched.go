@@ -326,6 +326,9 @@ func (l *Limiter) Allow(key string) bool {
 // ends at the timeout, as in redisstore); concurrent callers for the same key wait for that one
 // call (or for an exchange's pipeline that holds the key), each until its own ctx is done: one that gives up waiting takes from the key's lease if
 // the call has refilled it, and otherwise gets ctx's error with a refusal, counting nothing. A
+// lease call whose reply is lost (to the caller's deadline or the limiter's timeout) may still
+// have been granted on Redis; that grant is not given back, and stays counted there, against the
+// fleet but never admitted, until its window no longer weighs: less admission, never more. A
 // request that a refusal Redis gave earlier in the window still answers is refused in process,
 // with no round trip and without waiting for the key's lock, except where the lock's holder may
 // change the answer: during its round trip to Redis (which may bring the lease's rest back, or a
