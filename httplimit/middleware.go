@@ -199,7 +199,9 @@ type Middleware struct {
 	// again at once, and so refused with a fresh Retry-After (or admitted, had its turn come), as
 	// without MaxDelay; later requests over the limit no longer wait. A server that shuts down
 	// closes it first, so that its waiting clients get an answer rather than a connection cut
-	// when the shutdown's grace period ends. nil means never.
+	// when the shutdown's grace period ends. nil means never. Closing a Limiter does not end the
+	// waits on it (the interface has no way to say it closed): close StopWaiting before it, as
+	// the command's proxy does.
 	StopWaiting <-chan struct{}
 
 	// OnDecision observes every decision the Limiters made (admitted or refused, in Shadow mode
