@@ -665,7 +665,11 @@ func (l *Limiter) evictStalest(sh *shard.Shard, now int64) (evicted, found bool)
 	}
 	if best.Len() > 1 {
 		l.evictMu.Lock()
-		l.evictPool, l.evictNext, l.evictLimit = best, 1, limit
+		// Not after Close, which emptied the pool under this lock having marked the limiter
+		// closed first: a sample racing it would keep its cells, and old tables, alive again.
+		if !l.closed.Load() {
+			l.evictPool, l.evictNext, l.evictLimit = best, 1, limit
+		}
 		l.evictMu.Unlock()
 	}
 	if !shard.EvictCandidateKeep(&l.cfg, best.At(0)) {

@@ -434,3 +434,31 @@ func TestCostAboveLimitAtCapConsumesNothing(t *testing.T) {
 	require.Equal(t, ReasonCostAboveLimit, l.Take("k", 11).Reason)
 	require.Equal(t, 1, l.Len())
 }
+
+// TestEvictPoolStaysEmptyAfterClose: a sample that ends after Close (one whose request passed
+// the closed check before it) does not refill the pool Close emptied, whose cells would keep the
+// limiter's tables alive for as long as the Limiter value is.
+func TestEvictPoolStaysEmptyAfterClose(t *testing.T) {
+	clk := clock.NewManual(1_764_000_000_000)
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Minute}, WithClock(clk), WithShards(1),
+		WithMaxKeys(64), WithAtCap(EvictStalest), WithEviction(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range uint64(64) {
+		if !l.AllowKey(k, 1) {
+			t.Fatalf("key %d refused below the cap", k)
+		}
+		clk.Advance(time.Millisecond) // so that the keys' ages differ
+	}
+	l.Close()
+	if evicted, found := l.evictStalest(&l.shards[0], clk.Now()); !evicted || !found {
+		t.Fatalf("evictStalest on a full limiter: evicted %v, found %v; the test needs a sample", evicted, found)
+	}
+	l.evictMu.Lock()
+	n := l.evictPool.Len()
+	l.evictMu.Unlock()
+	if n != 0 {
+		t.Fatalf("the pool holds %d candidates after Close", n)
+	}
+}
