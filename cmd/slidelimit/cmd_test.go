@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -285,4 +287,51 @@ func TestMedian(t *testing.T) {
 	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
 	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}), "an even count: the mean of the middle two")
 	assert.Equal(t, 7.0, median([]float64{7}))
+}
+
+// TestIntegerFlagsAreDecimal: every int and int64 flag reads base 10 only, as -rate's count does:
+// the flag package alone reads 010 as 8, 0x10 as 16 and 1_000 as 1000. -h still names them int.
+func TestIntegerFlagsAreDecimal(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want int64
+		err  string
+	}{
+		{"010", 10, ""},
+		{"-3", -3, ""},
+		{"+7", 7, ""},
+		{"0x10", 0, "-n 0x10: not a whole number in decimal digits"},
+		{"0o10", 0, "-n 0o10: not a whole number in decimal digits"},
+		{"1_000", 0, "-n 1_000: not a whole number in decimal digits"},
+		{"99999999999999999999", 0, "-n 99999999999999999999: out of range"},
+	} {
+		for _, kind := range []string{"int", "int64"} {
+			var errs strings.Builder
+			fs := newFlagSet("t", "", &errs)
+			var n int
+			var n64 int64
+			if kind == "int" {
+				fs.IntVar(&n, "n", 1, "a number")
+			} else {
+				fs.Int64Var(&n64, "n", 1, "a number")
+			}
+			err := parseFlags(fs, []string{"-n", c.arg})
+			got := int64(n) + n64
+			if c.err == "" {
+				if err != nil || got != c.want {
+					t.Errorf("%s -n %s: %d, %v (%s); want %d", kind, c.arg, got, err, errs.String(), c.want)
+				}
+				continue
+			}
+			if !errors.Is(err, errUsage) || !strings.Contains(errs.String(), c.err) {
+				t.Errorf("%s -n %s: %v, stderr %q; want a usage error saying %q", kind, c.arg, err, errs.String(), c.err)
+			}
+		}
+	}
+	var help strings.Builder
+	fs := newFlagSet("t", "", &help)
+	fs.Int64Var(new(int64), "n", 1, "a number")
+	if err := parseFlags(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "-n int") {
+		t.Fatalf("-h: %v, %q; want the flag named -n int", err, help.String())
+	}
 }

@@ -94,8 +94,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", rest[0], usage)
 			return exitUsage
 		}
-		// "help proxy" is "proxy -h", written where help writes, so that it can be paged.
-		return run([]string{rest[0], "-h"}, stdout, stdout)
+		// "help proxy" is "proxy -h", written where help writes, so that it can be paged. The flag
+		// package drops its write errors: a help that was not written exits 1, as usage's does.
+		w := &firstErr{w: stdout}
+		code := run([]string{rest[0], "-h"}, w, w)
+		if w.err != nil && code == exitOK {
+			fmt.Fprintf(stderr, "slidelimit help: writing the help: %v\n", w.err)
+			return exitFail
+		}
+		return code
 	default:
 		fmt.Fprintf(stderr, "slidelimit: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -117,6 +124,20 @@ func writeUsage(stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// firstErr is w, remembering the first error a write returned.
+type firstErr struct {
+	w   io.Writer
+	err error
+}
+
+func (f *firstErr) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err != nil && f.err == nil {
+		f.err = err
+	}
+	return n, err
 }
 
 // flagOutput is a flag set's output: silent while the flag package parses (it would print its
@@ -168,7 +189,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if out != nil {
 		out.quiet = true
 	}
+	restore := decimalInts(fs)
 	err := fs.Parse(args)
+	restore()
 	if out != nil {
 		out.quiet = false
 	}
@@ -204,6 +227,54 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// decimalInts makes fs's int and int64 flags read base 10 only, until the returned function puts
+// the flag package's own values back. Those also read 0x10 as 16, 010 as 8 and 1_000 as 1000,
+// where -rate's count, like every number in the README, is plain decimal: -limit 010 would be 8
+// while -rate 010/1m is 10. Swapped only around Parse, so that -h still names them int.
+func decimalInts(fs *flag.FlagSet) (restore func()) {
+	var swapped []*flag.Flag
+	var was []flag.Value
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		bits := 0
+		switch g.Get().(type) {
+		case int:
+			bits = strconv.IntSize
+		case int64:
+			bits = 64
+		default:
+			return
+		}
+		swapped, was = append(swapped, f), append(was, f.Value)
+		f.Value = decimalInt{Getter: g, bits: bits}
+	})
+	return func() {
+		for i, f := range swapped {
+			f.Value = was[i]
+		}
+	}
+}
+
+// decimalInt is an integer flag's own value, set from base-10 digits only (a sign allowed).
+type decimalInt struct {
+	flag.Getter
+	bits int
+}
+
+func (d decimalInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, d.bits)
+	if errors.Is(err, strconv.ErrRange) {
+		return errors.New("out of range")
+	}
+	if err != nil {
+		return errors.New("not a whole number in decimal digits")
+	}
+	return d.Getter.Set(strconv.FormatInt(v, 10))
 }
 
 // usageErr prints a command-line error in the flag package's style and returns errUsage.

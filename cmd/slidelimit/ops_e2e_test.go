@@ -758,7 +758,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 
 // Output that could not be written is a failure, exit 1, said on stderr.
 func TestUnwrittenOutputFails(t *testing.T) {
-	for _, args := range [][]string{{"version"}, {"-h"}, {"help"}} {
+	for _, args := range [][]string{{"version"}, {"-h"}, {"help"}, {"help", "proxy"}, {"help", "version"}} {
 		var stderr bytes.Buffer
 		assert.Equal(t, exitFail, run(args, failingWriter{}, &stderr), "%v", args)
 		assert.Contains(t, stderr.String(), "no space left on device", "%v", args)

@@ -204,23 +204,26 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		// -upstream error is.
 		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redactText(err.Error(), c.upstream))
 	}
+	// Errors quote the flag as written (a password hidden): a URL parsed and written again can
+	// differ from it ("http://" comes back as "http:").
+	shown := redactURL(c.upstream)
 	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
-		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", up.Redacted())
+		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", shown)
 	}
 	if !portInRange(up) {
-		return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", up.Redacted(), up.Port())
+		return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", shown, up.Port())
 	}
 	if c.upstreamH2C && up.Scheme != "http" {
-		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", up.Redacted())
+		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", shown)
 	}
 	if strings.Contains(c.upstream, "#") {
 		// A fragment is never sent: the upstream would not see what it seems to say.
-		return def, nil, fmt.Errorf("-upstream %q: has a #fragment, which is never sent to the upstream: remove it", up.Redacted())
+		return def, nil, fmt.Errorf("-upstream %q: has a #fragment, which is never sent to the upstream: remove it", shown)
 	}
 	if up.User != nil {
 		// The reverse proxy sends the URL's scheme, host and path, never its user information:
 		// the credentials would be printed in the log and never reach the upstream.
-		return def, nil, fmt.Errorf("-upstream %q: has a user part, and credentials in the URL are not sent to the upstream: remove it, and have the upstream trust the proxy another way (its address, a network policy, mTLS)", up.Redacted())
+		return def, nil, fmt.Errorf("-upstream %q: has a user part, and credentials in the URL are not sent to the upstream: remove it, and have the upstream trust the proxy another way (its address, a network policy, mTLS)", shown)
 	}
 	if len(c.rates) > 0 && (c.set["limit"] || c.set["window"]) {
 		return def, nil, fmt.Errorf("-rate %s: give either -rate or -limit and -window, not both", rateFlags{&c.rates})
@@ -275,6 +278,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if c.maxWaiting < 0 {
 		return def, nil, fmt.Errorf("-max-waiting %d: must be 0 (the default, 1024) or more", c.maxWaiting)
 	}
+	// As the Redis-only flags are: set without what it qualifies, a flag changes nothing, and
+	// setting it says that the other was meant to be given.
+	if c.set["max-waiting"] && c.maxDelay == 0 {
+		return def, nil, fmt.Errorf("-max-waiting %d: needs -max-delay (without it no request waits, so nothing is bounded)", c.maxWaiting)
+	}
 	if c.ipv6Prefix < 0 || c.ipv6Prefix > 128 {
 		return def, nil, fmt.Errorf("-ipv6-prefix %d: must be in [0, 128]", c.ipv6Prefix)
 	}
@@ -289,6 +297,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	}
 	if c.configPoll < 0 {
 		return def, nil, fmt.Errorf("-config-poll %v: must be 0 (SIGHUP only) or positive, like 2s", typed(&c.configPoll))
+	}
+	if c.set["config-poll"] && c.configPath == "" {
+		return def, nil, fmt.Errorf("-config-poll %v: needs -config FILE (there is no file to watch)", typed(&c.configPoll))
 	}
 	if c.name == "" || strings.ContainsAny(c.name, " {}:\"\\") || !isPrintableASCII(c.name) || len(c.name) > 64 {
 		return def, nil, fmt.Errorf("-name %q: must be 1 to 64 printable ASCII characters without spaces, braces, quotes, backslashes or ':'", c.name)
