@@ -71,8 +71,9 @@ const DefaultMaxStreams = 100
 
 // DefaultMaxHeaderBytes is the most header bytes (as HTTP/2 counts them: each field's name and
 // value and 32 bytes more) one call may send under Serve, unless its options set
-// grpc.MaxHeaderListSize; a call that sends more has its stream reset, and the connection's other
-// calls go on. gRPC's own default is 16 MiB a call, which with DefaultMaxStreams calls in progress
+// grpc.MaxHeaderListSize; a call whose fields add up to more has its stream reset, and the
+// connection's other calls go on, but one field longer than the bound on its own closes the
+// connection (HTTP/2's header decoder holds no longer string). gRPC's own default is 16 MiB a call, which with DefaultMaxStreams calls in progress
 // lets one connection hold 1.7 GB of them, where a gRPC client's own headers on a call are a few
 // hundred bytes.
 const DefaultMaxHeaderBytes = 64 << 10

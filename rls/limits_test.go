@@ -85,6 +85,29 @@ func (c *h2conn) call(id uint32, path string, extra ...hpack.HeaderField) {
 	require.NoError(c.t, c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0})) // an empty message
 }
 
+// connectionEnd reads frames until the connection ends ("connection closed", a GOAWAY or the
+// socket's end) or stream id is reset or answered (its outcome, as outcome says).
+func (c *h2conn) connectionEnd(id uint32) string {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return "connection closed"
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			return "connection closed"
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return "reset: " + f.ErrCode.String()
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id && f.StreamEnded() {
+				return "answered"
+			}
+		}
+	}
+}
+
 // outcome reads frames until stream id is reset (its code) or ends with a grpc-status (that).
 func (c *h2conn) outcome(id uint32) string {
 	for {
@@ -146,6 +169,10 @@ func TestServeBoundsStreamsAndHeaders(t *testing.T) {
 			assert.Equal(t, "reset: "+http2.ErrCodeFrameSize.String(), h.outcome(1), "headers past the bound")
 			h.call(3, healthCheck, pad(c.headers-1024))
 			assert.Equal(t, "grpc-status 0", h.outcome(3), "the next call, within the bound, on the same connection")
+			// One field longer than the bound on its own is past what HTTP/2's decoder will hold:
+			// a connection error, not a stream's (docs/rls.md, -max-header-bytes).
+			h.call(5, healthCheck, hpack.HeaderField{Name: "x-pad", Value: strings.Repeat("a", int(c.headers)+1)})
+			assert.Equal(t, "connection closed", h.connectionEnd(5), "one field longer than the bound")
 			h.conn.Close() // or the shutdown waits its grace out for it
 		})
 	}
