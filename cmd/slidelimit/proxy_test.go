@@ -726,3 +726,18 @@ func TestConnectAuthorityFormRefused(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
 	assert.Zero(t, p.up.hits.Load(), "the upstream was asked")
 }
+
+// A duration is several number-and-unit parts added up, as time.ParseDuration reads them in any
+// order, except that days, which it does not know, come first where given.
+func TestParseDurationParts(t *testing.T) {
+	for s, want := range map[string]time.Duration{
+		"1h30m": 90 * time.Minute, "30m1h": 90 * time.Minute, "1d12h": 36 * time.Hour, "1.5d": 36 * time.Hour,
+	} {
+		if d, err := parseDuration(s); err != nil || d != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", s, d, err, want)
+		}
+	}
+	if _, err := parseDuration("1h1d"); err == nil || !strings.Contains(err.Error(), `"1h1d" is not a duration`) {
+		t.Errorf(`parseDuration("1h1d"): %v; want it refused, days after hours`, err)
+	}
+}
