@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -94,6 +95,19 @@ func TestProxyForwardingHeaders(t *testing.T) {
 	assert.Equal(t, "203.0.113.5", h.Get("X-Real-Ip"))
 	assert.Equal(t, "203.0.113.5", h.Get("True-Client-Ip"))
 	assert.Equal(t, []string{"X_api_key"}, underscored(h), "only a header that is no forwarding header keeps its underscores")
+
+	// Headers the balancer lists in Connection were for its hop alone (RFC 9110, 7.6.1): none is
+	// passed on, and each chain starts at this hop.
+	hop := maps.Clone(sent)
+	hop["Connection"] = "X-Forwarded-Proto, x-forwarded-for,Forwarded , X-Forwarded-Host, X-Real-IP"
+	require.Equal(t, 200, do(t, c, trusted.url("/"), hop).status)
+	h = up.last()
+	assert.Equal(t, "127.0.0.1", h.Get("X-Forwarded-For"))
+	assert.Equal(t, "http", h.Get("X-Forwarded-Proto"))
+	assert.Equal(t, host, h.Get("X-Forwarded-Host"))
+	assert.Equal(t, `for=127.0.0.1;host="`+host+`";proto=http`, h.Get("Forwarded"))
+	assert.Empty(t, h.Values("X-Real-Ip"))
+	assert.Equal(t, "203.0.113.5", h.Get("True-Client-Ip"), "a header Connection does not list is kept")
 
 	untrusted := startProxy(t, "-upstream", up.URL)
 	require.Equal(t, 200, do(t, c, untrusted.url("/"), sent).status)

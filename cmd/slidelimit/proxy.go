@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"os/signal"
@@ -1823,22 +1824,29 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	in, out := pr.In, pr.Out.Header
 	dropUnderscoreSpellings(out)
 	trusted := trustedPeer(ip, in)
+	// ReverseProxy removed the forwarding headers before Rewrite, and every header the request's
+	// Connection field lists: those were for this hop alone (RFC 9110, 7.6.1), so a trusted
+	// proxy's forwarding headers are copied back only where it did not list them.
+	kept := func(name string) []string {
+		if !trusted || connectionLists(in.Header, name) {
+			return nil
+		}
+		return in.Header[name]
+	}
 	if trusted {
-		// ReverseProxy removed these before Rewrite; SetXForwarded appends this hop to the first.
-		out["X-Forwarded-For"] = in.Header["X-Forwarded-For"]
+		// SetXForwarded appends this hop to it.
+		out["X-Forwarded-For"] = kept("X-Forwarded-For")
 	} else {
 		for _, h := range clientIPHeaders {
 			delete(out, h)
 		}
 	}
 	pr.SetXForwarded()
-	if trusted {
-		if v := in.Header["X-Forwarded-Host"]; len(v) > 0 {
-			out["X-Forwarded-Host"] = v
-		}
-		if v := in.Header["X-Forwarded-Proto"]; len(v) > 0 {
-			out["X-Forwarded-Proto"] = v
-		}
+	if v := kept("X-Forwarded-Host"); len(v) > 0 {
+		out["X-Forwarded-Host"] = v
+	}
+	if v := kept("X-Forwarded-Proto"); len(v) > 0 {
+		out["X-Forwarded-Proto"] = v
 	}
 	peer := new(httplimit.ClientIP).Addr(in)
 	proto := "http"
@@ -1846,15 +1854,28 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 		proto = "https"
 	}
 	elem := "for=" + forwardedNode(peer) + ";host=" + strconv.Quote(in.Host) + ";proto=" + proto
-	if fs := in.Header["Forwarded"]; trusted && len(fs) > 0 {
-		kept := make([]string, len(fs))
+	if fs := kept("Forwarded"); len(fs) > 0 {
+		repaired := make([]string, len(fs))
 		for i, f := range fs {
-			kept[i] = forwarded.Repair(f)
+			repaired[i] = forwarded.Repair(f)
 		}
-		out["Forwarded"] = []string{strings.Join(kept, ", ") + ", " + elem}
+		out["Forwarded"] = []string{strings.Join(repaired, ", ") + ", " + elem}
 	} else {
 		out["Forwarded"] = []string{elem}
 	}
+}
+
+// connectionLists reports whether h's Connection field lists the header name (canonical), in any
+// case: a header meant for one hop only.
+func connectionLists(h http.Header, name string) bool {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(textproto.TrimString(f)) == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // forwardedNode writes a as an RFC 7239 node: IPv6 in brackets and quotes.
