@@ -75,3 +75,28 @@ func TestProxyBadH2CFlags(t *testing.T) {
 		assert.Contains(t, out, tc.want, "%v", tc.args)
 	}
 }
+
+// A client's "Upgrade: h2c" (the HTTP/1.1 handshake to HTTP/2, which the proxy does not offer) is
+// served as HTTP/1.1, and not passed on for the upstream to switch in the proxy's place.
+func TestProxyServesAnH2CUpgradeAsHTTP1(t *testing.T) {
+	up := newHeaderUpstream(t)
+	for _, flags := range [][]string{{"-h2c"}, nil} {
+		p := startProxy(t, append([]string{"-upstream", up.URL}, flags...)...)
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+"/", nil)
+		require.NoError(t, err)
+		req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+		req.Header.Set("Upgrade", "h2c")
+		req.Header.Set("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
+		res, err := h2cClient(t, false).Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, res.StatusCode, "%v", flags)
+		assert.Equal(t, "ok", string(body), "%v", flags)
+		h := up.last()
+		assert.Empty(t, h.Values("Upgrade"), "%v: the upstream was asked to upgrade", flags)
+		assert.Empty(t, h.Values("Http2-Settings"), "%v", flags)
+		assert.Empty(t, h.Values("Connection"), "%v", flags)
+	}
+}

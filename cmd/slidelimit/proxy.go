@@ -1823,6 +1823,13 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	pr.SetURL(up)
 	in, out := pr.In, pr.Out.Header
 	dropUnderscoreSpellings(out)
+	if strings.EqualFold(out.Get("Upgrade"), "h2c") {
+		// A client's "Upgrade: h2c" asks this hop to switch to HTTP/2 (RFC 7540's handshake,
+		// which RFC 9113 withdrew), which the proxy does not offer: the request is served as
+		// HTTP/1.1, and the upstream is not asked to switch in its place.
+		out.Del("Upgrade")
+		out.Del("Connection")
+	}
 	trusted := trustedPeer(ip, in)
 	// ReverseProxy removed the forwarding headers before Rewrite, and every header the request's
 	// Connection field lists: those were for this hop alone (RFC 9110, 7.6.1), so a trusted
