@@ -1,5 +1,5 @@
 // Package clock provides the time source of the engine: integer milliseconds since the Unix epoch,
-// read with one atomic load. It is a building block of package engine; programs use it only to
+// read with one atomic load and a compare. It is a building block of package engine; programs use it only to
 // give a limiter a manual clock (NewManual) for tests, vectors and simulations.
 //
 // A coarse clock is advanced by one background goroutine every resolution (1ms by default), so a
@@ -19,6 +19,13 @@
 // whose CPUs are all busy with other work while it decides rarely: there the lag is the
 // scheduler's, up to its 10ms preemption slice.
 //
+// The goroutine sleeps once a second has gone by with no Refresh (a process that decides often
+// refreshes the clock many times a second) and no wake: ticking every millisecond cost an idle
+// process about 2% of a core. The reading then carries a mark that Now's compare finds, and the
+// first reading after it reads the wall clock, moves the clock to it and wakes the goroutine, so
+// no reading is ever older than a sleeping clock's wall time. A process that decides now and then
+// pays that wall-clock read about once a second, its clock asleep in between.
+//
 // A manual clock only moves when told to; Refresh leaves it alone.
 //
 // Times are in [0, MaxMs]: the engine's cells keep flag bits above bit 61, so a later time could
@@ -29,6 +36,7 @@
 package clock
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +47,11 @@ import (
 // Acquire. The zero Clock is a coarse clock with no goroutine: it reads 0 (1970) until Refresh
 // moves it to the wall clock's time, so a limiter given one would decide its first requests at
 // 1970 and then jump; Stop on it does nothing. Every method is safe for concurrent use: Now is
-// one atomic load, and a Clock is shared by every limiter that reads it.
+// one atomic load and a compare, and a Clock is shared by every limiter that reads it.
 type Clock struct {
+	// now is the reading, or, while a coarse clock's goroutine sleeps, the last reading plus
+	// asleep, which sends Now to wake instead: so the reading costs one load and a compare, and
+	// a clock nobody reads wakes nobody.
 	now    atomic.Int64
 	manual bool
 
@@ -48,7 +59,19 @@ type Clock struct {
 	stopped  atomic.Bool // set by Stop: Refresh no longer moves the reading
 	stop     chan struct{}
 	done     chan struct{}
+	used     atomic.Bool   // set by Refresh and wake: someone reads the clock, so it stays awake
+	wakeC    chan struct{} // wake's signal to the sleeping goroutine (buffered: wake never blocks)
 }
+
+// asleep marks the reading of a coarse clock whose goroutine sleeps: the sign bit, so that Now's
+// one test finds it (a reading is never negative).
+const asleep = math.MinInt64
+
+// idleTicks is how many ticks go by with no Refresh and no wake before the goroutine sleeps: a
+// second at 1ms. A process that decides often refreshes the clock far more often than that (see
+// Due), so it never sleeps while busy; one that decides now and then wakes it with its next
+// reading, which then costs a read of the wall clock.
+const idleTicks = 1000
 
 // MaxMs is the latest time a Clock reads: 2^62-1 ms after the Unix epoch, some 146 million years.
 const MaxMs = 1<<62 - 1
@@ -69,38 +92,103 @@ func NewManual(startMs int64) *Clock {
 // Stop ends the goroutine; the clock then keeps its last reading.
 func NewCoarse(resolution time.Duration) *Clock {
 	resolution = max(resolution, time.Millisecond)
-	c := &Clock{stop: make(chan struct{}), done: make(chan struct{})}
+	c := &Clock{stop: make(chan struct{}), done: make(chan struct{}), wakeC: make(chan struct{}, 1)}
 	c.now.Store(time.Now().UnixMilli())
 	go c.run(resolution)
 	return c
 }
 
+// run ticks every resolution while the clock is read, and sleeps once idleTicks ticks have gone
+// by with nobody refreshing or waking it: a ticker of 1ms cost an idle process about 2% of a
+// core.
 func (c *Clock) run(resolution time.Duration) {
 	defer close(c.done)
 	t := time.NewTicker(resolution)
 	defer t.Stop()
-	for {
+	for idle := 0; ; {
 		select {
 		case <-c.stop:
+			c.unpark()
 			return
 		case <-t.C:
 			c.tick(time.Now().UnixMilli())
 		}
+		if idle++; idle < idleTicks {
+			continue
+		}
+		idle = 0
+		if c.used.Swap(false) || !c.park() {
+			continue
+		}
+		t.Stop()
+		select {
+		case <-c.stop:
+			c.unpark()
+			return
+		case <-c.wakeC: // wake has set the reading already
+		}
+		t.Reset(resolution)
 	}
 }
 
-// tick moves the reading forward to ms, never back.
-func (c *Clock) tick(ms int64) {
+// park marks the reading asleep, unless it moved since it was read (a Refresh racing).
+func (c *Clock) park() bool {
+	cur := c.now.Load()
+	return cur >= 0 && c.now.CompareAndSwap(cur, cur|asleep)
+}
+
+// unpark clears the asleep mark, for a clock that stops: it then keeps its last reading.
+func (c *Clock) unpark() {
 	for {
 		cur := c.now.Load()
-		if ms <= cur || c.now.CompareAndSwap(cur, ms) {
+		if cur >= 0 || c.now.CompareAndSwap(cur, cur&math.MaxInt64) {
 			return
 		}
 	}
 }
 
-// Now returns the current reading in Unix milliseconds. It is one atomic load.
-func (c *Clock) Now() int64 { return c.now.Load() }
+// tick moves the reading forward to ms, never back. A reading marked asleep is left alone: its
+// goroutine sleeps, and the reader that finds the mark wakes it (see wake).
+func (c *Clock) tick(ms int64) {
+	for {
+		cur := c.now.Load()
+		if cur < 0 || ms <= cur || c.now.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
+}
+
+// Now returns the current reading in Unix milliseconds: one atomic load and a compare, except for
+// the first reading after the clock's goroutine has slept, which reads the wall clock and wakes it.
+func (c *Clock) Now() int64 {
+	if v := c.now.Load(); v >= 0 {
+		return v
+	}
+	return c.wake()
+}
+
+// wake is Now for a reading marked asleep: it moves the reading to the wall clock's (never back),
+// clears the mark and wakes the goroutine, or, if another reader did first, returns that reading.
+//
+//go:noinline
+func (c *Clock) wake() int64 {
+	ms := time.Now().UnixMilli()
+	for {
+		cur := c.now.Load()
+		if cur >= 0 {
+			return cur
+		}
+		next := max(ms, cur&math.MaxInt64)
+		if c.now.CompareAndSwap(cur, next) {
+			c.used.Store(true)
+			select {
+			case c.wakeC <- struct{}{}:
+			default: // a signal is pending already
+			}
+			return next
+		}
+	}
+}
 
 // RefreshEvery is about how many calls to Due pass between two that report true.
 const RefreshEvery = 512
@@ -122,9 +210,12 @@ func DueFor(n int) bool { return cheaprand()&(RefreshEvery-1) < uint32(min(max(n
 //go:noinline
 func (c *Clock) Refresh() int64 {
 	if !c.manual && !c.stopped.Load() {
+		if !c.used.Load() { // a write only once in idleTicks: the word is shared by every reader
+			c.used.Store(true)
+		}
 		c.tick(time.Now().UnixMilli())
 	}
-	return c.now.Load()
+	return c.Now()
 }
 
 // cheaprand is the runtime's per-thread random number generator (wyrand), the one behind map

@@ -2,6 +2,7 @@ package clock
 
 import (
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +147,67 @@ func TestZeroClock(t *testing.T) {
 	before := time.Now().UnixMilli()
 	require.GreaterOrEqual(t, c.Refresh(), before)
 	require.False(t, c.Manual())
+}
+
+// asleepBy waits until c's goroutine sleeps (a second or so with no Refresh) and returns the
+// reading it slept at.
+func asleepBy(t *testing.T, c *Clock) int64 {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.now.Load() < 0 }, 20*time.Second, 5*time.Millisecond,
+		"the goroutine of a clock nobody refreshes sleeps")
+	return c.now.Load() & math.MaxInt64
+}
+
+// A coarse clock's goroutine sleeps once nobody has refreshed or woken it for idleTicks ticks;
+// nothing ticks while it sleeps; the next readings, however many at once, get the wall clock's
+// time, never the stale reading; and the goroutine ticks again.
+func TestCoarseSleepsWhenIdleAndWakesOnRead(t *testing.T) {
+	c := NewCoarse(time.Millisecond)
+	defer c.Stop()
+	slept := asleepBy(t, c)
+	time.Sleep(20 * time.Millisecond)
+	require.Negative(t, c.now.Load(), "the reading moved while its goroutine slept")
+
+	before := time.Now().UnixMilli()
+	got := make([]int64, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = c.Now() })
+	}
+	wg.Wait()
+	after := time.Now().UnixMilli()
+	for _, g := range got {
+		require.GreaterOrEqual(t, g, before, "a reading after the sleep is older than the wall clock")
+		require.LessOrEqual(t, g, after)
+	}
+	require.Greater(t, before, slept+10, "the test slept 20ms")
+	woken := c.Now()
+	require.Eventually(t, func() bool { v := c.now.Load(); return v >= 0 && v > woken }, 5*time.Second, time.Millisecond,
+		"the woken goroutine ticks again")
+}
+
+// Refresh, which a process that decides often calls many times a second (see Due), keeps the
+// goroutine awake; and a Refresh of a sleeping clock wakes it, as Now does.
+func TestRefreshKeepsTheClockAwake(t *testing.T) {
+	c := NewCoarse(time.Millisecond)
+	defer c.Stop()
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		c.Refresh()
+		require.GreaterOrEqual(t, c.now.Load(), int64(0), "the goroutine slept while the clock was refreshed")
+	}
+	asleepBy(t, c)
+	before := time.Now().UnixMilli()
+	require.GreaterOrEqual(t, c.Refresh(), before, "Refresh of a sleeping clock")
+	require.GreaterOrEqual(t, c.now.Load(), int64(0))
+}
+
+// Stopped while its goroutine sleeps, a clock keeps the reading it slept at, unmarked.
+func TestStopWhileAsleep(t *testing.T) {
+	c := NewCoarse(time.Millisecond)
+	slept := asleepBy(t, c)
+	c.Stop()
+	require.Equal(t, slept, c.now.Load())
+	time.Sleep(5 * time.Millisecond)
+	require.Equal(t, slept, c.Now())
+	require.Equal(t, slept, c.Refresh())
 }
