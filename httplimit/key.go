@@ -345,9 +345,10 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 // example an API key checked earlier in the chain), as "h:" and the value. A request without the
 // header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
 // address (ClientIP with no trusted proxies). Host is read from Request.Host, where Go's server
-// moves it out of the header map, and written one way per virtual host (lower case, without a
-// trailing dot, and without its port), so that a client cannot take a fresh quota by spelling
-// its host another way. Clients choose their own header
+// moves it out of the header map, and written one way per virtual host (lower case, without
+// trailing dots or its port, and an address in one form: "[0::1]" is "[::1]"), so that a client
+// cannot take a fresh quota by spelling its host another way; a Host that is nothing but dots is
+// keyed by fallback. Clients choose their own header
 // values: key by a header only where something upstream of the limiter has authenticated it.
 // Safe for concurrent use.
 func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Request) string {
@@ -357,8 +358,8 @@ func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Re
 	}
 	if name == "Host" {
 		return func(r *http.Request) string {
-			if r.Host != "" {
-				return "h:" + virtualHost(r)
+			if v := virtualHost(r); v != "" {
+				return "h:" + v
 			}
 			return fallback(r)
 		}
@@ -371,15 +372,25 @@ func KeyByHeader(name string, fallback func(*http.Request) string) func(*http.Re
 	}
 }
 
-// virtualHost returns r.Host's name spelt one way: lower case, without a trailing dot, and without
-// the port, which a client may spell any number of ways (080, +80) and which does not tell
+// virtualHost returns r.Host's name spelt one way: lower case, without trailing dots, an address
+// in its canonical form, and without the port, which a client may spell any number of ways (080, +80) and which does not tell
 // virtual hosts apart (nginx's server names and Go's ServeMux patterns ignore it too).
 func virtualHost(r *http.Request) string {
 	name := r.Host
 	if i := strings.LastIndexByte(name, ':'); i >= 0 && strings.IndexByte(name[i:], ']') < 0 {
 		name = name[:i]
 	}
-	return strings.TrimSuffix(strings.ToLower(name), ".")
+	// Go's server takes any number of trailing dots ("example.com.."), and an address in any of
+	// its spellings ("[0::1]", "[::0:1]"): each would be a host of its own.
+	name = strings.TrimRight(strings.ToLower(name), ".")
+	if inner, ok := strings.CutPrefix(name, "["); ok {
+		if a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]")); err == nil {
+			return "[" + a.String() + "]"
+		}
+	} else if a, err := netip.ParseAddr(name); err == nil && a.Is4() {
+		return a.String()
+	}
+	return name
 }
 
 // KeyByPathAndIP returns a key function that keys each request by its URL path together with the

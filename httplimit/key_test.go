@@ -179,4 +179,14 @@ func TestKeyByHeaderHostIsOneKeyPerVirtualHost(t *testing.T) {
 	assert.Equal(t, "h:b.example", key(req("b.example")))
 	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:DB8::1]:80")))
 	assert.Equal(t, "h:[2001:db8::1]", key(req("[2001:db8::1]")))
+	// Trailing dots, however many, and an address's other spellings, which Go's server serves.
+	for _, spelling := range []string{"a.example..", "a.example...:80"} {
+		assert.Equal(t, "h:a.example", key(req(spelling)), spelling)
+	}
+	for _, spelling := range []string{"[0::1]", "[::0:1]", "[0:0:0:0:0:0:0:1]:8080"} {
+		assert.Equal(t, "h:[::1]", key(req(spelling)), spelling)
+	}
+	assert.Equal(t, "h:192.0.2.1", key(req("192.0.2.1.:80")))
+	// A Host of dots names no host: keyed as a request without one.
+	assert.Equal(t, "ip:192.0.2.1", key(req("..")))
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -438,4 +440,17 @@ func TestStackedOverAMisconfiguredMiddleware(t *testing.T) {
 	assert.Equal(t, reply{status: 500, body: "rate limiter misconfigured\n"}, get(t, ts.Client(), ts.URL, nil))
 	assert.Equal(t, 1, outerLim.refunds)
 	assert.Equal(t, int64(5), outerLim.l.Peek("k").Remaining, "the outer limit holds all 5")
+}
+
+// TestStackedOverAMisconfiguredMiddlewareAlone runs the test above in a process of its own, where
+// its two Wrap calls are the process's only ones: the other tests' handlers must not be what
+// makes the outer middleware pass its decisions down.
+func TestStackedOverAMisconfiguredMiddlewareAlone(t *testing.T) {
+	if os.Getenv("HTTPLIMIT_ALONE") != "" {
+		t.Skip("the child process")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestStackedOverAMisconfiguredMiddleware$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), "HTTPLIMIT_ALONE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
 }

@@ -225,7 +225,9 @@ type Middleware struct {
 	// FailOpen).
 	ErrorMode ErrorMode
 
-	// Shadow decides and reports without ever refusing a request or adding a field.
+	// Shadow decides and reports without ever refusing a request or adding a field. A Limiter's
+	// error goes to OnError; under FailLocal its fallback's Decision is reported to OnDecision as
+	// any other, and under FailOpen and FailClosed that limit is passed over.
 	Shadow bool
 
 	// Now is the time against which the RateLimit field's t (seconds until the quota resets) is
@@ -305,6 +307,9 @@ func (m *Middleware) Validate() error {
 // gives its units back, as for a limiter that fails closed). Wrap only reads m, as Validate does, and the
 // handler it returns is safe for concurrent use.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	// Counted whether or not it is valid: a misconfigured handler below another gives the other's
+	// units back too, through the frame the other passes only once there are two handlers.
+	handlers.Add(1)
 	if err := m.Validate(); err != nil {
 		if m == nil {
 			return &broken{err: err}
@@ -314,7 +319,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if next == nil {
 		return &broken{err: errors.New("httplimit: Middleware.Wrap(nil): no handler to pass admitted requests to"), onError: m.OnError, problem: m.Problem}
 	}
-	handlers.Add(1)
 	h := &handler{
 		next: next, key: m.KeyFunc, cost: m.Cost, skip: m.Skip, onLimited: m.OnLimited,
 		onDecision: m.OnDecision, onError: m.OnError, mode: m.ErrorMode, shadow: m.Shadow,
@@ -585,8 +589,8 @@ type frame struct {
 
 type frameKey struct{}
 
-// handlers counts the handlers Wrap has built. While there is only one, no middleware can sit
-// below it, and requests go on without the copy that carrying a frame in their context costs.
+// handlers counts the handlers Wrap has built, misconfigured ones included. While there is only
+// one, no middleware can sit below it, and requests go on without the copy that carrying a frame in their context costs.
 var handlers atomic.Int64
 
 // pass calls the next handler, with f in the request's context when a middleware below may
@@ -625,7 +629,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var deadline time.Time // the end of MaxDelay, from the first refusal that waits
 	for {
 		d, idx, closed := h.decide(r, f)
-		if closed { // never in Shadow mode, where decide fails open
+		if closed { // never in Shadow mode, where decide fails open instead
 			f.parent.giveBack(r)
 			// An outer middleware's fields said what it had counted, and it has given that back:
 			// no field describes this answer.
@@ -753,7 +757,9 @@ func (h *handler) decide(r *http.Request, f *frame) (d engine.Decision, idx int,
 			if h.onError != nil {
 				h.onError(r, f.key, err)
 			}
-			if h.shadow || h.mode == FailOpen {
+			// Shadow mode never refuses, so where the mode would answer 503 (FailClosed, or a
+			// closed limiter) it fails open; FailLocal's Decision is still the one reported.
+			if h.mode == FailOpen || h.shadow && (h.mode == FailClosed || di.Reason == engine.ReasonClosed) {
 				f.st[i] = failed
 				continue
 			}

@@ -311,6 +311,42 @@ func TestErrorModes(t *testing.T) {
 	}
 }
 
+// In Shadow mode a Limiter's error under FailLocal still has its fallback's Decision reported to
+// OnDecision, as without Shadow, and the request is served; under FailOpen and FailClosed the
+// limit is passed over, and nothing is reported.
+func TestShadowReportsFailLocalsDecision(t *testing.T) {
+	refusal := engine.Decision{Limit: 7, RetryAfter: 2500 * time.Millisecond, Reason: engine.ReasonLimited}
+	for _, tc := range []struct {
+		mode httplimit.ErrorMode
+		want []engine.Decision
+	}{
+		{httplimit.FailLocal, []engine.Decision{refusal}},
+		{httplimit.FailOpen, nil},
+		{httplimit.FailClosed, nil},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			var mu sync.Mutex
+			var got []engine.Decision
+			mw := &httplimit.Middleware{
+				Limiter:   failing{refusal, errors.New("store down")},
+				ErrorMode: tc.mode,
+				Shadow:    true,
+				OnError:   func(*http.Request, string, error) {},
+				OnDecision: func(_ *http.Request, _ string, d engine.Decision) {
+					mu.Lock()
+					got = append(got, d)
+					mu.Unlock()
+				},
+			}
+			ts := serve(t, mw.Wrap(ok))
+			assert.Equal(t, reply{status: 200, body: "ok"}, get(t, ts.Client(), ts.URL, nil))
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
 // Under FailLocal a fallback's admission is served, and the limit keeps its RateLimit-Policy
 // item but has no RateLimit item: the fallback's Remaining (a share of the limit, one process's
 // count) says nothing of the advertised quota. A healthy limit beside it is listed as always.
