@@ -1104,7 +1104,7 @@ func (l *Limiter) Key(key string) string { return stateKey(l.cfg.prefix, l.space
 // goroutine.
 type Stats struct {
 	Leases           int64 // lease script calls on a request's path (slow path), answered or not
-	Exchanges        int64 // script calls the background exchange sent: renewals, returns, charges, heartbeats
+	Exchanges        int64 // script calls the background exchange sent (renewals, returns, charges, heartbeats), New's first heartbeat included
 	Returns          int64 // unused leases given back
 	Charges          int64 // windows charged with units admitted while Redis was away (or re-declared)
 	OfflineDecisions int64 // requests of a cost decided without Redis (ErrOffline): on the share, or as WithOfflineMode's FailClosed or FailOpen says, while Redis was unreachable, or after a key's error reply; offline queries (n = 0) are not counted
