@@ -1,6 +1,6 @@
 // Package clock provides the time source of the engine: integer milliseconds since the Unix epoch,
-// read with one atomic load and a compare. It is a building block of package engine; programs use it only to
-// give a limiter a manual clock (NewManual) for tests, vectors and simulations.
+// read with one atomic load and a compare. It is a building block of package engine; programs use
+// it only to give a limiter a manual clock (NewManual) for tests, vectors and simulations.
 //
 // A coarse clock is advanced by one background goroutine every resolution (1ms by default), so a
 // decision does not pay for time.Now (48ns against 1.6ns for a reading on the VM the benchmarks ran
@@ -49,9 +49,9 @@ import (
 // 1970 and then jump; Stop on it does nothing. Every method is safe for concurrent use: Now is
 // one atomic load and a compare, and a Clock is shared by every limiter that reads it.
 type Clock struct {
-	// now is the reading, or, while a coarse clock's goroutine sleeps, the last reading plus
-	// asleep, which sends Now to wake instead: so the reading costs one load and a compare, and
-	// a clock nobody reads wakes nobody.
+	// now is the reading, or, while a coarse clock's goroutine sleeps, the last reading with
+	// asleep's bit set, which sends Now to wake instead: so the reading costs one load and a
+	// compare, and a clock nobody reads wakes nobody.
 	now    atomic.Int64
 	manual bool
 
