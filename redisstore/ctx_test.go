@@ -293,3 +293,48 @@ func warmThenPause(t *testing.T, srv *redistest.Server, l *Limiter) {
 	}
 	t.Cleanup(func() { _ = srv.Resume() })
 }
+
+// slowAfterReply holds an error reply from the server for d before the client returns it, as a
+// hook, a GC pause or a preemption can: the reply then reaches the limiter past its deadline.
+type slowAfterReply struct{ d time.Duration }
+
+func (h slowAfterReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowAfterReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowAfterReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		var reply redis.Error
+		if errors.As(err, &reply) && !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+
+// A server's reply about one key, read past the limiter's own deadline, is still that reply: not
+// the limiter's timeout, which would count against the store (opening the breaker for every key)
+// and skip the hiding of the key's subject.
+func TestLateReplyIsNotATimeout(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, testAddr)
+	c.AddHook(slowAfterReply{40 * time.Millisecond})
+	l, err := New(c, "late-reply", policy.SlidingCounter{Limit: 5, Window: time.Second},
+		WithTimeout(20*time.Millisecond), WithBreaker(1, time.Minute), WithOnFailure(FailClosed), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := c.LPush(ctx, l.Key("secret-subject"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Take(ctx, "secret-subject", 1)
+	var reply redis.Error
+	if !errors.As(err, &reply) || strings.Contains(err.Error(), "no reply within") || strings.Contains(err.Error(), "secret-subject") {
+		t.Fatalf("a late WRONGTYPE reply: %v; want the server's reply, its key's subject hidden", err)
+	}
+	if st := statsOf(l); st.BreakerOpen || st.BreakerOpens != 0 {
+		t.Fatalf("one key's late reply opened the breaker for every key: %+v", st)
+	}
+}

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -89,8 +90,10 @@ func HideKey(msg, key, named string) string {
 }
 
 // OwnTimeout returns err, the failure of a call made under the limiter's own deadline dl
-// (WithTimeout's d), as a timeout error of the limiter's once dl has passed, and err unchanged
-// before it. Use it only where the caller's own context is still alive.
+// (WithTimeout's d), as a timeout error of the limiter's if it is a timeout (the context's
+// deadline, or a socket's) and dl has passed; any other error, a server's reply above all, is
+// returned unchanged, however late it is read. Use it only where the caller's own context is
+// still alive.
 //
 // Why: the client reports a deadline as context.DeadlineExceeded or as a socket's "i/o timeout",
 // whichever fired first, so the same failure would read one way or the other from call to call,
@@ -98,6 +101,14 @@ func HideKey(msg, key, named string) string {
 // which it is not. The timeout keeps the client's text but wraps neither.
 func OwnTimeout(err error, dl time.Time, d time.Duration) error {
 	if err == nil || time.Now().Before(dl) {
+		return err
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return err // the server answered: about this call, not a timeout
+	}
+	var te interface{ Timeout() bool }
+	if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &te) && te.Timeout()) {
 		return err
 	}
 	return &timeout{d: d, said: err.Error()}

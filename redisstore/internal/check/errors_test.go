@@ -1,9 +1,12 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 )
 
 // reply is an error reply as go-redis hands it back: the line after the '-'.
@@ -62,6 +65,44 @@ func TestHideKey(t *testing.T) {
 	} {
 		if got := HideKey(c.msg, c.key, "sl:{x}n:…"); got != c.want {
 			t.Errorf("HideKey(%q, %q) = %q, want %q", c.msg, c.key, got, c.want)
+		}
+	}
+}
+
+// netTimeout is a socket's timeout, as a net.Error reports it.
+type netTimeout struct{}
+
+func (netTimeout) Error() string { return "read tcp: i/o timeout" }
+func (netTimeout) Timeout() bool { return true }
+
+// OwnTimeout rewrites only timeouts, and only past the deadline: a server's reply, or another
+// failure, stays what it is however late it is read.
+func TestOwnTimeout(t *testing.T) {
+	past, future := time.Now().Add(-time.Millisecond), time.Now().Add(time.Hour)
+	refused := errors.New("dial tcp: connection refused")
+	for _, c := range []struct {
+		err      error
+		dl       time.Time
+		rewrites bool
+	}{
+		{context.DeadlineExceeded, past, true},
+		{fmt.Errorf("wrapped: %w", context.DeadlineExceeded), past, true},
+		{netTimeout{}, past, true},
+		{context.DeadlineExceeded, future, false},
+		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), past, false},
+		{refused, past, false},
+		{nil, past, false},
+	} {
+		got := OwnTimeout(c.err, c.dl, 50*time.Millisecond)
+		var te *timeout
+		if errors.As(got, &te) != c.rewrites {
+			t.Errorf("OwnTimeout(%v, past %v) = %v; rewritten: %v, want %v", c.err, c.dl == past, got, !c.rewrites, c.rewrites)
+		}
+		if c.rewrites && (errors.Is(got, context.DeadlineExceeded) || !strings.Contains(got.Error(), "no reply within 50ms")) {
+			t.Errorf("OwnTimeout(%v) = %v: wraps the deadline, or does not say the limiter's timeout", c.err, got)
+		}
+		if !c.rewrites && got != c.err {
+			t.Errorf("OwnTimeout(%v) = %v, want it unchanged", c.err, got)
 		}
 	}
 }
