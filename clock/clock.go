@@ -19,12 +19,14 @@
 // whose CPUs are all busy with other work while it decides rarely: there the lag is the
 // scheduler's, up to its 10ms preemption slice.
 //
-// The goroutine sleeps once a second has gone by with no Refresh (a process that decides often
-// refreshes the clock many times a second) and no wake: ticking every millisecond cost an idle
-// process about 2% of a core. The reading then carries a mark that Now's compare finds, and the
-// first reading after it reads the wall clock, moves the clock to it and wakes the goroutine, so
-// no reading is ever older than a sleeping clock's wall time. A process that decides now and then
-// pays that wall-clock read about once a second, its clock asleep in between.
+// The goroutine sleeps once idleTicks ticks (a second at the default 1ms) have gone by with no
+// Refresh and no wake: ticking every millisecond cost an idle process about 2% of a core. A
+// process that decides tens of thousands of times a second refreshes the clock many times in
+// that span, so its clock does not sleep; one that decides less often may find it asleep. The
+// reading then carries a mark that Now's compare finds, and the first reading after it reads the
+// wall clock, moves the clock to it and wakes the goroutine, so no reading is ever older than a
+// sleeping clock's wall time. Such a wake costs one reading a wall-clock read, at most about once
+// a second (a woken clock stays awake at least idleTicks ticks).
 //
 // A manual clock only moves when told to; Refresh leaves it alone.
 //
@@ -68,9 +70,9 @@ type Clock struct {
 const asleep = math.MinInt64
 
 // idleTicks is how many ticks go by with no Refresh and no wake before the goroutine sleeps: a
-// second at 1ms. A process that decides often refreshes the clock far more often than that (see
-// Due), so it never sleeps while busy; one that decides now and then wakes it with its next
-// reading, which then costs a read of the wall clock.
+// second at 1ms, long enough that a busy process (one Refresh in about RefreshEvery decisions,
+// see Due) keeps its clock awake, and that a process waking it now and then pays a wall-clock
+// read at most once a second.
 const idleTicks = 1000
 
 // MaxMs is the latest time a Clock reads: 2^62-1 ms after the Unix epoch, some 146 million years.

@@ -385,6 +385,9 @@ func virtualHost(r *http.Request) string {
 	name = strings.TrimRight(strings.ToLower(name), ".")
 	if inner, ok := strings.CutPrefix(name, "["); ok {
 		if a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]")); err == nil {
+			if a = a.Unmap(); a.Is4() {
+				return a.String() // "[1.2.3.4]" and "[::ffff:1.2.3.4]" are 1.2.3.4
+			}
 			return "[" + a.String() + "]"
 		}
 	} else if a, err := netip.ParseAddr(name); err == nil && a.Is4() {

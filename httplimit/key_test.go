@@ -187,6 +187,9 @@ func TestKeyByHeaderHostIsOneKeyPerVirtualHost(t *testing.T) {
 		assert.Equal(t, "h:[::1]", key(req(spelling)), spelling)
 	}
 	assert.Equal(t, "h:192.0.2.1", key(req("192.0.2.1.:80")))
+	for _, spelling := range []string{"[192.0.2.1]", "[::ffff:192.0.2.1]:80"} {
+		assert.Equal(t, "h:192.0.2.1", key(req(spelling)), spelling)
+	}
 	// A Host of dots names no host: keyed as a request without one.
 	assert.Equal(t, "ip:192.0.2.1", key(req("..")))
 }

@@ -590,7 +590,8 @@ type frame struct {
 type frameKey struct{}
 
 // handlers counts the handlers Wrap has built, misconfigured ones included. While there is only
-// one, no middleware can sit below it, and requests go on without the copy that carrying a frame in their context costs.
+// one, no middleware can sit below it, and requests go on without the copy that carrying a frame
+// in their context costs.
 var handlers atomic.Int64
 
 // pass calls the next handler, with f in the request's context when a middleware below may

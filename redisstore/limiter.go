@@ -159,7 +159,9 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 // ErrUnavailable; the Decision is always usable, so a caller that only logs the error can go on
 // with it. The limiter's own timeout reads the same whichever of the client's deadlines fired:
 // "no reply within <WithTimeout's d>, the limiter's timeout", with a Timeout method that reports
-// true, and not context.DeadlineExceeded, which is kept for the caller's own deadline. A key refused recently is decided from the local deny cache with no round trip.
+// true, and not context.DeadlineExceeded, which is kept for the caller's own deadline (a reply
+// the server sent is that reply, however late it is read). A key refused recently is decided
+// from the local deny cache with no round trip.
 //
 // When the caller's own ctx ends first (cancelled, or its deadline passed), Take returns the
 // failure choice's Decision with an error wrapping ctx.Err() (context.Canceled or

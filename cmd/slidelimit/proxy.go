@@ -205,9 +205,12 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		// -upstream error is.
 		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redactText(err.Error(), c.upstream))
 	}
-	// Errors quote the flag as written (a password hidden): a URL parsed and written again can
-	// differ from it ("http://" comes back as "http:").
-	shown := redactURL(c.upstream)
+	// Errors quote the flag as written: a URL parsed and written again can differ from it
+	// ("http://" comes back as "http:"). Only one with a password is written again, to hide it.
+	shown := c.upstream
+	if _, ok := up.User.Password(); ok {
+		shown = up.Redacted()
+	}
 	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", shown)
 	}
@@ -1841,7 +1844,7 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 		return in.Header[name]
 	}
 	if trusted {
-		// SetXForwarded appends this hop to it.
+		// Put back so that SetXForwarded extends the trusted chain instead of starting one.
 		out["X-Forwarded-For"] = kept("X-Forwarded-For")
 	} else {
 		for _, h := range clientIPHeaders {

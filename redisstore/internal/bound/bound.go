@@ -58,9 +58,10 @@ func (cs *Calls) Follows() bool { return cs.follows }
 
 // Wait returns once no goroutine that Call started is running: at most the client's socket
 // timeouts after the last such call began. A Close calls it, so that no goroutine of the limiter
-// outlives it. Unlike a sync.WaitGroup's, it may run while calls start: a Call that begins once
-// Wait has, one that passed its limiter's closed check before Close, starts no goroutine and runs
-// f on its caller's, bounded by the client's socket timeouts instead of ctx's deadline.
+// outlives it. Unlike a sync.WaitGroup's, it may run while calls start. Once Wait has begun, Call
+// starts no goroutine: such a call (one whose caller passed the limiter's closed check just
+// before Close) runs f on the caller's goroutine, bounded by the client's socket timeouts rather
+// than by ctx's deadline.
 func (cs *Calls) Wait() {
 	cs.mu.Lock()
 	cs.shut = true
@@ -70,7 +71,8 @@ func (cs *Calls) Wait() {
 	cs.mu.Unlock()
 }
 
-// start counts a goroutine about to start, unless Wait has begun.
+// start counts a goroutine about to start, so that Wait waits for it; after Wait has begun it
+// refuses, since Wait may have returned already.
 func (cs *Calls) start() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
