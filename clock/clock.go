@@ -26,7 +26,8 @@
 // reading then carries a mark that Now's compare finds, and the first reading after it reads the
 // wall clock, moves the clock to it and wakes the goroutine, so no reading is ever older than a
 // sleeping clock's wall time. Such a wake costs one reading a wall-clock read, at most about once
-// a second (a woken clock stays awake at least idleTicks ticks).
+// a second (a woken clock stays awake at least idleTicks ticks). A task on a timer of its own (the
+// engine's sweeper) reads it through Background, which does not wake it.
 //
 // A manual clock only moves when told to; Refresh leaves it alone.
 //
@@ -167,6 +168,31 @@ func (c *Clock) Now() int64 {
 		return v
 	}
 	return c.wake()
+}
+
+// Background returns the reading for a task that runs on its own timer (the engine's sweeper),
+// without keeping a sleeping clock awake: on an awake clock it is Now; on a sleeping one it reads
+// the wall clock and moves the sleeping reading forward to it, leaving the goroutine asleep, so
+// that every reading after it, the wake's included, is at least as late (a sweep must never judge
+// a key at a time later than a decision after it). Safe for concurrent use.
+//
+// Why: a sweeper that read the clock through Now every 100ms kept it awake, and ticking, for as
+// long as any limiter held keys.
+func (c *Clock) Background() int64 {
+	if v := c.now.Load(); v >= 0 {
+		return v
+	}
+	ms := time.Now().UnixMilli()
+	for {
+		cur := c.now.Load()
+		if cur >= 0 {
+			return cur
+		}
+		last := cur & math.MaxInt64
+		if ms <= last || c.now.CompareAndSwap(cur, ms|asleep) {
+			return max(ms, last)
+		}
+	}
 }
 
 // wake is Now for a reading marked asleep: it moves the reading to the wall clock's (never back),

@@ -211,3 +211,20 @@ func TestStopWhileAsleep(t *testing.T) {
 	require.Equal(t, slept, c.Now())
 	require.Equal(t, slept, c.Refresh())
 }
+
+// Background on a sleeping clock gives the wall clock's time and leaves the goroutine asleep, with
+// the sleeping reading moved forward, so that the wake after it never reads earlier.
+func TestBackgroundLeavesTheClockAsleep(t *testing.T) {
+	c := NewCoarse(time.Millisecond)
+	defer c.Stop()
+	slept := asleepBy(t, c)
+	time.Sleep(20 * time.Millisecond)
+	before := time.Now().UnixMilli()
+	bg := c.Background()
+	require.GreaterOrEqual(t, bg, before)
+	require.Greater(t, bg, slept)
+	require.Negative(t, c.now.Load(), "Background woke the clock")
+	require.Equal(t, bg, c.now.Load()&math.MaxInt64, "the sleeping reading moved to Background's")
+	require.GreaterOrEqual(t, c.Now(), bg, "the wake read earlier than Background")
+	require.GreaterOrEqual(t, c.Background(), bg, "on an awake clock Background is Now")
+}

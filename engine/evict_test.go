@@ -462,3 +462,20 @@ func TestEvictPoolStaysEmptyAfterClose(t *testing.T) {
 		t.Fatalf("the pool holds %d candidates after Close", n)
 	}
 }
+
+// With the shared coarse clock, which sleeps once nothing has refreshed it for a second, an idle
+// limiter's sweeper still evicts its dead keys: it reads the time without waking the clock, and
+// without leaving it behind the wall clock.
+func TestIdleSweepEvictsWhileTheClockSleeps(t *testing.T) {
+	l, err := New(policy.SlidingCounter{Limit: 10, Window: time.Second}, WithSweepInterval(10*time.Millisecond), WithShards(1))
+	require.NoError(t, err)
+	defer l.Close()
+	for k := range uint64(100) {
+		require.True(t, l.AllowKey(k, 1))
+	}
+	require.Equal(t, 100, l.Len())
+	// Dead two windows (2s) after their request, a second after the clock has fallen asleep for
+	// want of decisions; the sweep period is 2s.
+	require.Eventually(t, func() bool { return l.Len() == 0 }, 20*time.Second, 50*time.Millisecond,
+		"the idle limiter's dead keys were not evicted")
+}
