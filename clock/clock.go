@@ -182,24 +182,18 @@ func (c *Clock) Background() int64 {
 	if v := c.now.Load(); v >= 0 {
 		return v
 	}
-	ms := time.Now().UnixMilli()
-	for {
-		cur := c.now.Load()
-		if cur >= 0 {
-			return cur
-		}
-		last := cur & math.MaxInt64
-		if ms <= last || c.now.CompareAndSwap(cur, ms|asleep) {
-			return max(ms, last)
-		}
-	}
+	return c.fromWall(false)
 }
 
-// wake is Now for a reading marked asleep: it moves the reading to the wall clock's (never back),
-// clears the mark and wakes the goroutine, or, if another reader did first, returns that reading.
+// wake is Now for a reading marked asleep (see fromWall).
 //
 //go:noinline
-func (c *Clock) wake() int64 {
+func (c *Clock) wake() int64 { return c.fromWall(true) }
+
+// fromWall moves a reading marked asleep to the wall clock's time (never back) and returns it,
+// clearing the mark and waking the goroutine if wake is set, keeping it otherwise; if another
+// reader woke the clock first, it returns that reading.
+func (c *Clock) fromWall(wake bool) int64 {
 	ms := time.Now().UnixMilli()
 	for {
 		cur := c.now.Load()
@@ -207,11 +201,17 @@ func (c *Clock) wake() int64 {
 			return cur
 		}
 		next := max(ms, cur&math.MaxInt64)
-		if c.now.CompareAndSwap(cur, next) {
-			c.used.Store(true)
-			select {
-			case c.wakeC <- struct{}{}:
-			default: // a signal is pending already
+		mark := next | asleep
+		if wake {
+			mark = next
+		}
+		if mark == cur || c.now.CompareAndSwap(cur, mark) {
+			if wake {
+				c.used.Store(true)
+				select {
+				case c.wakeC <- struct{}{}:
+				default: // a signal is pending already
+				}
 			}
 			return next
 		}

@@ -390,10 +390,8 @@ func virtualHost(r *http.Request) string {
 			}
 			return "[" + a.String() + "]"
 		}
-	} else if a, err := netip.ParseAddr(name); err == nil && a.Is4() {
-		return a.String()
 	}
-	return name
+	return name // an unbracketed IPv4 address has one spelling netip takes: itself
 }
 
 // KeyByPathAndIP returns a key function that keys each request by its URL path together with the

@@ -339,7 +339,6 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	dl, _ := cctx.Deadline()
 	var res []int64
 	var err error
 	if l.bounded.Follows() {
@@ -372,7 +371,7 @@ func (l *Limiter) eval(ctx context.Context, s *script, keys []string, args []any
 		l.br.abandon(probe)
 		return nil, l.br.wait(), fmt.Errorf("redisstore: %w", cerr)
 	}
-	err = check.OwnTimeout(err, dl, l.cfg.timeout)
+	err = check.OwnTimeout(err, cctx, l.cfg.timeout)
 	l.failures.Inc()
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
 		l.br.fatal(probe)
@@ -616,7 +615,6 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return l.openError()
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	dl, _ := cctx.Deadline()
 	// Not replayed by go-redis, which retries READONLY, LOADING and the like until the deadline,
 	// so that the caller would get the timeout instead of the server's reason. A DEL may run
 	// twice, though, so a lost connection is tried again here, within the same deadline.
@@ -643,7 +641,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if cerr := callerDone(ctx); cerr != nil {
 		return fmt.Errorf("redisstore: %w", cerr)
 	}
-	err = check.OwnTimeout(err, dl, l.cfg.timeout)
+	err = check.OwnTimeout(err, cctx, l.cfg.timeout)
 	l.failures.Inc()
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
 		// Returned, not reported: the hook hears of such a cause once, from the scripts' calls,

@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/textproto"
 	"net/url"
 	"os"
 	"os/signal"
@@ -1838,7 +1837,7 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	// Connection field lists: those were for this hop alone (RFC 9110, 7.6.1), so a trusted
 	// proxy's forwarding headers are copied back only where it did not list them.
 	kept := func(name string) []string {
-		if !trusted || connectionLists(in.Header, name) {
+		if !trusted || httpguts.HeaderValuesContainsToken(in.Header["Connection"], name) {
 			return nil
 		}
 		return in.Header[name]
@@ -1873,19 +1872,6 @@ func rewrite(pr *httputil.ProxyRequest, up *url.URL, ip *httplimit.ClientIP) {
 	} else {
 		out["Forwarded"] = []string{elem}
 	}
-}
-
-// connectionLists reports whether h's Connection field lists the header name (canonical), in any
-// case: a header meant for one hop only.
-func connectionLists(h http.Header, name string) bool {
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if http.CanonicalHeaderKey(textproto.TrimString(f)) == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // forwardedNode writes a as an RFC 7239 node: IPv6 in brackets and quotes.

@@ -669,7 +669,6 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 	want = max(want, need)
 	adj := l.adjustments(e, false)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	dl, _ := cctx.Deadline()
 	cmd, err := l.lease(cctx, l.leaseKeys(e, epoch), l.leaseArgs(now, want, need, adj, epoch))
 	if epoch != "" && crossSlot(err) {
 		// The script never ran: the server is a cluster node after all. Ask again without the
@@ -695,7 +694,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 			}
 			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 		}
-		err = check.OwnTimeout(err, dl, l.cfg.timeout)
+		err = check.OwnTimeout(err, cctx, l.cfg.timeout)
 		if transportFailure(err) {
 			l.goOffline(err)
 		}

@@ -89,18 +89,21 @@ func HideKey(msg, key, named string) string {
 	return msg
 }
 
-// OwnTimeout returns err, the failure of a call made under the limiter's own deadline dl
-// (WithTimeout's d), as a timeout error of the limiter's if it is a timeout (the context's
-// deadline, or a socket's) and dl has passed; any other error, a server's reply above all, is
-// returned unchanged, however late it is read. Use it only where the caller's own context is
-// still alive.
+// OwnTimeout returns err, the failure of a call made under own, the context that carries the
+// limiter's deadline (WithTimeout's d; it may have been cancelled since), as a timeout error of the
+// limiter's if it is a timeout (the context's deadline, or a socket's) and that deadline has
+// passed; any other error, a server's reply above all, is returned unchanged, however late it is
+// read. Use it only where the caller's own context is still alive.
 //
 // Why: the client reports a deadline as context.DeadlineExceeded or as a socket's "i/o timeout",
 // whichever fired first, so the same failure would read one way or the other from call to call,
 // and the first would pass errors.Is(err, context.DeadlineExceeded): the caller's own deadline,
 // which it is not. The timeout keeps the client's text but wraps neither.
-func OwnTimeout(err error, dl time.Time, d time.Duration) error {
-	if err == nil || time.Now().Before(dl) {
+func OwnTimeout(err error, own context.Context, d time.Duration) error {
+	if err == nil {
+		return err
+	}
+	if dl, _ := own.Deadline(); time.Now().Before(dl) {
 		return err
 	}
 	var reply redis.Error

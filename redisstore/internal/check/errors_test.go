@@ -78,11 +78,14 @@ func (netTimeout) Timeout() bool { return true }
 // OwnTimeout rewrites only timeouts, and only past the deadline: a server's reply, or another
 // failure, stays what it is however late it is read.
 func TestOwnTimeout(t *testing.T) {
-	past, future := time.Now().Add(-time.Millisecond), time.Now().Add(time.Hour)
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	future, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Hour))
+	defer cancel()
 	refused := errors.New("dial tcp: connection refused")
 	for _, c := range []struct {
 		err      error
-		dl       time.Time
+		own      context.Context
 		rewrites bool
 	}{
 		{context.DeadlineExceeded, past, true},
@@ -93,10 +96,10 @@ func TestOwnTimeout(t *testing.T) {
 		{refused, past, false},
 		{nil, past, false},
 	} {
-		got := OwnTimeout(c.err, c.dl, 50*time.Millisecond)
+		got := OwnTimeout(c.err, c.own, 50*time.Millisecond)
 		var te *timeout
 		if errors.As(got, &te) != c.rewrites {
-			t.Errorf("OwnTimeout(%v, past %v) = %v; rewritten: %v, want %v", c.err, c.dl == past, got, !c.rewrites, c.rewrites)
+			t.Errorf("OwnTimeout(%v, past %v) = %v; rewritten: %v, want %v", c.err, c.own == past, got, !c.rewrites, c.rewrites)
 		}
 		if c.rewrites && (errors.Is(got, context.DeadlineExceeded) || !strings.Contains(got.Error(), "no reply within 50ms")) {
 			t.Errorf("OwnTimeout(%v) = %v: wraps the deadline, or does not say the limiter's timeout", c.err, got)
