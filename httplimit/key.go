@@ -305,8 +305,11 @@ var ErrShortMappedPrefix = errors.New("an IPv4-mapped IPv6 range must be /96 or 
 // written with an IPv4-mapped address (::ffff:10.0.0.0/104) is read as the IPv4 range it names
 // (10.0.0.0/8), since clients are compared by their unmapped address, which a mapped range kept
 // as IPv6 would never contain; one of those shorter than /96 is an error wrapping
-// ErrShortMappedPrefix. Any other IPv6 range, ::/0 included, holds no IPv4 client. The empty string gives
-// an empty list. An entry that is neither is an error that names it. ParsePrefixes is a pure
+// ErrShortMappedPrefix. Any other IPv6 range, ::/0 included, holds no IPv4 client. A range
+// written with bits set past its mask is the range that holds that address, as net.ParseCIDR
+// reads it: 10.0.0.1/8 is 10.0.0.0/8, all of it, not 10.0.0.1 alone. Spaces around an entry and
+// empty entries (a trailing comma) are skipped, and the empty string gives an empty list. An entry
+// that is neither an address nor a range is an error that names it. ParsePrefixes is a pure
 // function, safe to call from any goroutine.
 func ParsePrefixes(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix

@@ -802,6 +802,42 @@ func TestKeyErrorReplyInAnExchangeIsReported(t *testing.T) {
 	}
 }
 
+// TestBackgroundTimeoutIsTheLimiters: a heartbeat that gets no reply within WithTimeout is
+// reported as the limiter's own timeout, one way, as Take reports it: not as "context deadline
+// exceeded" or "i/o timeout", whichever fired first, and not as an error that passes errors.Is
+// for context.DeadlineExceeded, which would read as some caller's deadline.
+func TestBackgroundTimeoutIsTheLimiters(t *testing.T) {
+	srv, c := ownServer(t)
+	var mu sync.Mutex
+	var reported []error
+	clk := clock.NewManual(t0)
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Second}, WithTimeout(50*time.Millisecond), WithOnError(func(err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}))
+	if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take: %+v %v", d, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	clk.Advance(time.Second)
+	l.step()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) == 0 {
+		t.Fatal("a heartbeat on a paused server reported nothing")
+	}
+	const want = "no reply within 50ms, the limiter's timeout (WithTimeout)"
+	for _, err := range reported {
+		if !strings.Contains(err.Error(), want) || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisstore.ErrUnavailable) {
+			t.Fatalf("reported %q; want ErrUnavailable saying %q, and not context.DeadlineExceeded", err, want)
+		}
+	}
+}
+
 // ownServer starts a redis-server of the test's own, which it may pause, and a client of it; both
 // end with the test.
 func ownServer(t *testing.T) (*redistest.Server, *redis.Client) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/internal/bound"
+	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
 // maxBatch bounds the script calls of one pipeline, so that one exchange cannot hold the server
@@ -79,6 +80,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	cmd, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
 		return heartbeatScript.run(ctx, l.client, keys, args...)
 	})
+	err = check.OwnTimeout(err, ctx, l.cfg.timeout)
 	l.exchanges.Inc()
 	var v []any
 	if err == nil {
@@ -171,6 +173,7 @@ func (l *Limiter) send(ps []pending) bool {
 		}
 		return struct{}{}, err
 	})
+	err = check.OwnTimeout(err, ctx, l.cfg.timeout)
 	cancel()
 	l.exchanges.Add(int64(len(calls)))
 	ok := true
