@@ -24,8 +24,12 @@ type denyEntry struct {
 // and if still full it does not remember the new key. Safe for concurrent use; a lookup takes no
 // lock.
 type denyCache struct {
-	m         *xsync.MapOf[string, denyEntry]
-	maxKeys   int
+	m       *xsync.MapOf[string, denyEntry]
+	maxKeys int
+	// n counts the entries, raised under a key's lock before an insert and lowered after a
+	// delete, so that it is never below m's size: a cap checked on m's size let goroutines that
+	// checked together all insert.
+	n         atomic.Int64
 	lastSweep atomic.Int64
 	// gaveBack counts the refunds and resets Redis has applied, per stripe of keys. A refusal is
 	// remembered only if none was applied to its key's stripe while its call was out: one
@@ -64,9 +68,14 @@ func (c *denyCache) get(key string, now int64) (denyEntry, bool) {
 // dropIf deletes key only if it still holds e, so that a fresher entry stored concurrently
 // survives.
 func (c *denyCache) dropIf(key string, e denyEntry) {
+	gone := false
 	c.m.Compute(key, func(old denyEntry, loaded bool) (denyEntry, bool) {
+		gone = loaded && old == e
 		return old, !loaded || old == e
 	})
+	if gone {
+		c.n.Add(-1)
+	}
 }
 
 // version is read before a call for key whose refusal may be put: put stores the refusal only if
@@ -74,12 +83,9 @@ func (c *denyCache) dropIf(key string, e denyEntry) {
 func (c *denyCache) version(key string) uint64 { return c.gaveBack[stripeOf(key)].Load() }
 
 func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
-	if c.m.Size() >= c.maxKeys {
+	if c.n.Load() >= int64(c.maxKeys) {
 		if _, ok := c.m.Load(key); !ok {
 			c.sweep(now)
-			if c.m.Size() >= c.maxKeys {
-				return
-			}
 		}
 	}
 	// Checked under the key's lock, which gaveBackTo's delete also takes: a refund counted after
@@ -88,25 +94,49 @@ func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 		if c.gaveBack[stripeOf(key)].Load() != v {
 			return old, !loaded // leave the key as it is
 		}
+		if !loaded && !c.reserve() {
+			return old, true // full: the new key is not remembered
+		}
 		return e, false
 	})
+}
+
+// reserve counts one more entry if that keeps the cache within maxKeys.
+func (c *denyCache) reserve() bool {
+	for {
+		n := c.n.Load()
+		if n >= int64(c.maxKeys) {
+			return false
+		}
+		if c.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// remove deletes key's entry, if any, and uncounts it.
+func (c *denyCache) remove(key string) {
+	if _, ok := c.m.LoadAndDelete(key); ok {
+		c.n.Add(-1)
+	}
 }
 
 // gaveBackTo records that Redis applied a refund or reset of key, and forgets key: a refusal put
 // by a call that was out meanwhile is then either not stored or deleted here.
 func (c *denyCache) gaveBackTo(key string) {
 	c.gaveBack[stripeOf(key)].Add(1)
-	c.m.Delete(key)
+	c.remove(key)
 }
 
 // forget drops key's entry; the common case (no entry) takes no lock.
 func (c *denyCache) forget(key string) {
 	if _, ok := c.m.Load(key); ok {
-		c.m.Delete(key)
+		c.remove(key)
 	}
 }
 
-func (c *denyCache) len() int { return c.m.Size() }
+// len is the count of entries; one removed concurrently may still be counted.
+func (c *denyCache) len() int { return int(c.n.Load()) }
 
 func (c *denyCache) sweep(now int64) {
 	last := c.lastSweep.Load()
