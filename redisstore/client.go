@@ -278,6 +278,15 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	}
 	rest := strings.TrimPrefix(rawURL, "redis-sentinel://")
 	rest, rawQuery, _ := strings.Cut(rest, "?")
+	// A '@' past the first '?' may end a password that holds that '?' unescaped: then what is read
+	// below as hosts, ports and a database may be pieces of the password, and an error about them
+	// says only that the URL is malformed.
+	badPart := func(why string) error {
+		if strings.Contains(rawQuery, "@") || mentionsSecret(why, rawURL) {
+			return fmt.Errorf("redisstore: sentinel URL %q is malformed: percent-encode a password's '#', '?', '/' and '@' (%%23, %%3F, %%2F, %%40)", RedactURL(rawURL))
+		}
+		return bad(why)
+	}
 	// One dial, as for a single node (see NewClient): go-redis's five, 100ms apart, made every call
 	// during a failover wait out its whole deadline before the failure choice decided it.
 	o := &redis.FailoverOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
@@ -297,21 +306,21 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	for h := range strings.SplitSeq(hosts, ",") {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || host == "" {
-			return nil, bad(fmt.Sprintf("sentinel address %q is not host:port", h))
+			return nil, badPart(fmt.Sprintf("sentinel address %q is not host:port", h))
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, bad(fmt.Sprintf("sentinel port %q is not in [1, 65535]", port))
+			return nil, badPart(fmt.Sprintf("sentinel port %q is not in [1, 65535]", port))
 		}
 		o.SentinelAddrs = append(o.SentinelAddrs, h)
 	}
 	master, db, _ := strings.Cut(path, "/")
 	var err error
 	if o.MasterName, err = url.PathUnescape(master); err != nil || o.MasterName == "" {
-		return nil, bad("no master name")
+		return nil, badPart("no master name")
 	}
 	if db != "" {
 		if o.DB, err = strconv.Atoi(db); err != nil || o.DB < 0 {
-			return nil, bad(fmt.Sprintf("database %q is not a number", db))
+			return nil, badPart(fmt.Sprintf("database %q is not a number", db))
 		}
 	}
 	q, err := url.ParseQuery(rawQuery)
@@ -424,7 +433,8 @@ func mentionsSecret(msg, rawURL string) bool {
 	return false
 }
 
-func isURLDelim(r rune) bool { return strings.ContainsRune(":/?#[]@&=;", r) }
+// The ',' separates a sentinel URL's hosts.
+func isURLDelim(r rune) bool { return strings.ContainsRune(":/?#[]@&=;,", r) }
 
 // passwords returns what in rawURL could be a password, raw and unescaped.
 func passwords(rawURL string) []string {

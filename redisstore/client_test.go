@@ -44,6 +44,12 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 		"redis://u:hunter2?secret@127.0.0.1:6379",
 		"redis://u:hunter2?x@127.0.0.1:1",
 		"redis://u:hu?nter2secret@127.0.0.1:1",
+		// A '?' in a sentinel URL's password ended the host list early; the list's ',' then split
+		// the password into a host and a port that an error quoted.
+		"redis-sentinel://u:hunter2,top?secret@127.0.0.1:26379/mymaster",
+		"redis-sentinel://u:hunter2:top,x?y@127.0.0.1:1/m",
+		"redis-sentinel://u:a,hunter2?y@127.0.0.1:1/m",
+		"redis-sentinel://u:hunter2/secret,x?y@127.0.0.1:1/m",
 	}
 	for _, u := range urls {
 		secret := pw
@@ -60,6 +66,14 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 			secret = "hunter2"
 		case strings.Contains(u, "hu?nter2"):
 			secret = "nter2secret"
+		case strings.Contains(u, "hunter2,top?"):
+			secret = "hunter2"
+		case strings.Contains(u, "hunter2:top"):
+			secret = "top"
+		case strings.Contains(u, "u:a,hunter2"):
+			secret = `"a"`
+		case strings.Contains(u, "hunter2/secret,"):
+			secret = "hunter2"
 		}
 		red := RedactURL(u)
 		for _, leak := range []string{secret, pw, "secret"} {
