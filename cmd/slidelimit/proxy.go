@@ -662,7 +662,7 @@ func newMetrics(c *proxyConfig, p *proxy) *proxyMetrics {
 	reg.MustRegister(m.decisions, m.latency, m.errors, m.exempted, m.reloads, m.lastReload, m.rules, m.connRef, shadow, info)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "slidelimit_keys_tracked",
-		Help: "Keys held in process by the limiters of the configuration in use: with -redis-mode exact, by the -on-redis-error local fallbacks; with -redis-mode batched, the keys each limiter holds a lease for, by which it also decides while Redis is away.",
+		Help: "Keys held in process by the limiters of the configuration in use: without -redis, the limiters' keys; with -redis-mode exact, the -on-redis-error local fallbacks' (0 with open or closed); with -redis-mode batched, the keys each limiter has an entry for, by which it also decides while Redis is away.",
 	}, func() float64 {
 		n := 0
 		if st := p.state.Load(); st != nil {

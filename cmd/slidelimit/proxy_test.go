@@ -474,6 +474,15 @@ func TestParseConfigAliasesAndMerges(t *testing.T) {
 	}
 }
 
+// An -upstream with a path is that path's prefix for every request, and one with a query adds it to
+// every request's own, as the README says.
+func TestUpstreamPathAndQueryPrefixEachRequest(t *testing.T) {
+	up := newUpstream(t)
+	p := startInProcess(t, w0, "-upstream", up.URL+"/base?k=v")
+	assert.Equal(t, "upstream saw /base/api?k=v&q=1", p.get(t, "/api?q=1", nil).body)
+	assert.Equal(t, "upstream saw /base/?k=v", p.get(t, "/", nil).body)
+}
+
 // Exempt prefixes, rules and -key path see the path as http.ServeMux cleans it, and the upstream
 // is sent that path: dot segments and doubled slashes neither reach a limited path through an
 // exempt prefix nor step around a rule or a per-path key.
