@@ -97,7 +97,10 @@
 // consecutive one opened after 52ms and decided 3,458 of 4,600 calls without Redis, uncounted; a real
 // outage (a 1.5s SIGSTOP) opened the default breaker after 0.92s, with 145 calls having waited out
 // the 50ms timeout before it did. With open-loop traffic at a steady rate, the ratio is reached
-// about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out.
+// about (window + timeout)/2 into an outage, so a stall shorter than that is ridden out. A probe
+// goes through the client's pool, and go-redis's pool, once PoolSize of its dials have failed
+// (counted over the client's life), dials only once a second: after an outage that refused
+// connections, a probe may fail up to a second after the server is back.
 // WithBreaker keeps the consecutive rule for those who want it. A failure is a call that timed
 // out, could not reach Redis, or got a reply saying the server cannot serve now (BUSY, LOADING,
 // MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, NOREPLICAS or MISCONF, also where Redis 5

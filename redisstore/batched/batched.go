@@ -1132,7 +1132,10 @@ func (l *Limiter) Stats(s *Stats) {
 // offline (one pipeline per 1,024 keys), leaves the fleet's membership, and makes every later Take
 // return ErrClosed. A limiter deciding alone first tries Redis once more, as its next heartbeat
 // would; only if Redis does not answer are the give-back, the charge and the leave skipped (the
-// units admitted alone are then never charged, as for a process that dies). A lease of a window that Redis's
+// units admitted alone are then never charged, as for a process that dies). A client whose
+// go-redis pool has stopped dialing (docs/fleet.md, "Outages") does not reach a server that is
+// back until its pool's next try, up to a second later: a Close within that second skips them
+// too. A lease of a window that Redis's
 // clock has reached but this process's has not (clocks skewed, near a window's boundary) is not
 // given back: its units stay counted, less admission only, until that window ages out. Each call
 // to Redis is bounded by the timeout, and an exchange already running finishes first, so while

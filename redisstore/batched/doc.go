@@ -32,7 +32,8 @@
 // empty is noticed (the fleet's epoch token is gone): every process re-declares the units it
 // counted in the current and previous windows, and none leases again until all live ones have had
 // the time to; a process that joins after the loss holds to that quiet too, once one that knew
-// the old token has recorded it (within one sync interval of the restart; before that, a joiner
+// the old token has recorded it (within one sync interval of the restart, or a second where
+// go-redis's pool had stopped dialing: docs/fleet.md, "Outages"; before that, a joiner
 // cannot tell the server from a new one). A lease checks the token too and grants nothing without it, so until the next
 // heartbeat the process decides alone, as in an outage. That check needs the token and a key's
 // state on one server, so it is made only through a *redis.Client on a server that is not a

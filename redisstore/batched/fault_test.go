@@ -382,6 +382,71 @@ func TestEmptyRestartBeforeHeartbeat(t *testing.T) {
 	t.Logf("after the restart: %d admitted alone (ErrOffline), none silently", alone)
 }
 
+// TestBackAtTheFirstHeartbeatAfterALongOutage: a process that was offline for many heartbeats
+// reaches Redis again at its first heartbeat after the server is back, and Close then charges what
+// it admitted alone. go-redis's pool stops dialing once PoolSize dials have failed, and from then
+// on tries once a second: heartbeats that each dialed through the pool put a process there after
+// PoolSize sync intervals of an outage, so it stayed offline up to a second after Redis was back
+// (the joiner's window in docs/fleet.md, "Outages"), and a Close in that second skipped the charge.
+func TestBackAtTheFirstHeartbeatAfterALongOutage(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := newClient(t, srv.Addr) // PoolSize 16
+	clk := clock.NewManual(t0)
+	l, err := New(c, "outage", policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithSyncInterval(time.Minute), WithTimeout(200*time.Millisecond), WithOnError(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Take: %+v %v", d, err)
+	}
+	srv.Kill()
+	for range 40 { // more than PoolSize heartbeats, each of which could dial
+		clk.Advance(time.Millisecond)
+		l.step()
+	}
+	var s Stats
+	if l.Stats(&s); !s.Offline {
+		t.Fatalf("not offline after 40 heartbeats with the server killed: %+v", s)
+	}
+	alone := 0
+	for range 5 {
+		if d, err := l.Take(ctx, "k", 1); errors.Is(err, ErrOffline) && d.Allowed {
+			alone++
+		}
+	}
+	if alone == 0 {
+		t.Fatal("nothing admitted alone while offline")
+	}
+	failures := s.Failures
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Millisecond)
+	l.step()
+	// Back, and empty: the heartbeat finds the loss, and the process re-declares its counts (then
+	// holds to the quiet that follows a loss, deciding alone, so Offline stays true).
+	if l.Stats(&s); s.Failures != failures {
+		t.Fatalf("the first heartbeat after Redis came back failed: %+v", s)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctx, l.Key("k")).Result()
+	f := strings.Fields(v)
+	if err != nil || len(f) != 3 {
+		t.Fatalf("the key's counts after Close = %q %v; want the units counted before and during the outage", v, err)
+	}
+	if n, _ := strconv.ParseInt(f[1], 10, 64); n < int64(1+alone) {
+		t.Fatalf("the key's count after Close = %d (%q); want at least the unit leased before the outage and the %d admitted alone", n, v, alone)
+	}
+}
+
 // dropPipelines lets skip pipelines through, then fails the next n before they reach the server,
 // as a connection refused would.
 type dropPipelines struct{ skip, n atomic.Int32 }

@@ -69,6 +69,29 @@ func (l *Limiter) exchange(now int64) {
 	}
 }
 
+// probe dials the server of a *redis.Client (a single node, or a sentinel's master) outside its
+// pool, while the limiter is offline; any other client, or an online limiter, passes. go-redis's
+// pool stops dialing once PoolSize dials have failed, counted over the client's life, and then
+// tries once a second: a heartbeat that dialed through the pool every sync interval of an outage
+// got it there after PoolSize intervals, and the process then stayed offline up to a second
+// after Redis was back. The probe is the client's own dialer (TLS, a sentinel's lookup), so the
+// pool dials only once the server takes connections again.
+func (l *Limiter) probe(ctx context.Context) error {
+	c, ok := l.client.(*redis.Client)
+	if !ok || !l.offline.Load() {
+		return nil
+	}
+	o := c.Options()
+	if o.Dialer == nil { // set by redis.NewClient; a client built otherwise is not probed
+		return nil
+	}
+	conn, err := o.Dialer(ctx, o.Network, o.Addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
 // heartbeat records the process as live and learns the fleet's size and epoch. It reports whether
 // Redis lost its data since the last heartbeat, and whether Redis answered.
 func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
@@ -77,10 +100,14 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
 	keys, args := []string{l.members, l.epochK, l.quietK}, []any{l.id, now, l.liveness().Milliseconds(), hex.EncodeToString(b[:]), l.epoch, l.liveEnd}
-	cmd, err := bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
-		return heartbeatScript.run(ctx, l.client, keys, args...)
-	})
-	err = check.OwnTimeout(err, ctx, l.cfg.timeout)
+	var cmd *redis.Cmd
+	err := l.probe(ctx)
+	if err == nil {
+		cmd, err = bound.Call(ctx, l.bounded, func(ctx context.Context) (*redis.Cmd, error) {
+			return heartbeatScript.run(ctx, l.client, keys, args...)
+		})
+		err = check.OwnTimeout(err, ctx, l.cfg.timeout)
+	}
 	l.exchanges.Inc()
 	var v []any
 	if err == nil {
