@@ -164,7 +164,8 @@ var (
 // limiter) returns the matching error at once; a closed limiter returns ErrClosed before ctx is
 // looked at, and Close wakes a waiter that is asleep, which then returns ErrClosed. Waiters are not queued: under contention a waiter
 // may be overtaken by requests that arrive while it sleeps, as with any rate limiter that
-// decides on arrival. A nil ctx is taken as context.Background().
+// decides on arrival. A nil ctx is taken as context.Background(). Safe for concurrent use: any
+// number of goroutines may wait on one key, or on many, while others decide.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	return l.wait(ctx, l.hashString(key), n)
 }

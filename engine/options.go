@@ -86,7 +86,8 @@ func WithClock(c *clock.Clock) Option {
 }
 
 // WithShards sets the number of shards, a power of two from 1 to 65536. More shards mean less
-// contention on inserts and smaller tables to resize; lookups of existing keys never lock.
+// contention on inserts and smaller tables to resize; lookups of existing keys never lock. Like
+// every With function, it may be called from any goroutine.
 func WithShards(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<16 || n&(n-1) != 0 {

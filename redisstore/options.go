@@ -248,7 +248,9 @@ type BreakerRatio struct {
 // last Window, at least MinCalls calls reached Redis and at least Ratio of them failed; while
 // open every Take decides by the failure choice without touching Redis; after Cooldown one call
 // (and only one) tries Redis again, closing the breaker on success and reopening it on failure.
-// Errors that affect every key (ErrMisconfigured) open it at once whatever the ratio.
+// Errors that affect every key (ErrMisconfigured) open it at once whatever the ratio. The
+// breaker is shared by every goroutine calling the limiter, so one probe goes for all of them.
+// Like every With function, it may be called from any goroutine.
 func WithBreakerRatio(b BreakerRatio) Option {
 	return func(cfg *config) error {
 		if b.Ratio == 0 {

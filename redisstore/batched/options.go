@@ -183,7 +183,8 @@ func WithOfflineMode(m slidelimit.FailureMode) Option {
 // (until that succeeds, it stays offline and keeps the larger). A process that had heard from
 // Redis before and finds it came back without its data keeps the larger for every heartbeat of
 // the quiet period that follows (the membership's liveness: five sync intervals, at least a
-// second, plus twice the timeout). n must be in [1, 2^20].
+// second, plus twice the timeout). n must be in [1, 2^20]. Like every With function, it may be
+// called from any goroutine.
 func WithInitialFleetSize(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<20 {
