@@ -289,7 +289,9 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	}
 	// One dial, as for a single node (see NewClient): go-redis's five, 100ms apart, made every call
 	// during a failover wait out its whole deadline before the failure choice decided it.
-	o := &redis.FailoverOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
+	// MaxRetries -1 for the same reason: go-redis's master lookup retries a sentinel that refuses
+	// connections MaxRetries times with a backoff, and the sentinels' client copies it.
+	o := &redis.FailoverOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1}
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		ui := rest[:at]
 		rest = rest[at+1:]

@@ -468,3 +468,25 @@ func hostOf(raw string) string {
 	}
 	return u.Host
 }
+
+// A sentinel that refuses connections fails a call at once with that refusal, within the default
+// 50ms timeout: go-redis's master lookup retried it MaxRetries times (3 by default, with a backoff),
+// so every call took 70–130ms and failed as the limiter's timeout instead.
+func TestSentinelLookupFailsARefusalAtOnce(t *testing.T) {
+	for _, u := range []string{"redis-sentinel://127.0.0.1:1/m", "redis://127.0.0.1:1?master=m"} {
+		c, err := NewClient(u)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		l, err := New(c, "sen", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.Take(context.Background(), "k", 1)
+		_ = l.Close()
+		_ = c.Close()
+		if err == nil || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no reply within") {
+			t.Fatalf("%s: Take with every sentinel refusing: %v; want the refusal, not the timeout", u, err)
+		}
+	}
+}

@@ -114,12 +114,18 @@
 // Errors that every key would get — a wrong password (WRONGPASS, NOAUTH), a missing permission
 // (NOPERM, or, on Redis 7.0 and 7.1 and on Valkey, the ERR a script gets for a command or key the
 // user may not use), MOVED or ASK through a client that is not a cluster client, a server without Lua
-// scripting, a database number the server does not have, a client name it refuses — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
+// scripting, a database number the server does not have, a client name it refuses, a master name no
+// sentinel monitors — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
 // WithOnError hook, or to log/slog's default logger without one. Each failed probe doubles the
 // cooldown, up to 64 times, so a misconfigured fleet does not reconnect per request. The Limiter
 // starts no goroutine of its own (but through a go-redis client without ContextTimeoutEnabled, or
 // a wrapper, where each call runs on one that ends with it: see New); the process-wide coarse clock it
 // shares runs one until the last user of it is closed.
+//
+// Redis replicates asynchronously: a failover, planned (SENTINEL FAILOVER, CLUSTER FAILOVER) or
+// not, promotes a replica that may lack the last writes, and the units those writes counted are
+// admitted again. The limiter cannot see it; WAIT-style acknowledgement per decision would cost a
+// replica round trip on every call, and is not made.
 //
 // # Connecting
 //

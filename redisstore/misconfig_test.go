@@ -314,3 +314,28 @@ func startCluster(t *testing.T, n int, extra ...string) []*redistest.Server {
 	}
 	return nodes
 }
+
+// A master name no sentinel monitors (a typo in the URL's path) is an error every key gets: go-redis
+// reports it as "all sentinels … unreachable" wrapping redis.Nil, the sentinels' empty answer,
+// which read as a reply about one key, so the breaker never opened and every call asked the
+// sentinels again.
+func TestUnknownSentinelMasterOpensBreaker(t *testing.T) {
+	master := startServer(t)
+	sen, err := redistest.StartSentinel("mymaster", master.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sen.Stop()
+	c, err := NewClient("redis-sentinel://" + sen.Addr + "/nosuchmaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var log errLog
+	l, err := New(c, "sen", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add), WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	misconfigured(t, l, &log, "no sentinel knows the master")
+}

@@ -39,7 +39,9 @@
 // state on one server, so it is made only through a *redis.Client on a server that is not a
 // cluster node; through a cluster client, a Ring or a wrapper only the heartbeat notices, at most
 // one sync interval later, and leases granted before it may admit up to one limit more per key
-// in that window (docs/fleet.md, "Outages").
+// in that window. On a cluster of several masters the token lives on one of them: a loss on any
+// other is never noticed, and its keys may admit up to one limit more in that window
+// (docs/fleet.md, "Outages").
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

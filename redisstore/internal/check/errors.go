@@ -20,6 +20,11 @@ func EveryKey(err error, cluster bool) string {
 	if !errors.As(err, &rerr) {
 		return ""
 	}
+	if errors.Is(err, redis.Nil) && strings.Contains(err.Error(), "sentinels") {
+		// go-redis's master lookup, when the sentinels it reached answered that they monitor no
+		// master of that name: no script reply is ever Nil.
+		return "no sentinel knows the master name the client asks for (the sentinel URL's /master, or master=): check the name the sentinels monitor"
+	}
 	switch {
 	case HasPrefix(err, "WRONGPASS"), HasPrefix(err, "NOAUTH"), strings.HasPrefix(rerr.Error(), "ERR AUTH"):
 		return "authentication failed: check the username and password the client connects with"
