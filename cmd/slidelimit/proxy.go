@@ -2022,7 +2022,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-listen %q: %v", c.listen, err)
 	}
-	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelError)
+	errLog := serverErrLog(logger)
 	// Every request's context descends from cutCtx: cancelling it at the end of
 	// -shutdown-timeout is what ends upgraded connections, which Server.Close does not close.
 	cutCtx, cutOff := context.WithCancel(context.Background())

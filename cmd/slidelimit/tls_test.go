@@ -530,3 +530,41 @@ func TestTLSNotYetValidIsWarned(t *testing.T) {
 		return strings.Contains(p.stderr(), "-tls-cert "+certFile+" is not valid until ")
 	}, failsafe, 100*time.Millisecond)
 }
+
+// Connections that close before a TLS handshake (a load balancer's TCP health check, a port scan),
+// and idle ones that shutdown closes, log nothing; other failed handshakes are logged at WARN, at
+// most one a second, with the count dropped. net/http logged each at ERROR, one line a connection,
+// which anyone who can reach the port could use to flood the log.
+func TestFailedHandshakesDoNotFloodTheLog(t *testing.T) {
+	_, certFile, keyFile := serverCertFiles(t, "proxy")
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-tls-cert", certFile, "-tls-key", keyFile)
+	for range 50 {
+		c, err := net.DialTimeout("tcp", p.addr, failsafe)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+	}
+	// Handshakes that fail on what the peer sent: not TLS at all.
+	for range 20 {
+		c, err := net.DialTimeout("tcp", p.addr, failsafe)
+		require.NoError(t, err)
+		_, err = c.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5})
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, c)
+		require.NoError(t, c.Close())
+	}
+	idle, err := net.DialTimeout("tcp", p.addr, failsafe)
+	require.NoError(t, err)
+	defer idle.Close()
+	// The last of the failed handshakes' lines is written as its connection closes: wait for one.
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr(), "TLS handshake error") }, failsafe, 10*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.exitedOK(t)
+	log := p.stderr()
+	assert.NotContains(t, log, "level=ERROR")
+	assert.NotContains(t, log, "EOF")
+	assert.NotContains(t, log, "use of closed network connection")
+	if n := strings.Count(log, "TLS handshake error"); n < 1 || n > 3 {
+		t.Fatalf("%d lines about failed handshakes in a second, want one (or a few across a second's edge):\n%s", n, log)
+	}
+	assert.Contains(t, log, "level=WARN")
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"log"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// serverErrLog is the proxy's http.Server ErrorLog. net/http writes a line there for every
+// connection whose TLS handshake fails, and anyone who can reach the port can open such
+// connections: a load balancer's TCP health check or a port scan (which close before the
+// handshake, "EOF"), a client without the certificate -tls-client-ca asks for, and at shutdown
+// each idle connection not yet past its handshake ("use of closed network connection"). At
+// ERROR, one a connection, that floods a log and its alerts. So a handshake that the peer
+// abandoned, or that shutdown cut, is not logged; any other failed handshake is logged at WARN,
+// at most one a second, with the count dropped since the previous line; every other line stays
+// at ERROR.
+func serverErrLog(logger *slog.Logger) *log.Logger {
+	tls := &redisLogger{
+		emit:     func(msg string, suppressed int) { logger.Warn(msg, "suppressed", suppressed) },
+		interval: time.Second,
+		now:      time.Now,
+	}
+	return log.New(serverErrWriter{logger: logger, tls: tls}, "", 0)
+}
+
+type serverErrWriter struct {
+	logger *slog.Logger
+	tls    *redisLogger // the once-a-second throttle, with no password to hide
+}
+
+// Write is called by log.Logger, which serialises its writes.
+func (w serverErrWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if !strings.Contains(msg, "TLS handshake error") {
+		w.logger.Error(msg)
+		return len(p), nil
+	}
+	if strings.HasSuffix(msg, ": EOF") || strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "connection reset by peer") {
+		return len(p), nil
+	}
+	w.tls.Printf(context.Background(), "%s", msg)
+	return len(p), nil
+}
