@@ -25,10 +25,10 @@
 // stack buffer stays where the caller put it. The decision: hash the key (64 bits on every
 // platform), pick a shard, probe its table, load the key's packed cell, run the policy's pure
 // step, and compare-and-swap the new state (recomputing on conflict). Time comes from a coarse
-// clock (one atomic load and a compare), not from time.Now per call; about one decision in clock.RefreshEvery
-// refreshes that clock itself, so the time a decision uses stays within about a millisecond of
-// real time even when every P is busy and the clock's own goroutine cannot run (see package
-// clock).
+// clock (one atomic load and a compare), not from time.Now per call; about one decision in
+// clock.RefreshEvery refreshes that clock itself, so the time a decision uses stays within about
+// a millisecond of real time even when every P is busy and the clock's own goroutine cannot run
+// (see package clock).
 //
 // Times are Unix milliseconds from 0 to clock.MaxMs = 2^62-1 (some 146 million years): a manual
 // clock clamps every time it is given into that range, so no decision is made outside it. A

@@ -86,6 +86,9 @@ func (c *denyCache) put(key string, e denyEntry, now int64, v uint64) {
 	if c.n.Load() >= int64(c.maxKeys) {
 		if _, ok := c.m.Load(key); !ok {
 			c.sweep(now)
+			if c.n.Load() >= int64(c.maxKeys) {
+				return // full: a flood of refused new keys takes no lock (reserve is the exact check)
+			}
 		}
 	}
 	// Checked under the key's lock, which gaveBackTo's delete also takes: a refund counted after

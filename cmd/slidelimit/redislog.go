@@ -14,7 +14,8 @@ import (
 // redisLogger receives go-redis's own log lines (dial failures, pool errors), which it would
 // otherwise print on stderr in its own format, several a second while Redis is down: that
 // breaks -log-format json and floods the log. It forwards at most one line per interval, with the
-// number it dropped since the last one, and hides the Redis password.
+// number it dropped since the last one, and hides the Redis password (raw; none when empty, as for
+// the failed TLS handshakes serverErrLog throttles with it).
 type redisLogger struct {
 	emit     func(msg string, suppressed int)
 	raw      string // the Redis URL, whose password is hidden in every line

@@ -389,18 +389,9 @@ func TestEmptyRestartBeforeHeartbeat(t *testing.T) {
 // PoolSize sync intervals of an outage, so it stayed offline up to a second after Redis was back
 // (the joiner's window in docs/fleet.md, "Outages"), and a Close in that second skipped the charge.
 func TestBackAtTheFirstHeartbeatAfterALongOutage(t *testing.T) {
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c := newClient(t, srv.Addr) // PoolSize 16
+	srv, c := ownServer(t) // a client of PoolSize 16
 	clk := clock.NewManual(t0)
-	l, err := New(c, "outage", policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithClock(clk), WithSyncInterval(time.Minute), WithTimeout(200*time.Millisecond), WithOnError(func(error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLimiter(t, c, clk, policy.SlidingCounter{Limit: 100, Window: time.Hour}, WithTimeout(200*time.Millisecond), WithOnError(func(error) {}))
 	ctx := context.Background()
 	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("Take: %+v %v", d, err)
@@ -437,13 +428,8 @@ func TestBackAtTheFirstHeartbeatAfterALongOutage(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	v, err := c.Get(ctx, l.Key("k")).Result()
-	f := strings.Fields(v)
-	if err != nil || len(f) != 3 {
-		t.Fatalf("the key's counts after Close = %q %v; want the units counted before and during the outage", v, err)
-	}
-	if n, _ := strconv.ParseInt(f[1], 10, 64); n < int64(1+alone) {
-		t.Fatalf("the key's count after Close = %d (%q); want at least the unit leased before the outage and the %d admitted alone", n, v, alone)
+	if _, n, _ := stateOf(t, c, l.Key("k")); n < int64(1+alone) {
+		t.Fatalf("the key's count after Close = %d; want at least the unit leased before the outage and the %d admitted alone", n, alone)
 	}
 }
 
