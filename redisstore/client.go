@@ -274,7 +274,7 @@ func isClusterNode(o *redis.Options) (bool, error) {
 // by hand: a list of hosts is not a URL authority that net/url accepts.
 func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("redisstore: sentinel URL %q: %s (want redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db])", RedactURL(rawURL), why)
+		return fmt.Errorf("redisstore: sentinel URL %q: %s (want %s)", RedactURL(rawURL), why, sentinelForm)
 	}
 	rest := strings.TrimPrefix(rawURL, "redis-sentinel://")
 	rest, rawQuery, _ := strings.Cut(rest, "?")
@@ -407,19 +407,78 @@ func redactUserinfo(rawURL string) string {
 
 // redactErr returns err's message with every form of rawURL's password replaced, as a new error:
 // the original is not wrapped, since unwrapping it would give the password back.
+//
+// A password is replaced where it stands as a word of its own, not inside a longer one, and not
+// where it lies within the fixed text that starts the messages (see ownText): a password "o" or
+// "redis" replaced everywhere turned "redisstore: Redis URL" into "rxxxxxdisstxxxxxre" or
+// "xxxxx: Redis URL", which gave the password away. A parser quotes a piece of the URL whole, cut
+// at its delimiters, so a password or a piece of one that it quotes stands as a word.
 func redactErr(err error, rawURL string) error {
-	msg := err.Error()
-	msg = strings.ReplaceAll(msg, rawURL, RedactURL(rawURL))
+	red := RedactURL(rawURL)
+	msg := strings.ReplaceAll(err.Error(), rawURL, red)
+	own := append(ownText[:len(ownText):len(ownText)], red) // the URL as RedactURL prints it holds no secret
 	for _, p := range passwords(rawURL) {
-		msg = strings.ReplaceAll(msg, p, "xxxxx")
+		msg = replaceWord(msg, p, own)
 		// A parser may quote a piece of a password that holds a delimiter.
 		for _, f := range strings.FieldsFunc(p, isURLDelim) {
 			if len(f) >= 4 {
-				msg = strings.ReplaceAll(msg, f, "xxxxx")
+				msg = replaceWord(msg, f, own)
 			}
 		}
 	}
 	return errors.New(msg)
+}
+
+// ownText is fixed text of redisstore's and go-redis's messages: what lies within it did not come
+// from the URL.
+var ownText = []string{"redisstore: Redis URL ", "redisstore: sentinel URL ", "redis: ", sentinelForm}
+
+// sentinelForm is how a sentinel URL is written, for its errors.
+const sentinelForm = "redis-sentinel://[user[:password]@]host:port[,host:port...]/master[/db]"
+
+// replaceWord replaces w in s with "xxxxx" wherever it is not part of a longer word (no letter or
+// digit joins it on a side where w itself ends in one) and does not lie within one of the texts
+// own.
+func replaceWord(s, w string, texts []string) string {
+	var own [][2]int // the spans of texts in s
+	for _, t := range texts {
+		for i := 0; ; {
+			j := strings.Index(s[i:], t)
+			if j < 0 {
+				break
+			}
+			own = append(own, [2]int{i + j, i + j + len(t)})
+			i += j + len(t)
+		}
+	}
+	var out strings.Builder
+	at := 0 // where the rest, s[at:], starts
+	for {
+		i := strings.Index(s[at:], w)
+		if i < 0 {
+			out.WriteString(s[at:])
+			return out.String()
+		}
+		i += at
+		end := i + len(w)
+		keep := i > 0 && isWordByte(w[0]) && isWordByte(s[i-1]) ||
+			end < len(s) && isWordByte(w[len(w)-1]) && isWordByte(s[end])
+		for _, o := range own {
+			keep = keep || o[0] <= i && end <= o[1]
+		}
+		if keep {
+			out.WriteString(s[at : i+1])
+			at = i + 1
+			continue
+		}
+		out.WriteString(s[at:i])
+		out.WriteString("xxxxx")
+		at = end
+	}
+}
+
+func isWordByte(b byte) bool {
+	return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= 0x80
 }
 
 // mentionsSecret reports whether msg holds any piece (two bytes or more) of rawURL's password

@@ -93,6 +93,18 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 			}
 		}
 	}
+	// A short password, or one that is a word of the message, is hidden where the URL holds it
+	// and nowhere else: the message reads as it would with a long password. Replaced everywhere,
+	// "o" made "redisstxxxxxre: … pxxxxxrt", and "redis" made "xxxxx: invalid database number".
+	for _, short := range []string{"o", "e", "p", "9", "x", "Redis", "redis"} {
+		for _, shape := range []string{"redis://:%s@h:99999", "redis://:%s@h/abc", "redis://u:%s@h:6379?bogus_option=1", "redis-sentinel://u:%s@h:notaport/m"} {
+			_, long := NewClient(fmt.Sprintf(shape, pw))
+			_, err := NewClient(fmt.Sprintf(shape, short))
+			if long == nil || err == nil || err.Error() != long.Error() {
+				t.Errorf("password %q in %s: error %v, want the same as for a long password: %v", short, shape, err, long)
+			}
+		}
+	}
 	if got := RedactURL("redis://alice:" + pw + "@host:6379/2?dial_timeout=1s"); got != "redis://alice:xxxxx@host:6379/2?dial_timeout=1s" {
 		t.Errorf("RedactURL of a plain URL = %q", got)
 	}

@@ -2,9 +2,10 @@ package rls
 
 import "go.yaml.in/yaml/v3"
 
-// maxExpanded bounds the nodes a file's aliases may expand to. A config of thousands of
-// descriptors stays far below it; a file of nested aliases that doubles at each level (a
-// "billion laughs") reaches it after a few levels instead of exhausting memory.
+// maxExpanded bounds the nodes a file's aliases may add, beyond those written in it (which the
+// file's size bounds). A config sharing its rate limits through anchors stays far below it; a
+// file of nested aliases that doubles at each level (a "billion laughs") reaches it after a few
+// levels instead of exhausting memory.
 const maxExpanded = 1 << 20
 
 // expander replaces every alias in a YAML tree with a copy of the node it names and applies every
@@ -14,7 +15,7 @@ const maxExpanded = 1 << 20
 // stand for. A node copied from an anchor keeps the anchor's line, which errors inside it name.
 type expander struct {
 	p      *parser
-	left   int                 // nodes still allowed (see maxExpanded)
+	left   int                 // nodes aliases may still add (see maxExpanded)
 	inside map[*yaml.Node]bool // anchors being expanded: an alias to one of them is a cycle
 }
 
@@ -24,8 +25,11 @@ func expand(p *parser, n *yaml.Node) (*yaml.Node, error) {
 }
 
 func (e *expander) node(n *yaml.Node) (*yaml.Node, error) {
-	if e.left--; e.left < 0 {
-		return nil, e.p.errf(n, "aliases expand the file to more than %d YAML nodes", maxExpanded)
+	if len(e.inside) > 0 {
+		// A copy made for an alias: only these can grow past what the file's size allows.
+		if e.left--; e.left < 0 {
+			return nil, e.p.errf(n, "aliases add more than %d YAML nodes to the file", maxExpanded)
+		}
 	}
 	switch n.Kind {
 	case yaml.AliasNode:

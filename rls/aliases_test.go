@@ -94,7 +94,21 @@ func TestAliasesBounded(t *testing.T) {
 		laughs.WriteString("]\n")
 	}
 	_, err = rls.ParseConfig("laughs.yaml", []byte(laughs.String()))
-	require.ErrorContains(t, err, "aliases expand the file to more than 1048576 YAML nodes")
+	require.ErrorContains(t, err, "aliases add more than 1048576 YAML nodes to the file")
+
+	// The bound is on what aliases add: a file that writes more nodes than that, and uses no
+	// alias, loads.
+	var wide strings.Builder
+	wide.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: {m: [")
+	for i := range 1<<20 + 1000 {
+		if i > 0 {
+			wide.WriteString(",")
+		}
+		wide.WriteString("1")
+	}
+	wide.WriteString("]}\n")
+	_, err = rls.ParseConfig("wide.yaml", []byte(wide.String()))
+	require.NoError(t, err)
 
 	_, err = rls.ParseConfig("merge.yaml", []byte("domain: d\ndescriptors:\n  - <<: [a, b]\n    key: k\n"))
 	require.EqualError(t, err, `merge.yaml: line 3: the merge key << is given the str "a", want a map or a list of maps`)

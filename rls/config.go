@@ -3,6 +3,7 @@ package rls
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -134,8 +135,9 @@ func (e *ConfigError) Error() string {
 
 // LoadConfig reads path, a YAML file or a directory of them (*.yaml and *.yml, not recursive;
 // names starting with '.' are skipped, symbolic links followed), one domain per file, in
-// envoyproxy/ratelimit's format with two extensions, window and policy (see docs/rls.md). Any
-// problem is a *ConfigError naming the file and the reason. Safe to call from any goroutine.
+// envoyproxy/ratelimit's format with two extensions, window and policy (see docs/rls.md), each
+// file at most 16 MiB. Any problem is a *ConfigError naming the file and the reason. Safe to call
+// from any goroutine.
 func LoadConfig(path string) (*Config, error) {
 	// Taken before the files are read: a change made while they are read shows up as a
 	// difference at Watch's next poll, rather than being missed.
@@ -146,7 +148,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := &Config{domains: map[string]*domain{}, files: files, source: path, fp: fp}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readConfigFile(f)
 		if err != nil {
 			return nil, &ConfigError{File: f, Reason: errReason(err)}
 		}
@@ -209,11 +211,39 @@ func configFiles(path string) ([]string, error) {
 // ParseConfig is LoadConfig for one file's contents; name stands for the file in errors. Safe to
 // call from any goroutine.
 func ParseConfig(name string, data []byte) (*Config, error) {
+	if len(data) > maxConfigBytes {
+		return nil, &ConfigError{File: name, Reason: errTooLarge.Error()}
+	}
 	d, err := parseDomain(name, data)
 	if err != nil {
 		return nil, err
 	}
 	return &Config{domains: map[string]*domain{d.name: d}, files: []string{name}}, nil
+}
+
+// maxConfigBytes bounds one config file, for LoadConfig and ParseConfig alike. A file of this size
+// holds about 200,000 descriptors; a path that names a log or a database dump by mistake is refused
+// at once instead of being parsed for a minute into gigabytes of nodes.
+const maxConfigBytes = 16 << 20
+
+// errTooLarge is the reason given for a file past maxConfigBytes.
+var errTooLarge = fmt.Errorf("larger than %d MiB, which no config is", maxConfigBytes>>20)
+
+// readConfigFile reads at most maxConfigBytes+1 of f, whatever it grows to meanwhile.
+func readConfigFile(f string) ([]byte, error) {
+	fh, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxConfigBytes {
+		return nil, errTooLarge
+	}
+	return data, nil
 }
 
 func errReason(err error) string {

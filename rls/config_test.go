@@ -85,6 +85,33 @@ func TestLoadConfigMissingAndEmpty(t *testing.T) {
 	require.EqualError(t, err, dir+": directory holds no .yaml or .yml file")
 }
 
+// A config file past 16 MiB is refused before it is parsed, and one of exactly 16 MiB is read.
+func TestConfigFileSizeBounded(t *testing.T) {
+	const limit = 16 << 20
+	valid := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	padded := func(size int) []byte {
+		b := make([]byte, size)
+		copy(b, valid)
+		for i := len(valid); i < size; i++ {
+			b[i] = ' ' // trailing spaces: still the same YAML document
+		}
+		b[size-1] = '\n'
+		return b
+	}
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	require.NoError(t, os.WriteFile(big, padded(limit+1), 0o644))
+	_, err := rls.LoadConfig(big)
+	require.EqualError(t, err, big+": larger than 16 MiB, which no config is")
+	_, err = rls.ParseConfig("big.yaml", padded(limit+1))
+	require.EqualError(t, err, "big.yaml: larger than 16 MiB, which no config is")
+
+	require.NoError(t, os.WriteFile(big, padded(limit), 0o644))
+	cfg, err := rls.LoadConfig(big)
+	require.NoError(t, err)
+	require.Equal(t, []string{"d"}, cfg.Domains())
+}
+
 // A directory holds one domain per file; other files, and names starting with '.', are skipped.
 func TestLoadConfigDirectory(t *testing.T) {
 	dir := t.TempDir()

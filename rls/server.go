@@ -179,7 +179,10 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		return nil, errors.New("rls: NewServer: config is nil")
 	}
 	s := &Server{logger: log.New(io.Discard, "", 0), now: time.Now, maxDetailed: DefaultMaxDetailedSeries}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("rls: NewServer: option %d is nil", i)
+		}
 		if err := o(s); err != nil {
 			return nil, err
 		}

@@ -464,6 +464,8 @@ func TestHeadersOnTheBackendsClock(t *testing.T) {
 	require.ErrorContains(t, err, "WithNow(nil)")
 	_, err = rls.NewServer(loadGood(t), rls.WithBackend(rls.BackendFunc(nil)))
 	require.ErrorContains(t, err, "WithBackend(nil)", "a nil BackendFunc is a nil backend")
+	_, err = rls.NewServer(loadGood(t), rls.WithHeaders(true), nil)
+	require.EqualError(t, err, "rls: NewServer: option 1 is nil", "a nil option is refused, not called")
 }
 
 // The series of detailed_metric values are capped: past WithMaxDetailedSeries, a value not seen

@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"crypto/sha256"
-	"os"
 	"strings"
 	"time"
 )
@@ -98,7 +97,7 @@ func fingerprint(path string) [32]byte {
 		h.Write([]byte("error: " + err.Error()))
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readConfigFile(f)
 		h.Write([]byte(f))
 		h.Write([]byte{0})
 		if err != nil {

@@ -303,7 +303,8 @@ func TestIntegerFlagsAreDecimal(t *testing.T) {
 		{"0x10", 0, "-n 0x10: not a whole number in decimal digits"},
 		{"0o10", 0, "-n 0o10: not a whole number in decimal digits"},
 		{"1_000", 0, "-n 1_000: not a whole number in decimal digits"},
-		{"99999999999999999999", 0, "-n 99999999999999999999: out of range"},
+		{"99999999999999999999", 0, "-n 99999999999999999999: out of range: beyond ±9223372036854775807, far past what the flag takes; write a smaller whole number\n"},
+		{"-99999999999999999999", 0, "-n -99999999999999999999: out of range: beyond ±9223372036854775807, far past what the flag takes; write a smaller whole number\n"},
 	} {
 		for _, kind := range []string{"int", "int64"} {
 			var errs strings.Builder

@@ -739,6 +739,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-rate", "10"}, `-rate 10: "10": write LIMIT/WINDOW, like 10/1s, 1000/1h or 10r/m`, 2},
 		{[]string{"-upstream", up, "-rate", "10/60"}, `-rate 10/60: "10/60": the window 60 has no unit: add a unit, like 60s`, 2},
 		{[]string{"-upstream", up, "-rate", "0/1s"}, `the limit must be in [1, 4294967295]`, 2},
+		{[]string{"-upstream", up, "-rate", "99999999999999999999/1s"}, `-rate 99999999999999999999/1s: "99999999999999999999/1s": the limit must be in [1, 4294967295]`, 2},
 		{[]string{"-upstream", up, "-rate", "10/1s", "-rate", "20/1s"}, "two limits with the window 1s", 2},
 		{[]string{"-upstream", up, "-rate", "10/1s", "-limit", "5"}, "give either -rate or -limit and -window, not both", 2},
 		{[]string{"-upstream", up, "-shadow=maybe"}, "-shadow maybe: want true or false", 2},

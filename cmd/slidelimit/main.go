@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -217,7 +218,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 					}
 				}
 			case "value out of range":
-				why = "out of range"
+				why = "out of range; write a smaller whole number"
 			}
 			msg = m[2] + " " + m[1] + ": " + why
 		}
@@ -269,7 +270,12 @@ type decimalInt struct {
 func (d decimalInt) Set(s string) error {
 	v, err := strconv.ParseInt(s, 10, d.bits)
 	if errors.Is(err, strconv.ErrRange) {
-		return errors.New("out of range")
+		// Past any flag's own range, which its check after parsing would name: say what to write.
+		bound := int64(math.MaxInt64)
+		if d.bits == 32 {
+			bound = math.MaxInt32
+		}
+		return fmt.Errorf("out of range: beyond ±%d, far past what the flag takes; write a smaller whole number", bound)
 	}
 	if err != nil {
 		return errors.New("not a whole number in decimal digits")

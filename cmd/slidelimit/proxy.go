@@ -439,7 +439,7 @@ func checkKey(k string) error {
 		// Go's server takes these out of the header map (Host is read from the request itself).
 		switch http.CanonicalHeaderKey(name) {
 		case "Transfer-Encoding", "Trailer":
-			return fmt.Errorf("%q: the header %s never reaches the limiter (Go's server takes it out of the request's header map), like header:X-Api-Key", k, name)
+			return fmt.Errorf("%q: the header %s never reaches the limiter (Go's server takes it out of the request's header map); key on another header, like header:X-Api-Key", k, name)
 		}
 		return nil
 	}

@@ -56,6 +56,9 @@ func parseRate(s string) (rate, error) {
 	}
 	num = strings.TrimSuffix(num, "r")
 	limit, err := strconv.ParseInt(num, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		limit, err = 0, nil // a whole number past int64: refused below, with the range
+	}
 	if err != nil {
 		return rate{}, fmt.Errorf("%q: the limit %q is not a whole number; write LIMIT/WINDOW, like 10/1s", s, num)
 	}
