@@ -30,10 +30,12 @@ const (
 	// later new key in their shard) removes them. Existing keys are decided as usual. The default.
 	RefuseNewKeys AtCap = iota
 	// EvictStalest, when the reclaim WithMaxKeys describes makes no room, makes it by evicting
-	// the least recently renewed key of a sample taken across the limiter (up to 64 live keys
-	// from up to 4 shards holding keys, at most 16 from any one, so with fewer shards the sample
-	// is smaller and may miss the limiter's stalest key), among those holding less than half of their limit: for
-	// the window policies, an estimate (count) below half the limit; for the buckets, less than
+	// the least recently renewed key (for the window policies, the key whose window began
+	// earliest, so that keys used within one window tie; for the buckets, the key updated longest
+	// ago) of a sample taken across the limiter (up to 64 live keys from up to 4 shards holding
+	// keys, at most 16 from any one, so with fewer shards the sample is smaller and may miss the
+	// limiter's stalest key), among those holding less than half of their limit: for the window
+	// policies, an estimate (count) below half the limit; for the buckets, less than
 	// half the burst taken (half the capacity filled). Keys given per-key limits by TakeWithLimit
 	// are judged against the lowest limit the limiter has been given, never one above their own.
 	// One sample serves up to 8 new keys: its 8 stalest qualifying keys are evicted in turn, the
@@ -216,12 +218,12 @@ func WithAtCap(a AtCap) Option {
 }
 
 // WithMaxLimit sizes the limiter's cells for per-key limits up to n (see TakeWithLimit); without
-// it a key's limit can only be lowered below the policy's, not raised above it. The sliding
-// counter accepts any n; the fixed window, whose cells take per-key limits up to its own Limit
-// only, accepts n up to that Limit (and changes nothing); New refuses it for the other policies,
-// which take no per-key limits, and for the fixed window above its Limit, with an error naming
-// the policy. The Option it returns holds only n and may be passed to any number of New calls,
-// concurrently too.
+// it a key's limit can only be lowered below the policy's, not raised above it. n must be in
+// [1, policy.MaxLimit]. The sliding counter accepts any such n; the fixed window, whose cells take
+// per-key limits up to its own Limit only, accepts n up to that Limit (and changes nothing); New
+// refuses it for the other policies, which take no per-key limits, and for the fixed window above
+// its Limit, with an error naming the policy. The Option it returns holds only n and may be passed
+// to any number of New calls, concurrently too.
 func WithMaxLimit(n int64) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > policy.MaxLimit {

@@ -38,6 +38,7 @@ type Listener struct {
 
 	// Key returns the key of a new connection. nil means the peer's IP address as described
 	// above; a peer that is not an IP address (a Unix socket) is keyed "addr:" and its address.
+	// An empty key is a key like any other: every connection keyed "" shares one allowance.
 	Key func(c net.Conn) string
 
 	// OnRefused is called with each refused connection before Accept closes it: it may write a

@@ -71,8 +71,9 @@ type Limit struct {
 //     for the request's cost, as far as their Limiter can report it without counting: the
 //     engine's PeekN, or a method PeekN(key string, n int64) slidelimit.Decision; a Limiter with
 //     only a method Peek(key string) slidelimit.Decision is read for one unit, so that a limit of
-//     its with a unit left but fewer than the request's cost does not lengthen the wait), and
-//     calls OnLimited (429 by default);
+//     its with a unit left but fewer than the request's cost does not lengthen the wait; a
+//     refusal that is not over a limit, such as ReasonKeyCap, gets OnLimited's Retry-After
+//     instead), and calls OnLimited (429 by default);
 //   - a Limiter failed: calls OnError and does what ErrorMode says (serve, by default).
 //
 // Several limits are all or nothing: a request refused by one consumes nothing of the others. The
@@ -139,7 +140,8 @@ type Middleware struct {
 
 	// KeyFunc returns the key a request is limited by. nil means the peer's IP address, IPv6
 	// grouped by /64 ((*ClientIP).Key with no trusted proxies). See ClientIP, KeyByHeader,
-	// KeyByPathAndIP and KeyByConn.
+	// KeyByPathAndIP and KeyByConn. An empty key is a key like any other: every request keyed ""
+	// shares one allowance; to exempt a request from limiting, use Skip.
 	KeyFunc func(r *http.Request) string
 
 	// Cost returns how many units a request takes. nil means 1 for every request. A negative

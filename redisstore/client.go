@@ -31,8 +31,10 @@ const DiscoveryTimeout = 2 * time.Second
 //	redis://[user[:password]@]host:port[/db]?master=name            the same, sentinel at host:port
 //
 // The options of the redis://, rediss:// and unix:// forms are go-redis's URL options
-// (dial_timeout=3s, pool_size=20, ...), all of which a cluster client (below) keeps too. The
-// sentinel forms have no TLS: rediss:// with master= is refused, as are negative timeouts. A sentinel URL, in either form, takes only db,
+// (dial_timeout=3s, pool_size=20, ...), all of which a cluster client (below) keeps too, except
+// that a dial_timeout or pool_timeout of 0 or less is refused (go-redis reads it as none, which
+// fails every dial, or every wait for a connection, at once). The sentinel forms have no TLS:
+// rediss:// with master= is refused, as are negative timeouts. A sentinel URL, in either form, takes only db,
 // dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size, sentinel_username and
 // sentinel_password; its user and password are the master's, and sentinel_username and
 // sentinel_password are the sentinels' own. A redis:// or rediss:// URL that names one node of a
@@ -125,6 +127,14 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}
 	if o.DB < 0 {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: database %d is negative", RedactURL(rawURL), o.DB)
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"dial_timeout", o.DialTimeout}, {"pool_timeout", o.PoolTimeout}} {
+		if t.d < 0 {
+			return nil, fmt.Errorf("redisstore: Redis URL %q: %s = %q: must be positive (go-redis reads 0 or less as no timeout, and then fails at once)", RedactURL(rawURL), t.name, q.Get(t.name))
+		}
 	}
 	if err := checkOptions(o); err != nil {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)

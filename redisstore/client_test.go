@@ -236,14 +236,20 @@ func TestNewClientForms(t *testing.T) {
 
 // TestNewClientRefusesBadPoolSizes: pool sizes go-redis would panic on are an error naming the
 // option, in every URL form, and no option makes NewClient panic.
-// A port outside [1, 65535] or a negative database is refused with the URL, as the sentinel form
-// refuses them, rather than dialled or read as database 0.
+// A port outside [1, 65535], a negative database, or a dial or pool timeout of 0 or less is refused
+// with the URL, as the sentinel form refuses them, rather than dialled or read as database 0.
 func TestNewClientRefusesBadPortsAndDatabases(t *testing.T) {
 	for u, want := range map[string]string{
 		"redis://127.0.0.1:99999":   `port "99999" is not in [1, 65535]`,
 		"redis://127.0.0.1:0":       `port "0" is not in [1, 65535]`,
 		"rediss://127.0.0.1:70000/": `port "70000" is not in [1, 65535]`,
 		"redis://127.0.0.1:6379/-1": `database "-1" is negative`,
+		// go-redis reads these as no timeout, and every dial (or wait for a connection) then
+		// failed at once, against a live server too.
+		"redis://127.0.0.1:1?dial_timeout=-1s":  `dial_timeout = "-1s": must be positive`,
+		"rediss://127.0.0.1:1?dial_timeout=0":   `dial_timeout = "0": must be positive`,
+		"unix:///tmp/none.sock?pool_timeout=-5": `pool_timeout = "-5": must be positive`,
+		"redis://127.0.0.1:1?pool_timeout=-1ms": `pool_timeout = "-1ms": must be positive`,
 	} {
 		c, err := NewClient(u)
 		if err == nil {

@@ -115,7 +115,7 @@
 // (NOPERM, or, on Redis 7.0 and 7.1 and on Valkey, the ERR a script gets for a command or key the
 // user may not use), MOVED or ASK through a client that is not a cluster client, a server without Lua
 // scripting, a database number the server does not have, a client name it refuses, a master name no
-// sentinel monitors — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
+// sentinel monitors, a sentinel address that is a plain server — open the breaker at once (ErrMisconfigured), and are reported once per cause to the
 // WithOnError hook, or to log/slog's default logger without one. Each failed probe doubles the
 // cooldown, up to 64 times, so a misconfigured fleet does not reconnect per request. The Limiter
 // starts no goroutine of its own (but through a go-redis client without ContextTimeoutEnabled, or

@@ -339,3 +339,23 @@ func TestUnknownSentinelMasterOpensBreaker(t *testing.T) {
 	defer l.Close()
 	misconfigured(t, l, &log, "no sentinel knows the master")
 }
+
+// A sentinel URL that names a plain server's address is ErrMisconfigured naming that, not a
+// server without scripting (the SENTINEL command it lacks is an unknown command too).
+func TestSentinelURLAtAPlainServer(t *testing.T) {
+	srv := startServer(t)
+	for _, u := range []string{"redis-sentinel://" + srv.Addr + "/mymaster", "redis://" + srv.Addr + "?master=mymaster"} {
+		c, err := NewClient(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log errLog
+		l, err := New(c, "sen", policy.FixedWindow{Limit: 10, Window: time.Second}, WithOnFailure(FailClosed), WithOnError(log.add), WithTimeout(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		misconfigured(t, l, &log, "the sentinel address is a Redis server, not a sentinel")
+		l.Close()
+		c.Close()
+	}
+}

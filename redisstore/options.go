@@ -151,10 +151,10 @@ func WithClientTime() Option {
 	}
 }
 
-// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The
-// caller's context still applies when it is shorter, through a go-redis client without
-// ContextTimeoutEnabled too (see New). A call that times out is never retried: the script may
-// have run. The Option it returns holds only d and may be passed to any number of New calls,
+// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms), in [1ms, 1m].
+// The caller's context still applies when it is shorter, through a go-redis client without
+// ContextTimeoutEnabled too (see New). A call that times out is never retried: the script may have
+// run. The Option it returns holds only d and may be passed to any number of New calls,
 // concurrently too.
 func WithTimeout(d time.Duration) Option {
 	return func(cfg *config) error {
@@ -166,9 +166,10 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithClockSkew sets the clock skew allowed between hosts (default DefaultSkew, 2s), which
-// lengthens each key's TTL so that a host whose clock runs behind still finds the state. The
-// Option it returns holds only d and may be passed to any number of New calls, concurrently too.
+// WithClockSkew sets the clock skew allowed between hosts (default DefaultSkew, 2s), whole
+// milliseconds in [0, 1h], which lengthens each key's TTL so that a host whose clock runs behind
+// still finds the state. The Option it returns holds only d and may be passed to any number of New
+// calls, concurrently too.
 func WithClockSkew(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < 0 || d > time.Hour || d%time.Millisecond != 0 {
@@ -207,13 +208,13 @@ func WithFallback(l *engine.Limiter) Option {
 }
 
 // WithBreaker replaces the default failure-ratio breaker with a consecutive-failure one: after
-// threshold consecutive failed calls it opens, and while open every Take decides by the failure
-// choice without touching Redis; after cooldown one call (and only one) tries Redis again,
-// closing the breaker on success and reopening it on failure. With threshold 1 a single slow
-// reply takes Redis out of the decisions for a whole cooldown, which suits tests more than
-// production; the default (WithBreakerRatio) rides out a short stall. The Option it returns holds
-// only threshold and cooldown and may be passed to any number of New calls, concurrently too; each
-// limiter gets a breaker of its own.
+// threshold consecutive failed calls (threshold in [1, 2^20]) it opens, and while open every Take
+// decides by the failure choice without touching Redis; after cooldown (in [1ms, 1h]) one call (and
+// only one) tries Redis again, closing the breaker on success and reopening it on failure. With
+// threshold 1 a single slow reply takes Redis out of the decisions for a whole cooldown, which
+// suits tests more than production; the default (WithBreakerRatio) rides out a short stall. The
+// Option it returns holds only threshold and cooldown and may be passed to any number of New calls,
+// concurrently too; each limiter gets a breaker of its own.
 func WithBreaker(threshold int, cooldown time.Duration) Option {
 	return func(cfg *config) error {
 		if threshold < 1 || threshold > 1<<20 {
@@ -233,14 +234,15 @@ type BreakerRatio struct {
 	// Ratio is the share of failed calls, in (0, 1], that opens the breaker (default
 	// DefaultBreakerRatio).
 	Ratio float64
-	// MinCalls is how many calls must have reached Redis within Window before Ratio is judged
-	// (default DefaultBreakerMinCalls), so that a quiet limiter is not opened by one failure.
+	// MinCalls is how many calls, in [1, 2^20], must have reached Redis within Window before Ratio
+	// is judged (default DefaultBreakerMinCalls), so that a quiet limiter is not opened by one
+	// failure.
 	MinCalls int
-	// Window is the interval the calls are counted over, sliding by a tenth of itself (default
-	// DefaultBreakerWindow).
+	// Window is the interval the calls are counted over, in [10ms, 1h], sliding by a tenth of
+	// itself (default DefaultBreakerWindow).
 	Window time.Duration
-	// Cooldown is how long the breaker stays open before one call probes Redis (default
-	// DefaultBreakerCooldown).
+	// Cooldown is how long the breaker stays open before one call probes Redis, in [1ms, 1h]
+	// (default DefaultBreakerCooldown).
 	Cooldown time.Duration
 }
 
@@ -282,18 +284,18 @@ func WithBreakerRatio(b BreakerRatio) Option {
 	}
 }
 
-// WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys);
-// 0 turns the cache off. The bound is checked before each new entry without a lock, so refusals
-// stored at the same moment may pass it by their number, at most one per goroutine taking. Each takes at most DenyCacheEntryBytes, whatever the subject's length.
-// A remembered key is decided in process, with the state Redis returned when it refused it, until
-// its retry time: the policy is replayed on that state, so the answer is the one Redis would give
-// when no other host touches the key, and while other hosts only take from the key it can only
-// refuse what Redis would refuse too (their requests only add to the count). Another host's
-// Refund or Reset lowers the count on Redis without reaching this cache, which may then refuse,
-// until the entry's retry time, a request Redis would admit (this host's own Refund and Reset
-// forget the entry); so does Redis losing the key (FLUSHALL, a restart without persistence, a
-// failover to an empty replica, a DEL from outside). WithDenyCacheMaxAge bounds that time. The
-// cache is safe for concurrent use and takes no lock on a lookup.
+// WithDenyCache sets how many refused keys are remembered locally (default DefaultDenyCacheKeys),
+// in [0, 2^26]; 0 turns the cache off. The bound is exact, however many goroutines store refusals
+// at once. Each entry takes at most DenyCacheEntryBytes, whatever the subject's length. A
+// remembered key is decided in process, with the state Redis returned when it refused it, until its
+// retry time: the policy is replayed on that state, so the answer is the one Redis would give when
+// no other host touches the key, and while other hosts only take from the key it can only refuse
+// what Redis would refuse too (their requests only add to the count). Another host's Refund or
+// Reset lowers the count on Redis without reaching this cache, which may then refuse, until the
+// entry's retry time, a request Redis would admit (this host's own Refund and Reset forget the
+// entry); so does Redis losing the key (FLUSHALL, a restart without persistence, a failover to an
+// empty replica, a DEL from outside). WithDenyCacheMaxAge bounds that time. The cache is safe for
+// concurrent use and takes no lock on a lookup.
 func WithDenyCache(maxKeys int) Option {
 	return func(cfg *config) error {
 		if maxKeys < 0 || maxKeys > 1<<26 {
@@ -328,10 +330,10 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 // so the cache's memory is at most its key count times this, whatever subjects clients send.
 const DenyCacheEntryBytes = 512
 
-// WithDenyCacheBytes bounds the deny cache's memory instead of its key count: it remembers at
-// most maxBytes / DenyCacheEntryBytes keys (0 turns it off). The default, DefaultDenyCacheKeys
-// keys, is at most 32 MiB. The Option it returns holds only maxBytes and may be passed to any
-// number of New calls, concurrently too.
+// WithDenyCacheBytes bounds the deny cache's memory instead of its key count: it remembers at most
+// maxBytes / DenyCacheEntryBytes keys (0 turns it off), maxBytes in [0, 2^26 *
+// DenyCacheEntryBytes]. The default, DefaultDenyCacheKeys keys, is at most 32 MiB. The Option it
+// returns holds only maxBytes and may be passed to any number of New calls, concurrently too.
 func WithDenyCacheBytes(maxBytes int64) Option {
 	return func(cfg *config) error {
 		if maxBytes < 0 || maxBytes/DenyCacheEntryBytes > 1<<26 {

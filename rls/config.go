@@ -125,7 +125,8 @@ type ConfigError struct {
 	Reason string
 }
 
-// Error returns "FILE: line N: REASON". A pure function of e: safe for concurrent use.
+// Error returns "FILE: line N: REASON", or "FILE: REASON" when Line is 0. A pure function of e:
+// safe for concurrent use.
 func (e *ConfigError) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("%s: line %d: %s", e.File, e.Line, e.Reason)

@@ -361,8 +361,9 @@ type dup struct {
 // mode refuses, the response is OVER_LIMIT and no descriptor keeps the hit (exactly with the
 // engine; see RedisBackend for the store). Each descriptor's cost is its own hits_addend when set,
 // where 0 is a check that takes nothing and is never refused; else the request's, where 0 means
-// 1. An unlimited descriptor is OK with limit_remaining 4294967295; unknown domains and
-// descriptors are OK with 0. Safe for concurrent use.
+// 1. A descriptor whose rate_limit is unlimited is OK with limit_remaining 4294967295; one listed
+// without a rate_limit, and unknown domains and descriptors, are OK with 0. Safe for concurrent
+// use.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	// Closed first: a closed Server answers every call UNAVAILABLE, a malformed one too.

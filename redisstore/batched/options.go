@@ -62,10 +62,10 @@ func WithClock(c *clock.Clock) Option {
 }
 
 // WithSyncInterval sets how often the process exchanges counts with Redis (default
-// DefaultSyncInterval, 50ms): one heartbeat and one pipeline of renewals and returns per interval.
-// A shorter interval means smaller leases and less under-admission (see the package doc's
-// bounds), a longer one fewer Redis commands. The Option it returns holds only d and may be passed
-// to any number of New calls, concurrently too.
+// DefaultSyncInterval, 50ms, in [1ms, 1m]): one heartbeat and one pipeline of renewals and returns
+// per interval. A shorter interval means smaller leases and less under-admission (see the package
+// doc's bounds), a longer one fewer Redis commands. The Option it returns holds only d and may be
+// passed to any number of New calls, concurrently too.
 func WithSyncInterval(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -76,8 +76,8 @@ func WithSyncInterval(d time.Duration) Option {
 	}
 }
 
-// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms). The caller's
-// context still applies when it is shorter, through a go-redis client without
+// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms, in [1ms, 1m]).
+// The caller's context still applies when it is shorter, through a go-redis client without
 // ContextTimeoutEnabled too (see New). A call that times out is never retried. The Option it
 // returns holds only d and may be passed to any number of New calls, concurrently too.
 func WithTimeout(d time.Duration) Option {
@@ -90,11 +90,11 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithMaxChunk caps the units one lease may grant (default: the limit divided by four times the
-// live fleet size, at least 1, recomputed at every heartbeat). Leases below the cap follow each
-// key's observed rate, about two sync intervals' worth. The cap bounds the quota a process can
-// hold unused, and so the fleet's under-admission: at most (N-1) × maxChunk. The Option it returns
-// holds only n and may be passed to any number of New calls, concurrently too.
+// WithMaxChunk caps the units one lease may grant, n in [1, 2^32-1] (default: the limit divided by
+// four times the live fleet size, at least 1, recomputed at every heartbeat). Leases below the cap
+// follow each key's observed rate, about two sync intervals' worth. The cap bounds the quota a
+// process can hold unused, and so the fleet's under-admission: at most (N-1) × maxChunk. The Option
+// it returns holds only n and may be passed to any number of New calls, concurrently too.
 func WithMaxChunk(n int64) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<32-1 {

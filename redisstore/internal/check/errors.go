@@ -32,6 +32,9 @@ func EveryKey(err error, cluster bool) string {
 		return "the Redis user lacks a permission the limiter needs (EVALSHA and EVAL; inside the scripts TIME, GET, SET and PTTL, and for the sliding log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE and PEXPIRE, on the limiter's keys; DEL for Reset)"
 	case !cluster && (HasPrefix(err, "MOVED") || HasPrefix(err, "ASK")):
 		return "the server is a Redis Cluster node but the client is not a cluster client: use redisstore.NewClient, which discovers the cluster, or redis.NewClusterClient"
+	case strings.HasPrefix(strings.ToLower(rerr.Error()), "err unknown command 'sentinel'"):
+		// go-redis's master lookup asked a server that is not a sentinel.
+		return "the sentinel address is a Redis server, not a sentinel: give the sentinel URL (redis-sentinel://host:port/master, or redis://host:port?master=name) a sentinel's address (port 26379 by default), or drop the master name to use the server itself"
 	case strings.HasPrefix(rerr.Error(), "ERR unknown command"), HasPrefix(err, "NOSCRIPT"):
 		return "the server runs no Lua scripts (EVAL and EVALSHA are unknown or disabled there)"
 	case strings.HasPrefix(rerr.Error(), "ERR Client names cannot contain"):
