@@ -67,6 +67,15 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 		{"newer version with its own field", `{"policy": "rate-limiter/gcra", "version": 2, "cases": [], "schema": "v2"}`, []string{"version 2, want 1"}},
 		{"unknown file field", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [], "comment": "x"}`,
 			[]string{"f.json", `unknown field "comment"`}},
+		// encoding/json keeps a repeated key's last value: the file would mean other than it reads.
+		{"step field given twice", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": true, "expect": false}`),
+			[]string{`case 0 "c0"`, "step 1", `field "expect" given twice`}},
+		{"param given twice", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1, "burst": 1, "burst": 5}, "steps": []}]}`,
+			[]string{`case 0 "g"`, `param "burst" given twice`}},
+		{"case field given twice", `{"policy": "rate-limiter/gcra", "version": 1, "cases": [{"name": "g", "params": {"ratePerSec": 1, "burst": 1}, "steps": [], "steps": []}]}`,
+			[]string{`case 0 "g"`, `field "steps" given twice`}},
+		{"file field given twice", `{"policy": "rate-limiter/gcra", "version": 1, "version": 1, "cases": []}`,
+			[]string{"f.json", `field "version" given twice`}},
 		{"missing expect", wrap(`{"call": "allow", "args": [1, 1, 0]}`), []string{"step 1", `allow: missing "expect"`}},
 		{"bool expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": 1}`), []string{"step 1", "allow: expect 1, want a bool"}},
 		{"string expected for allow", wrap(`{"call": "allow", "args": [1, 1, 0], "expect": "true"}`), []string{"step 1", `allow: expect: "true" is not true or false`}},
@@ -86,6 +95,10 @@ func TestParseRejectsMalformedFiles(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+			if strings.Contains(err.Error(), "reference:") {
+				// The file's fault, and Run never touches the reference model.
+				t.Errorf("error %q blames the reference model", err)
 			}
 		})
 	}

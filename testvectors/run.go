@@ -1,8 +1,10 @@
 package testvectors
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
@@ -116,7 +118,7 @@ func runCase(file, id string, c Case, w io.Writer, newTarget func(string, map[st
 // for concurrent use.
 func PolicyFor(id string, params map[string]int64) (policy.Policy, error) {
 	if _, err := reference.New(id, params); err != nil {
-		return nil, err
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "reference: "))
 	}
 	window := time.Duration(params["windowMs"]) * time.Millisecond
 	switch id {

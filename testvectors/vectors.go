@@ -226,6 +226,12 @@ func parseCase(raw json.RawMessage) (Case, error) {
 	if rc.Params == nil {
 		return c, errors.New("missing \"params\"")
 	}
+	var params struct{ Params json.RawMessage }
+	if json.Unmarshal(raw, &params) == nil {
+		if k, ok := repeatedKey(params.Params); ok {
+			return c, fmt.Errorf("param %q given twice", k)
+		}
+	}
 	if rc.Steps == nil {
 		return c, errors.New("missing \"steps\"")
 	}
@@ -300,6 +306,9 @@ func knownFields(data []byte, names ...string) error {
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return nil // the caller's own decoding reported it
 	}
+	if k, ok := repeatedKey(data); ok {
+		return fmt.Errorf("field %q given twice", k)
+	}
 	var unknown []string
 	for k := range fields {
 		if !slices.Contains(names, k) {
@@ -315,6 +324,33 @@ func knownFields(data []byte, names ...string) error {
 		noun = "fields"
 	}
 	return fmt.Errorf("unknown %s %s (want %s)", noun, strings.Join(unknown, ", "), strings.Join(names, ", "))
+}
+
+// repeatedKey returns the first key that the JSON object data gives twice. encoding/json keeps the
+// last silently, so a file could mean other than what its reader sees ("expect": true, …,
+// "expect": false).
+func repeatedKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // parseInt accepts a JSON integer literal only: 1.0 and 1e3 are refused, since a vector's numbers
@@ -417,7 +453,8 @@ func (f *File) Check() error {
 		// The reference model's constructor is the single statement of which params each policy
 		// takes and their ranges.
 		if _, err := reference.New(id, c.Params); err != nil {
-			return fmt.Errorf("%s: %w", where, err)
+			// The file's fault, whichever of the two runs it: not the reference model's.
+			return fmt.Errorf("%s: %s", where, strings.TrimPrefix(err.Error(), "reference: "))
 		}
 		// The engine's clock never goes backwards for one key, and the reference model and the
 		// engine would answer a backward step differently, so such a case pins nothing.
