@@ -194,6 +194,41 @@ func TestExpectedKeysBeyondTheAddressSpace(t *testing.T) {
 	require.ErrorContains(t, err, "has left, 0 MiB of 1.4 GiB (ulimit -v)")
 }
 
+// TestExpectedKeysBeyondA32BitAddressSpace: on a 32-bit platform, tables that do not fit in the
+// 3 GiB a process can map there, beside what it has mapped and one heap arena, are refused at New,
+// whatever ulimit -v says: allocated, they ended the process ("out of memory", or "makeslice: len
+// out of range" for one shard's table past 4 GiB).
+func TestExpectedKeysBeyondA32BitAddressSpace(t *testing.T) {
+	t.Cleanup(func() { pointerSpace, mappedNow = pointerSpace32, addressSpaceInUse })
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	pointerSpace = func() uint64 { return 3 << 30 }
+	mappedNow = func() uint64 { return 1 << 30 }
+	l, err := New(sc, WithShards(256), WithMaxKeys(1<<27), WithExpectedKeys(1<<27))
+	require.True(t, l == nil, "New returned a limiter")
+	require.EqualError(t, err, "engine: WithExpectedKeys(134217728) needs 2.5 GiB of tables at New, more than a 32-bit process's address space has left, 2.0 GiB of 3.0 GiB")
+	l, err = New(sc, WithShards(256), WithExpectedKeys(1_000_000))
+	require.NoError(t, err, "20 MiB and the arena fit in 2 GiB")
+	require.NoError(t, l.Close())
+}
+
+// TestExpectedKeysOn32Bits: on a real 32-bit platform, New refuses tables past its address space
+// with an error, where allocating them ended the process.
+func TestExpectedKeysOn32Bits(t *testing.T) {
+	if strconv.IntSize != 32 {
+		t.Skip("a 64-bit process: TestExpectedKeysBeyondA32BitAddressSpace stands in one")
+	}
+	sc := policy.SlidingCounter{Limit: 5, Window: time.Second}
+	for _, opts := range [][]Option{
+		{WithMaxKeys(1 << 28), WithExpectedKeys(1 << 28)},
+		{WithShards(1), WithMaxKeys(150_000_000), WithExpectedKeys(150_000_000)},
+		{WithMaxKeys(MaxExpectedKeys), WithExpectedKeys(MaxExpectedKeys)},
+	} {
+		l, err := New(sc, opts...)
+		require.True(t, l == nil, "New returned a limiter")
+		require.ErrorContains(t, err, "more than a 32-bit process's address space has left")
+	}
+}
+
 // TestExpectedKeysBeyondTheControlGroup: tables above the process's control-group limit (a
 // container's) are refused at New, naming it, even on a machine with the memory for them.
 func TestExpectedKeysBeyondTheControlGroup(t *testing.T) {

@@ -23,6 +23,18 @@ var addressSpace = addressSpaceLimit
 // tell it. A variable for tests, as machineMemory.
 var mappedNow = addressSpaceInUse
 
+// pointerSpace returns the address space a process can map at most where pointers have 32 bits:
+// 3 GiB, what a 32-bit Linux kernel leaves to user space (a 32-bit process on a 64-bit kernel gets
+// 4). 0 where pointers have 64 bits. A variable for tests, as machineMemory.
+var pointerSpace = pointerSpace32
+
+func pointerSpace32() uint64 {
+	if ^uintptr(0)>>32 == 0 {
+		return 3 << 30
+	}
+	return 0
+}
+
 // arenaSlack is address space kept free beside new tables under ulimit -v: the Go runtime maps
 // its heap 64 MiB at a time, so tables that fill the limit to the byte would still fail.
 const arenaSlack = 64 << 20
@@ -50,7 +62,8 @@ func releaseTableMemory(need uint64) { presized.Add(^(need - 1)) }
 // beside held (what other open limiters' tables took so): more than the Go memory limit
 // (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address space has left (ulimit -v,
 // less what is mapped already, and 64 MiB for the runtime's next heap arena: past it the
-// allocation fails and the runtime ends the process), than its control group allows (a
+// allocation fails and the runtime ends the process; on a 32-bit platform, 3 GiB at most), than its
+// control group allows (a
 // container's memory limit, which the kernel enforces by killing the process), or than the
 // machine's memory. Without it such a New does not fail: the allocation ends the process, an error
 // no caller can handle. Tables that fit may still not leave room for the rest of the program;
@@ -63,6 +76,14 @@ func checkTableMemory(expected int, need, held uint64) error {
 	}
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && total > uint64(limit) {
 		return fmt.Errorf("%s, more than the Go memory limit, %s (GOMEMLIMIT)", needs, gib(uint64(limit)))
+	}
+	if mem := pointerSpace(); mem > 0 {
+		// Past it the allocation fails, or a table's length overflows, and the process ends.
+		used := mappedNow()
+		if used+need+arenaSlack > mem {
+			left := mem - min(used, mem)
+			return fmt.Errorf("%s, more than a 32-bit process's address space has left, %s of %s", needs, gib(left), gib(mem))
+		}
 	}
 	if mem := addressSpace(); mem > 0 {
 		// The limit binds everything mapped (the runtime's own gigabyte or so of reservations,

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
@@ -170,8 +172,10 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// MaxExpectedKeys is the largest n WithExpectedKeys accepts (2^32).
-const MaxExpectedKeys = 1 << 32
+// MaxExpectedKeys is the largest n WithExpectedKeys accepts: 2^32, or the largest int (2^31-1)
+// where an int has 32 bits, so that it can be passed to WithExpectedKeys on every platform. (The
+// strconv.IntSize/64 is 1 where an int has 64 bits, 0 where it has 32.)
+const MaxExpectedKeys = strconv.IntSize/64*(1<<32) + (1-strconv.IntSize/64)*math.MaxInt32
 
 // WithExpectedKeys sizes the limiter's tables for n keys when New runs (default 0: the tables
 // start empty and grow as keys come). A table grows by copying its shard's keys into a larger one
@@ -189,7 +193,8 @@ const MaxExpectedKeys = 1 << 32
 // reports an error otherwise, and also when the tables would need more than the Go memory limit
 // (GOMEMLIMIT, or debug.SetMemoryLimit) or, on Linux, more than the process's address space has
 // left (ulimit -v, less what the process has mapped already, a Go program's gigabyte or so of
-// reservations included, and 64 MiB for the runtime's next heap arena), its control group allows
+// reservations included, and 64 MiB for the runtime's next heap arena; on a 32-bit platform, on
+// any system, 3 GiB at most), its control group allows
 // (a container's memory limit, cgroup v1 or v2) or the machine's memory, naming the sizes: such
 // an allocation would end the process instead.
 // Those limits are checked against n's tables together with the tables of every open limiter made

@@ -54,16 +54,14 @@ type fileRule struct {
 
 // ruleSpec is one validated rule.
 type ruleSpec struct {
-	name    string
-	methods []string // upper case; nil: any
-	// getTakesHead: a GET in methods takes HEAD too, as no rule of the file lists HEAD itself
-	// (one that does decides HEAD where it matches, wherever it stands).
-	getTakesHead bool
-	prefixes     []string // nil: any
-	rates        []rate
-	policyID     string
-	key          string
-	where        string // "rules[2] (login)" for a rule of the -config file; "": the command line's
+	name      string
+	methods   []string // upper case; nil: any
+	listsHead bool     // HEAD is in methods: see firstMatch
+	prefixes  []string // nil: any
+	rates     []rate
+	policyID  string
+	key       string
+	where     string // "rules[2] (login)" for a rule of the -config file; "": the command line's
 }
 
 // configSpec is a validated configuration: the rules in order, the default rule last.
@@ -215,6 +213,10 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 			if err := checkCleanPath(p); err != nil {
 				return nil, fmt.Errorf("%s: paths: %v", where, err)
 			}
+			if w := withoutParams(p); w != p {
+				// Rules match the path with its ;parameters removed (see withoutParams).
+				return nil, fmt.Errorf("%s: paths: %q holds a ;parameter, which rules match without: write %q", where, p, w)
+			}
 			r.prefixes = append(r.prefixes, p)
 		}
 		if len(fr.Rates) == 0 {
@@ -244,12 +246,8 @@ func parseConfig(b []byte, def ruleSpec) (*configSpec, error) {
 		}
 		spec.rules = append(spec.rules, r)
 	}
-	headListed := false
-	for _, r := range spec.rules {
-		headListed = headListed || slices.Contains(r.methods, http.MethodHead)
-	}
 	for i := range spec.rules {
-		spec.rules[i].getTakesHead = !headListed
+		spec.rules[i].listsHead = slices.Contains(spec.rules[i].methods, http.MethodHead)
 	}
 	spec.rules = append(spec.rules, def)
 	if err := checkLimitNames(spec.rules); err != nil {
@@ -336,16 +334,38 @@ func shownName(name string) string {
 	return name
 }
 
-// matches reports whether r applies to a request with method and path.
-func (r *ruleSpec) matches(method, path string) bool {
+// firstMatch returns the index of the first of n rules (the i-th is rule(i)) that applies to a
+// request with method and path, or -1. HEAD falls under a rule for GET, whose handler most servers
+// run for it (Go's ServeMux, Express, Flask, Rails), unless a rule that lists HEAD itself matches
+// the path: that one decides it, wherever it stands. Where none does, a rule for GET must still
+// limit HEAD: a HEAD rule for /status took HEAD /admin out of a GET rule for /admin.
+func firstMatch(n int, rule func(i int) *ruleSpec, method, path string) int {
+	getTakesHead := true
+	if strings.EqualFold(method, http.MethodHead) {
+		for i := range n {
+			if r := rule(i); r.listsHead && r.matchesPath(path) {
+				getTakesHead = false
+				break
+			}
+		}
+	}
+	for i := range n {
+		if rule(i).matches(method, path, getTakesHead) {
+			return i
+		}
+	}
+	return -1
+}
+
+// matches reports whether r applies to a request with method and path; getTakesHead says whether
+// a GET in r's methods takes HEAD (see firstMatch).
+func (r *ruleSpec) matches(method, path string, getTakesHead bool) bool {
 	if r.methods != nil {
 		ok := false
 		for _, m := range r.methods {
 			// In any case: frameworks that upper-case the method (WSGI's REQUEST_METHOD) serve
-			// "post" as POST, so a rule for POST must limit it too. HEAD falls under GET, whose
-			// handler most servers run for it (Go's ServeMux, Express, Flask, Rails), unless the
-			// file gives HEAD rules of its own.
-			if strings.EqualFold(m, method) || r.getTakesHead && m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
+			// "post" as POST, so a rule for POST must limit it too.
+			if strings.EqualFold(m, method) || getTakesHead && m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
 				ok = true
 				break
 			}
@@ -354,6 +374,11 @@ func (r *ruleSpec) matches(method, path string) bool {
 			return false
 		}
 	}
+	return r.matchesPath(path)
+}
+
+// matchesPath reports whether one of r's prefixes, if it has any, begins path.
+func (r *ruleSpec) matchesPath(path string) bool {
 	if r.prefixes == nil {
 		return true
 	}

@@ -216,6 +216,11 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if !portInRange(up) {
 		return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", shown, up.Port())
 	}
+	if strings.HasSuffix(up.Host, ":") {
+		// Go reads "host:" as the scheme's default port; a port left out by mistake would send
+		// every request to port 80 or 443.
+		return def, nil, fmt.Errorf("-upstream %q: the port after ':' is empty; give one, or leave out the ':' for the scheme's default", shown)
+	}
 	if c.upstreamH2C && up.Scheme != "http" {
 		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", shown)
 	}
@@ -1657,11 +1662,9 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	for _, rule := range st.rules {
-		if rule.spec.matches(r.Method, r.URL.Path) {
-			rule.handler.ServeHTTP(w, r)
-			return
-		}
+	if i := firstMatch(len(st.rules), func(i int) *ruleSpec { return &st.rules[i].spec }, r.Method, withoutParams(r.URL.Path)); i >= 0 {
+		st.rules[i].handler.ServeHTTP(w, r)
+		return
 	}
 	http.Error(w, "no rule matches", http.StatusInternalServerError) // unreachable: the default rule matches all
 }
@@ -1694,6 +1697,25 @@ func cleanRequestPath(r *http.Request) (clean *http.Request, ok bool) {
 	return r2, true
 }
 
+// withoutParams returns p with each segment's ;parameters removed (/api;jsessionid=1/admin is
+// /api/admin), for matching rules: servlet containers (Tomcat, Jetty) drop them, and serve such a
+// path as the one without, which a rule for /api/admin must therefore limit. Exemptions are
+// matched on p as it is, so that a parameter can only add limits.
+func withoutParams(p string) string {
+	if !strings.Contains(p, ";") {
+		return p
+	}
+	var b strings.Builder
+	for i, seg := range strings.Split(p, "/") {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		seg, _, _ = strings.Cut(seg, ";")
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
 // checkCleanPath refuses a path prefix that a cleaned request path can never start with
 // (/admin//, /a/./b): requests are matched in their clean form (see cleanRequestPath).
 func checkCleanPath(p string) error {
@@ -1704,6 +1726,11 @@ func checkCleanPath(p string) error {
 	// match. (A %-escape in a prefix is literal text, matched against the decoded path.)
 	if strings.Contains(p, `\`) {
 		return fmt.Errorf("%q holds a backslash, which no request path the proxy forwards holds", p)
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		// Prefixes match the path alone: "/search?q=x" would match no request's query, only a
+		// path holding an encoded ? (%3F), which no one means by it.
+		return fmt.Errorf("%q holds %q: prefixes match the request's path, never its query or fragment", p, p[i])
 	}
 	return nil
 }
@@ -1800,7 +1827,8 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 					// the counter is how a deleted or renamed file gets noticed.
 					px.m.reloads.WithLabelValues("error").Inc()
 					px.logReload(func() {
-						px.log.Error("config file unreadable; keeping the last good configuration", "config", px.c.configPath, "error", err)
+						// The same line as a failed reload's, which is what an alert on the log matches.
+						px.log.Error("config reload failed; keeping the last good configuration", "config", px.c.configPath, "trigger", "file gone", "error", err)
 					})
 				}
 				last = nil

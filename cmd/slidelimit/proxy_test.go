@@ -366,6 +366,9 @@ func TestParseConfigErrors(t *testing.T) {
 		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: [/admin//]\n":                   `paths: "/admin//" is matched against clean paths, so write it as "/admin/"`,
 		"exempt:\n  paths: [/a/./b]\n":                                                      `exempt.paths: "/a/./b" is matched against clean paths, so write it as "/a/b"`,
 		"exempt:\n  paths: ['/a\\b']\n":                                                     `exempt.paths: "/a\\b" holds a backslash`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: ['/search?q=x']\n":              `paths: "/search?q=x" holds '?': prefixes match the request's path, never its query or fragment`,
+		"exempt:\n  paths: ['/a#b']\n":                                                      `exempt.paths: "/a#b" holds '#'`,
+		"rules:\n  - name: a\n    rates: [1/1s]\n    paths: ['/api;v=2/x']\n":               `paths: "/api;v=2/x" holds a ;parameter, which rules match without: write "/api/x"`,
 		"exempt:\n  cidrs: [10.0.0.0/33]\n":                                                 `exempt.cidrs: "10.0.0.0/33"`,
 		"exempt:\n  cidrs: [\"::ffff:10.0.0.0/95\"]\n":                                      `exempt.cidrs: httplimit: "::ffff:10.0.0.0/95": an IPv4-mapped IPv6 range must be /96 or longer`,
 	} {
@@ -380,13 +383,13 @@ func TestParseConfigErrors(t *testing.T) {
 	spec, err := parseConfig([]byte("rules:\n  - name: a\n    methods: [post]\n    paths: [/x]\n    rates: [1/1s]\n"), def)
 	require.NoError(t, err)
 	require.Len(t, spec.rules, 2)
-	assert.True(t, spec.rules[0].matches("POST", "/x/y"))
-	assert.True(t, spec.rules[0].matches("POST", "/xy"), "a plain string prefix, as the README says, not a whole segment")
-	assert.False(t, spec.rules[0].matches("GET", "/x/y"))
-	assert.True(t, spec.rules[0].matches("post", "/x/y"), "a method in any case, as servers that upper-case it see it")
-	assert.True(t, spec.rules[0].matches("Post", "/x/y"))
-	assert.False(t, spec.rules[0].matches("POST", "/y"))
-	assert.True(t, spec.rules[1].matches("GET", "/anything"), "the command line's rule matches everything")
+	assert.True(t, spec.rules[0].matches("POST", "/x/y", true))
+	assert.True(t, spec.rules[0].matches("POST", "/xy", true), "a plain string prefix, as the README says, not a whole segment")
+	assert.False(t, spec.rules[0].matches("GET", "/x/y", true))
+	assert.True(t, spec.rules[0].matches("post", "/x/y", true), "a method in any case, as servers that upper-case it see it")
+	assert.True(t, spec.rules[0].matches("Post", "/x/y", true))
+	assert.False(t, spec.rules[0].matches("POST", "/y", true))
+	assert.True(t, spec.rules[1].matches("GET", "/anything", true), "the command line's rule matches everything")
 }
 
 // A list item yaml would drop or cannot read as text, an empty methods or paths list (which would
@@ -483,6 +486,27 @@ func TestUpstreamPathAndQueryPrefixEachRequest(t *testing.T) {
 	assert.Equal(t, "upstream saw /base/?k=v", p.get(t, "/", nil).body)
 }
 
+// Servlet containers (Tomcat, Jetty) drop every segment's ;parameters, and serve /api;x/admin as
+// /api/admin: rules match the path without them, so a parameter cannot take a request out of its
+// rule (before, /api;x/admin and /private;x/a fell to the command line's looser limit). The
+// upstream still gets the path as sent.
+func TestRulesMatchWithoutPathParameters(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("rules:\n  - {name: adm, paths: [/api/admin], rates: [1/1m]}\n  - {name: dir, paths: [/private/], rates: [1/1m]}\n"), 0o644))
+	p := startInProcess(t, w0, "-limit", "100", "-config", cfg)
+	assert.Equal(t, resp{status: 200, body: "upstream saw /api;x/admin", policy: `"adm";q=1;w=60`, rateLimit: `"adm";r=0;t=60`}, p.get(t, "/api;x/admin", nil))
+	for _, path := range []string{"/api/admin", "/api;jsessionid=1/admin;y", "/api%3Bx/admin"} {
+		r := p.get(t, path, nil)
+		assert.Equal(t, 429, r.status, path)
+		assert.Equal(t, `"adm";q=1;w=60`, r.policy, path)
+	}
+	assert.Equal(t, 200, p.get(t, "/private;x/a", nil).status)
+	r := p.get(t, "/private/a", nil)
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, `"dir";q=1;w=60`, r.policy)
+	assert.Equal(t, `"default";q=100;w=60`, p.get(t, "/api;x/other", nil).policy)
+}
+
 // Exempt prefixes, rules and -key path see the path as http.ServeMux cleans it, and the upstream
 // is sent that path: dot segments and doubled slashes neither reach a limited path through an
 // exempt prefix nor step around a rule or a per-path key.
@@ -522,6 +546,7 @@ func TestPathsAreMatchedCleanAndForwardedClean(t *testing.T) {
 	for _, path := range []string{"/api;v=1", "/file.;x", "/a..;b"} { // ;parameters of other segments pass
 		assert.NotEqual(t, 400, p.get(t, path, nil).status, path)
 	}
+
 	// Under -problem-json these 400s are problems, as the proxy's other errors are.
 	prob := startInProcess(t, w0, "-problem-json")
 	for _, path := range []string{"/a%2F..%2Fb", `/a\b`} {
@@ -697,17 +722,28 @@ func TestRetiredCountsAddEveryCounter(t *testing.T) {
 // downloads by GET must limit HEAD too. A rule for POST does not take HEAD.
 func TestRuleForGETTakesHEAD(t *testing.T) {
 	def := ruleSpec{name: "default", rates: []rate{{100, time.Minute}}, policyID: "sliding-counter", key: "ip"}
+	pick := func(spec *configSpec, method, path string) string {
+		i := firstMatch(len(spec.rules), func(i int) *ruleSpec { return &spec.rules[i] }, method, path)
+		return spec.rules[i].name
+	}
 	spec, err := parseConfig([]byte("rules:\n  - {name: dl, methods: [get], paths: [/download], rates: [1/1m]}\n  - {name: up, methods: [POST], rates: [1/1m]}\n"), def)
 	require.NoError(t, err)
-	assert.True(t, spec.rules[0].matches("HEAD", "/download/big"))
-	assert.True(t, spec.rules[0].matches("head", "/download/big"))
-	assert.False(t, spec.rules[1].matches("HEAD", "/x"))
-	assert.False(t, spec.rules[0].matches("POST", "/download/big"))
-	// A file that lists HEAD itself decides HEAD by those rules only, wherever they stand.
+	assert.Equal(t, "dl", pick(spec, "HEAD", "/download/big"))
+	assert.Equal(t, "dl", pick(spec, "head", "/download/big"))
+	assert.Equal(t, "default", pick(spec, "HEAD", "/x"), "a rule for POST does not take HEAD")
+	assert.Equal(t, "up", pick(spec, "POST", "/download/big"))
+	// A rule that lists HEAD itself decides HEAD where it matches, wherever it stands.
 	spec, err = parseConfig([]byte("rules:\n  - {name: pages, methods: [GET], rates: [100/1m]}\n  - {name: probes, methods: [HEAD], rates: [1/1m]}\n"), def)
 	require.NoError(t, err)
-	assert.False(t, spec.rules[0].matches("HEAD", "/"))
-	assert.True(t, spec.rules[1].matches("HEAD", "/"))
+	assert.Equal(t, "probes", pick(spec, "HEAD", "/"))
+	assert.Equal(t, "pages", pick(spec, "GET", "/"))
+	// Where it does not match, a rule for GET still takes HEAD: a HEAD rule for /status took HEAD
+	// /admin out of the GET rule for /admin, to the command line's looser limits.
+	spec, err = parseConfig([]byte("rules:\n  - {name: admin, methods: [GET], paths: [/admin], rates: [1/1m]}\n  - {name: probe, methods: [HEAD], paths: [/status], rates: [100/1m]}\n"), def)
+	require.NoError(t, err)
+	assert.Equal(t, "admin", pick(spec, "HEAD", "/admin"))
+	assert.Equal(t, "probe", pick(spec, "HEAD", "/status"))
+	assert.Equal(t, "default", pick(spec, "GET", "/status"))
 }
 
 // A rule name that would break the one-line error (a newline, a terminal escape) is shown quoted.
