@@ -327,6 +327,19 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 	}()
 	logger.Printf("listening on %s, domains %s, deciding %s; %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe, transport)
+	go func() {
+		// Said when the shutdown begins, not once it is over: calls in flight may take up to
+		// -shutdown-timeout, and a log that said nothing meanwhile looked hung.
+		select {
+		case <-ctx.Done():
+			select {
+			case <-returned:
+			default:
+				logger.Printf("shutting down: calls in flight have up to %v to finish", c.shutdown)
+			}
+		case <-returned:
+		}
+	}()
 
 	serveErr := make(chan error, 1)
 	go func() {
@@ -342,9 +355,6 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		runErr = err
 		if ctx.Err() == nil && err != nil {
 			runErr = fmt.Errorf("serving: %w", err)
-		}
-		if ctx.Err() != nil {
-			logger.Printf("shutting down: calls in flight had up to %v to finish", c.shutdown)
 		}
 	}
 	stop()

@@ -554,6 +554,9 @@ func TestRLSSecondSignalCutsOff(t *testing.T) {
 		t.Fatalf("rls exited with a call in flight before its -shutdown-timeout:\n%s", p.stderr())
 	case <-time.After(200 * time.Millisecond):
 	}
+	// Said when the shutdown begins, while the call still runs: a log that said nothing until the
+	// calls were done looked hung.
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down: calls in flight have up to 1m0s to finish") })
 	// Well before -shutdown-timeout ends, which the failsafe is half of.
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
