@@ -415,28 +415,35 @@ func redactUserinfo(rawURL string) string {
 	return s
 }
 
-// redactErr returns err's message with every form of rawURL's password replaced, as a new error:
-// the original is not wrapped, since unwrapping it would give the password back.
-//
-// A password is replaced where it stands as a word of its own, not inside a longer one, and not
-// where it lies within the fixed text that starts the messages (see ownText): a password "o" or
-// "redis" replaced everywhere turned "redisstore: Redis URL" into "rxxxxxdisstxxxxxre" or
-// "xxxxx: Redis URL", which gave the password away. A parser quotes a piece of the URL whole, cut
-// at its delimiters, so a password or a piece of one that it quotes stands as a word.
-func redactErr(err error, rawURL string) error {
+// redactErr returns err's message as RedactText writes it, as a new error: the original is not
+// wrapped, since unwrapping it would give the password back.
+func redactErr(err error, rawURL string) error { return errors.New(RedactText(err.Error(), rawURL)) }
+
+// RedactText returns s, a message that may quote rawURL or pieces of it, with every copy of rawURL
+// written as RedactURL writes it and every form of its password hidden, for errors and logs. A
+// password is replaced where it stands as a word of its own, not inside a longer one, and not
+// within the fixed text that starts redisstore's and go-redis's messages or within the redacted
+// URL: a password "o" or "redis" replaced everywhere turned "redisstore: Redis URL" into
+// "rxxxxxdisstxxxxxre" or "xxxxx: Redis URL", which gave it away. A parser quotes a piece of a
+// URL whole, cut at its delimiters, so a password or a piece of one that it quotes stands as a
+// word. A pure function, safe for concurrent use.
+func RedactText(s, rawURL string) string {
+	if rawURL == "" {
+		return s
+	}
 	red := RedactURL(rawURL)
-	msg := strings.ReplaceAll(err.Error(), rawURL, red)
+	s = strings.ReplaceAll(s, rawURL, red)
 	own := append(ownText[:len(ownText):len(ownText)], red) // the URL as RedactURL prints it holds no secret
 	for _, p := range passwords(rawURL) {
-		msg = replaceWord(msg, p, own)
+		s = replaceWord(s, p, own)
 		// A parser may quote a piece of a password that holds a delimiter.
 		for _, f := range strings.FieldsFunc(p, isURLDelim) {
 			if len(f) >= 4 {
-				msg = replaceWord(msg, f, own)
+				s = replaceWord(s, f, own)
 			}
 		}
 	}
-	return errors.New(msg)
+	return s
 }
 
 // ownText is fixed text of redisstore's and go-redis's messages: what lies within it did not come

@@ -263,6 +263,22 @@ func TestNewClientRefusesBadPortsAndDatabases(t *testing.T) {
 	}
 }
 
+// RedactText hides a URL's password in any message that quotes it, whole or in part, and nothing
+// else, however short the password.
+func TestRedactText(t *testing.T) {
+	for _, c := range []struct{ msg, raw, want string }{
+		{`Get "http://u:o@h/": dial tcp: connect: connection refused`, "http://u:o@h/", `Get "http://u:xxxxx@h/": dial tcp: connect: connection refused`},
+		{`password "o" refused; port "99999"`, "redis://:o@h:99999", `password "xxxxx" refused; port "99999"`},
+		{`WRONGPASS for s3cret-pw`, "redis://:s3cret-pw@h", `WRONGPASS for xxxxx`},
+		{`redis: no host in "redis://:redis@"`, "redis://:redis@", `redis: no host in "redis://:xxxxx@"`},
+		{"nothing to hide", "", "nothing to hide"},
+	} {
+		if got := RedactText(c.msg, c.raw); got != c.want {
+			t.Errorf("RedactText(%q, %q) = %q, want %q", c.msg, c.raw, got, c.want)
+		}
+	}
+}
+
 func TestNewClientRefusesBadPoolSizes(t *testing.T) {
 	for _, u := range []string{
 		"redis://127.0.0.1:1?pool_size=-1",

@@ -123,7 +123,24 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	}
 	runtime.KeepAlive(ref)
 	runtime.KeepAlive(zipf)
+	return writeReport(stdout, func(stdout io.Writer) {
+		report(stdout, c, res, refRes, rounds)
+	})
+}
 
+// writeReport writes a report through write and returns the first error a write to w returned:
+// a report that was not written is a failure (exit 1), as the other commands' output is.
+func writeReport(w io.Writer, write func(io.Writer)) error {
+	fw := &firstErr{w: w}
+	write(fw)
+	if fw.err != nil {
+		return fmt.Errorf("writing the report: %w", fw.err)
+	}
+	return nil
+}
+
+// report writes bench's results, and the reference's when it was measured.
+func report(stdout io.Writer, c benchConfig, res, refRes benchResult, rounds int) {
 	fmt.Fprintf(stdout, "slidelimit bench: %s, limit %d per %v, %s keys (%s), %d goroutines on %d cores, %v\n\n",
 		c.policyID, c.limit, c.window, group(int64(c.keys)), c.dist, c.workers, runtime.NumCPU(), c.duration)
 	row := func(label, value, note string) {
@@ -144,7 +161,7 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 			"  its current window or the one before) is evicted, which changes no decision.\n", group(int64(c.keys)))
 	}
 	if !c.reference {
-		return nil
+		return
 	}
 
 	fmt.Fprintf(stdout, "\nreference, measured just now on the same keys and goroutines: a map of sliding-window counters\n"+
@@ -162,7 +179,6 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, ", at %.2f× its bytes per key", res.bytesPerKey()/refRes.bytesPerKey())
 	}
 	fmt.Fprintln(stdout)
-	return nil
 }
 
 // maxWorkers bounds -workers: each goroutine keeps its own counters, and far more goroutines than
@@ -203,7 +219,12 @@ func (r benchResult) print(row func(label, value, note string), workers, offered
 			// A window shorter than the warm-up lets the sweeper evict its first keys before it ends.
 			note = fmt.Sprintf("heap growth after GC / the %s keys tracked then, of %s offered", group(int64(r.heapKeys)), group(int64(offered)))
 		}
-		row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), note)
+		if r.heap == 0 {
+			// With few keys the rest of the heap's noise can hide their share: 0.0 would be false.
+			row("bytes per key", "-", "heap growth after GC too small to measure with this few keys")
+		} else {
+			row("bytes per key", fmt.Sprintf("%.1f", r.bytesPerKey()), note)
+		}
 	}
 }
 

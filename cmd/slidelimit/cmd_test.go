@@ -147,6 +147,19 @@ func TestLoadURL(t *testing.T) {
 	assert.Positive(t, up.hits.Load())
 }
 
+// A failed request's error names -url with its password hidden, as the report's heading does, and
+// hides nothing else: a short password garbled the message ("cxxxxxnnect: cxxxxxnnectixxxxxn").
+func TestLoadErrorHidesThePassword(t *testing.T) {
+	for _, pw := range []string{"s3cret-pw", "o"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"load", "-url", "http://u:" + pw + "@127.0.0.1:1/", "-duration", "200ms", "-concurrency", "1"}, &stdout, &stderr)
+		assert.Equal(t, exitFail, code)
+		assert.Contains(t, stderr.String(), "slidelimit load: load http://u:xxxxx@127.0.0.1:1/: ", pw)
+		assert.Contains(t, stderr.String(), "connect: connection refused", pw)
+		assert.NotContains(t, stderr.String(), ":"+pw+"@", pw)
+	}
+}
+
 // A redirect is the answer load measures: its status is reported, and the URL it points at is
 // not asked (which made two round trips count as one request, reported as the other's status).
 func TestLoadDoesNotFollowRedirects(t *testing.T) {
@@ -243,6 +256,24 @@ func TestBenchDurationAndBytesNote(t *testing.T) {
 	rows = nil
 	benchResult{ops: 10, elapsed: time.Second, heap: 1000, heapKeys: 50}.print(row, 1, 50)
 	assert.Contains(t, rows, "bytes per key|20.0|heap growth after GC / keys, every key tracked")
+	// A heap that did not grow says so: with few keys the noise can hide their share, and 0.0
+	// bytes per key was printed as a figure.
+	rows = nil
+	benchResult{ops: 10, elapsed: time.Second, heap: 0, heapKeys: 100}.print(row, 1, 100)
+	assert.Contains(t, rows, "bytes per key|-|heap growth after GC too small to measure with this few keys")
+}
+
+// A bool flag given its value after a space stops the flags there: the error says how to write it.
+func TestBoolFlagValueAfterASpace(t *testing.T) {
+	for _, args := range [][]string{{"-reference", "false"}, {"proxy", "-upstream", "http://127.0.0.1:1", "-shadow", "true"}} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, exitUsage, run(args, &stdout, &stderr), "%v", args)
+		flag, value := args[len(args)-2], args[len(args)-1]
+		assert.Contains(t, stderr.String(), fmt.Sprintf("unexpected argument %q: a bool flag takes its value after '=', like %s=%s\n", value, flag, value), "%v", args)
+	}
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitUsage, run([]string{"-keys", "10", "extra"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "unexpected argument \"extra\"\n")
 }
 
 func TestClientAddr(t *testing.T) {

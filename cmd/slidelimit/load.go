@@ -56,7 +56,7 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		if !portInRange(u) {
 			return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, u.Port())
 		}
-		r, err := loadRun(c, c.url)
+		r, err := loadRun(c, c.url, shown)
 		if err != nil {
 			return err
 		}
@@ -119,13 +119,15 @@ func loadCompare(c loadConfig, stdout, stderr io.Writer) error {
 		// At least 100ms, whatever -duration: a first request pays for its connection.
 		warmCfg := c
 		warmCfg.duration = max(min(c.duration/4, 500*time.Millisecond), 100*time.Millisecond)
-		if _, err := loadRun(warmCfg, "http://"+srv.addr+"/"); err != nil {
+		u := "http://" + srv.addr + "/"
+		if _, err := loadRun(warmCfg, u, u); err != nil {
 			return fmt.Errorf("warming up (%s, for %v): %w", t.label, warmCfg.duration, err)
 		}
 	}
 	for round := range c.rounds {
 		for i, t := range targets {
-			r, err := loadRun(c, "http://"+t.cfg.listen+"/")
+			u := "http://" + t.cfg.listen + "/"
+			r, err := loadRun(c, u, u)
 			if err != nil {
 				return err
 			}
@@ -173,8 +175,9 @@ type loadResult struct {
 	cpuPerReq time.Duration
 }
 
-// loadRun sends GET requests to url from c.concurrency goroutines for c.duration.
-func loadRun(c loadConfig, url string) (loadResult, error) {
+// loadRun sends GET requests to url from c.concurrency goroutines for c.duration. Errors name the
+// URL as shown (its password hidden).
+func loadRun(c loadConfig, url, shown string) (loadResult, error) {
 	tr := &http.Transport{
 		MaxIdleConns: c.concurrency, MaxIdleConnsPerHost: c.concurrency, DisableCompression: true,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -239,7 +242,7 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 	var cut error
 	for _, w := range ws {
 		if w.err != nil {
-			return r, fmt.Errorf("load %s: %w", url, w.err)
+			return r, fmt.Errorf("load %s: %s", shown, redactErr(w.err, url))
 		}
 		all = append(all, w.lat...)
 		for k, v := range w.codes {
@@ -249,9 +252,9 @@ func loadRun(c loadConfig, url string) (loadResult, error) {
 	}
 	if len(all) == 0 {
 		if cut != nil {
-			return r, fmt.Errorf("load %s: no request completed within %v (%w)", url, c.duration, cut)
+			return r, fmt.Errorf("load %s: no request completed within %v (%s)", shown, c.duration, redactErr(cut, url))
 		}
-		return r, fmt.Errorf("load %s: no request completed within %v", url, c.duration)
+		return r, fmt.Errorf("load %s: no request completed within %v", shown, c.duration)
 	}
 	r.total = len(all)
 	r.rps = float64(r.total) / elapsed.Seconds()

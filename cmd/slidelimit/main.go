@@ -225,6 +225,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageErr(fs, "%s", msg)
 	}
 	if fs.NArg() > 0 {
+		// "-reference false" stops the flags at "false": a bool flag's value follows an '='.
+		if i := len(args) - fs.NArg() - 1; i >= 0 {
+			if _, err := strconv.ParseBool(fs.Arg(0)); err == nil {
+				if f := fs.Lookup(strings.TrimLeft(args[i], "-")); f != nil && strings.HasPrefix(args[i], "-") {
+					if g, ok := f.Value.(flag.Getter); ok {
+						if _, isBool := g.Get().(bool); isBool {
+							return usageErr(fs, "unexpected argument %q: a bool flag takes its value after '=', like %s=%s", fs.Arg(0), args[i], fs.Arg(0))
+						}
+					}
+				}
+			}
+		}
 		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	return nil

@@ -1960,19 +1960,9 @@ func redactURL(s string) string { return redisstore.RedactURL(s) }
 // redactErr writes err with every copy of the raw URL, and of its password, hidden.
 func redactErr(err error, raw string) string { return redactText(err.Error(), raw) }
 
-// redactText is s with every copy of the raw Redis URL, and of its password, hidden.
-func redactText(s, raw string) string {
-	if raw == "" {
-		return s
-	}
-	s = strings.ReplaceAll(s, raw, redactURL(raw))
-	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
-		}
-	}
-	return s
-}
+// redactText is s with every copy of the raw URL, and of its password where it stands as a word,
+// hidden (see redisstore.RedactText).
+func redactText(s, raw string) string { return redisstore.RedactText(s, raw) }
 
 func newLogger(c *proxyConfig, w io.Writer) *slog.Logger {
 	if c.logFormat == "json" {

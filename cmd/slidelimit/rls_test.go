@@ -556,7 +556,9 @@ func TestRLSSecondSignalCutsOff(t *testing.T) {
 	}
 	// Said when the shutdown begins, while the call still runs: a log that said nothing until the
 	// calls were done looked hung.
-	waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down: calls in flight have up to 1m0s to finish") })
+	waitFor(t, func() bool {
+		return strings.Contains(p.stderr(), "shutting down: calls in flight have up to 1m0s to finish")
+	})
 	// Well before -shutdown-timeout ends, which the failsafe is half of.
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
