@@ -480,7 +480,20 @@ func keyFunc(key string, ip *httplimit.ClientIP) func(*http.Request) string {
 	case key == "conn":
 		return httplimit.KeyByConn
 	case key == "path":
-		return httplimit.KeyByPathAndIP(ip.Key)
+		byPath := httplimit.KeyByPathAndIP(ip.Key)
+		return func(r *http.Request) string {
+			if !strings.Contains(r.URL.Path, ";") {
+				return byPath(r)
+			}
+			// Keyed without its ;parameters, as rules match it (see withoutParams): a client
+			// varying them (/a;x=1, /a;x=2) would otherwise get a fresh allowance each time
+			// for what a servlet container serves as one path.
+			u := *r.URL
+			u.Path = withoutParams(u.Path)
+			r2 := *r
+			r2.URL = &u
+			return byPath(&r2)
+		}
 	case strings.HasPrefix(key, "header:"):
 		return httplimit.KeyByHeader(strings.TrimPrefix(key, "header:"), ip.Key)
 	}

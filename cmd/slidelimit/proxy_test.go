@@ -505,6 +505,12 @@ func TestRulesMatchWithoutPathParameters(t *testing.T) {
 	assert.Equal(t, 429, r.status)
 	assert.Equal(t, `"dir";q=1;w=60`, r.policy)
 	assert.Equal(t, `"default";q=100;w=60`, p.get(t, "/api;x/other", nil).policy)
+	// -key path keys the path without them too: varying them gave a fresh allowance each time.
+	byPath := startInProcess(t, w0, "-limit", "1", "-key", "path")
+	assert.Equal(t, 200, byPath.get(t, "/a;x=1", nil).status)
+	assert.Equal(t, 429, byPath.get(t, "/a;x=2", nil).status)
+	assert.Equal(t, 429, byPath.get(t, "/a", nil).status)
+	assert.Equal(t, 200, byPath.get(t, "/b", nil).status)
 }
 
 // Exempt prefixes, rules and -key path see the path as http.ServeMux cleans it, and the upstream
