@@ -56,7 +56,7 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		{"nil clock", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithClock(nil)}, "WithClock(nil)"},
 		{"sweep interval", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithSweepInterval(0)}, "WithSweepInterval(0s)"},
 		{"at cap", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithAtCap(9)}, "WithAtCap(9)"},
-		{"expected keys negative", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithExpectedKeys(-1)}, "WithExpectedKeys(-1): must be in [0, 4294967296]"},
+		{"expected keys negative", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithExpectedKeys(-1)}, fmt.Sprintf("WithExpectedKeys(-1): must be in [0, %d]", uint64(MaxExpectedKeys))},
 		{"expected keys above the cap", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithMaxKeys(1000), WithExpectedKeys(1001)}, "WithExpectedKeys(1001) is above the key cap, 1000"},
 		{"expected keys above the default cap", policy.SlidingCounter{Limit: 1, Window: time.Second}, []Option{WithExpectedKeys(DefaultMaxKeys + 1)}, "is above the key cap, 67108864"},
 	} {
