@@ -55,7 +55,10 @@ const DiscoveryTimeout = 2 * time.Second
 // reload, and its periodic one comes every 60 seconds.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
-// URL as RedactURL prints it. A password must be percent-encoded where it holds '#', '?', '/' or
+// URL as RedactURL prints it, and any other piece of it with the password hidden where it stands
+// as a word there; their own text is never altered, so a password that is one of its words cannot
+// be told by a gap. (A user name or host that equals the password is printed as it is: it is not
+// the password's text.) A password must be percent-encoded where it holds '#', '?', '/' or
 // '@': one that ends the URL's authority early, so that part of it would be read as the host (and
 // quoted by every later error), is refused as malformed. The caller closes the client. NewClient is safe for concurrent use.
 func NewClient(rawURL string) (c redis.UniversalClient, err error) {
@@ -63,12 +66,15 @@ func NewClient(rawURL string) (c redis.UniversalClient, err error) {
 		// go-redis panics on some options it parses without checking (checkPool refuses the
 		// ones known); a bad URL must be an error, not a crash.
 		if r := recover(); r != nil {
-			c, err = nil, redactErr(fmt.Errorf("redisstore: Redis URL %q: the go-redis client refused its options: %v", RedactURL(rawURL), r), rawURL)
+			c, err = nil, fmt.Errorf("redisstore: Redis URL %q: the go-redis client refused its options: %s", RedactURL(rawURL), scrub(fmt.Sprint(r), rawURL))
 		}
 	}()
+	// The errors are written with every piece of rawURL they quote scrubbed (see scrub), and
+	// never scrubbed whole: their own text stays readable, and a password that is one of its words
+	// cannot be told by where it was hidden.
 	c, err = clientFor(rawURL)
 	if err != nil {
-		return nil, redactErr(err, rawURL)
+		return nil, err
 	}
 	return c, nil
 }
@@ -114,16 +120,20 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("redisstore: Redis URL %q: port %q is not in [1, 65535]", RedactURL(rawURL), p)
+			return nil, fmt.Errorf("redisstore: Redis URL %q: port %q is not in [1, 65535]", RedactURL(rawURL), scrub(p, rawURL))
 		}
 	}
 	if db := strings.Trim(u.Path, "/"); scheme != "unix" && strings.HasPrefix(db, "-") {
 		// go-redis reads a negative database as 0, so the URL's own number would be ignored.
-		return nil, fmt.Errorf("redisstore: Redis URL %q: database %q is negative", RedactURL(rawURL), db)
+		return nil, fmt.Errorf("redisstore: Redis URL %q: database %q is negative", RedactURL(rawURL), scrub(db, rawURL))
 	}
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+		// go-redis's messages end with the piece of the URL they are about ("redis: invalid
+		// database number: "abc""): only that piece is scrubbed.
+		msg := err.Error()
+		i := strings.LastIndex(msg, ": ") + 1
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %s%s", RedactURL(rawURL), msg[:i], scrub(msg[i:], rawURL))
 	}
 	if o.DB < 0 {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: database %d is negative", RedactURL(rawURL), o.DB)
@@ -133,11 +143,12 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		d    time.Duration
 	}{{"dial_timeout", o.DialTimeout}, {"pool_timeout", o.PoolTimeout}} {
 		if t.d < 0 {
-			return nil, fmt.Errorf("redisstore: Redis URL %q: %s = %q: must be positive (go-redis reads 0 or less as no timeout, and then fails at once)", RedactURL(rawURL), t.name, q.Get(t.name))
+			v := q[t.name][len(q[t.name])-1] // the last, which go-redis reads
+			return nil, fmt.Errorf("redisstore: Redis URL %q: %s = %q: must be positive (go-redis reads 0 or less as no timeout, and then fails at once)", RedactURL(rawURL), t.name, scrub(v, rawURL))
 		}
 	}
 	if err := checkOptions(o); err != nil {
-		return nil, fmt.Errorf("redisstore: Redis URL %q: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %s", RedactURL(rawURL), scrub(err.Error(), rawURL))
 	}
 	o.ContextTimeoutEnabled = true
 	if o.DialerRetries == 0 {
@@ -157,7 +168,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		return redis.NewClient(o), nil
 	}
 	if o.DB != 0 {
-		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, o.Addr)
+		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, scrub(o.Addr, rawURL))
 	}
 	// Every option the URL set: it named one node, and the client is for that node's cluster.
 	return redis.NewClusterClient(&redis.ClusterOptions{
@@ -290,9 +301,9 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	rest, rawQuery, _ := strings.Cut(rest, "?")
 	// A '@' past the first '?' may end a password that holds that '?' unescaped: then what is read
 	// below as hosts, ports and a database may be pieces of the password, and an error about them
-	// says only that the URL is malformed.
-	badPart := func(why string) error {
-		if strings.Contains(rawQuery, "@") || mentionsSecret(why, rawURL) {
+	// says only that the URL is malformed. piece is the part of the URL that why is about.
+	badPart := func(why, piece string) error {
+		if strings.Contains(rawQuery, "@") || mentionsSecret(piece, rawURL) {
 			return fmt.Errorf("redisstore: sentinel URL %q is malformed: percent-encode a password's '#', '?', '/' and '@' (%%23, %%3F, %%2F, %%40)", RedactURL(rawURL))
 		}
 		return bad(why)
@@ -318,21 +329,21 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	for h := range strings.SplitSeq(hosts, ",") {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || host == "" {
-			return nil, badPart(fmt.Sprintf("sentinel address %q is not host:port", h))
+			return nil, badPart(fmt.Sprintf("sentinel address %q is not host:port", scrub(h, rawURL)), h)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, badPart(fmt.Sprintf("sentinel port %q is not in [1, 65535]", port))
+			return nil, badPart(fmt.Sprintf("sentinel port %q is not in [1, 65535]", scrub(port, rawURL)), port)
 		}
 		o.SentinelAddrs = append(o.SentinelAddrs, h)
 	}
 	master, db, _ := strings.Cut(path, "/")
 	var err error
 	if o.MasterName, err = url.PathUnescape(master); err != nil || o.MasterName == "" {
-		return nil, badPart("no master name")
+		return nil, badPart("no master name", master)
 	}
 	if db != "" {
 		if o.DB, err = strconv.Atoi(db); err != nil || o.DB < 0 {
-			return nil, badPart(fmt.Sprintf("database %q is not a number", db))
+			return nil, badPart(fmt.Sprintf("database %q is not a number", scrub(db, rawURL)), db)
 		}
 	}
 	q, err := url.ParseQuery(rawQuery)
@@ -348,17 +359,17 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 			o.SentinelPassword = val
 		case "db":
 			if o.DB, err = strconv.Atoi(val); err != nil || o.DB < 0 {
-				return nil, bad(fmt.Sprintf("db = %q is not a number", val))
+				return nil, bad(fmt.Sprintf("db = %q is not a number", scrub(val, rawURL)))
 			}
 		case "dial_timeout", "read_timeout", "write_timeout", "pool_timeout":
 			d, err := time.ParseDuration(val)
 			if err != nil {
-				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, val))
+				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, scrub(val, rawURL)))
 			}
 			if d < 0 {
 				// go-redis sets no socket deadline at all for most negative timeouts, the
 				// context's included, so a call could outlast its deadline.
-				return nil, bad(fmt.Sprintf("%s = %q is negative", k, val))
+				return nil, bad(fmt.Sprintf("%s = %q is negative", k, scrub(val, rawURL)))
 			}
 			switch k {
 			case "dial_timeout":
@@ -372,10 +383,10 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 			}
 		case "pool_size":
 			if o.PoolSize, err = strconv.Atoi(val); err != nil || o.PoolSize < 1 || o.PoolSize > math.MaxInt32 {
-				return nil, bad(fmt.Sprintf("pool_size = %q is not a number in [1, %d]", val, math.MaxInt32))
+				return nil, bad(fmt.Sprintf("pool_size = %q is not a number in [1, %d]", scrub(val, rawURL), math.MaxInt32))
 			}
 		default:
-			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", k))
+			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", scrub(k, rawURL)))
 		}
 	}
 	return redis.NewFailoverClient(o), nil
@@ -415,9 +426,20 @@ func redactUserinfo(rawURL string) string {
 	return s
 }
 
-// redactErr returns err's message as RedactText writes it, as a new error: the original is not
-// wrapped, since unwrapping it would give the password back.
-func redactErr(err error, rawURL string) error { return errors.New(RedactText(err.Error(), rawURL)) }
+// scrub returns piece, a part of rawURL or a message quoting one that an error is about to quote,
+// with every form of rawURL's password, and each piece of four bytes or more of one that holds a
+// delimiter, replaced where it stands as a word (see replaceWord).
+func scrub(piece, rawURL string) string {
+	for _, p := range passwords(rawURL) {
+		piece = replaceWord(piece, p, nil)
+		for _, f := range strings.FieldsFunc(p, isURLDelim) {
+			if len(f) >= 4 {
+				piece = replaceWord(piece, f, nil)
+			}
+		}
+	}
+	return piece
+}
 
 // RedactText returns s, a message that may quote rawURL or pieces of it, with every copy of rawURL
 // written as RedactURL writes it and every form of its password hidden, for errors and logs. A
@@ -426,7 +448,9 @@ func redactErr(err error, rawURL string) error { return errors.New(RedactText(er
 // URL: a password "o" or "redis" replaced everywhere turned "redisstore: Redis URL" into
 // "rxxxxxdisstxxxxxre" or "xxxxx: Redis URL", which gave it away. A parser quotes a piece of a
 // URL whole, cut at its delimiters, so a password or a piece of one that it quotes stands as a
-// word. A pure function, safe for concurrent use.
+// word. RedactText cannot tell a message's own words from what it quotes: a password that is
+// also one of those words ("password", "invalid") is hidden there too, where a reader may guess
+// it. A pure function, safe for concurrent use.
 func RedactText(s, rawURL string) string {
 	if rawURL == "" {
 		return s

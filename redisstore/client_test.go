@@ -96,8 +96,10 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 	// A short password, or one that is a word of the message, is hidden where the URL holds it
 	// and nowhere else: the message reads as it would with a long password. Replaced everywhere,
 	// "o" made "redisstxxxxxre: … pxxxxxrt", and "redis" made "xxxxx: invalid database number".
-	for _, short := range []string{"o", "e", "p", "9", "x", "Redis", "redis"} {
-		for _, shape := range []string{"redis://:%s@h:99999", "redis://:%s@h/abc", "redis://u:%s@h:6379?bogus_option=1", "redis-sentinel://u:%s@h:notaport/m"} {
+	// Nor is one that is a word of the message's own text: only the pieces of the URL that a message
+	// quotes are scrubbed ("go-redis reads 0" became "go-xxxxx reads 0").
+	for _, short := range []string{"o", "e", "p", "9", "x", "Redis", "redis", "go", "port", "invalid", "database", "timeout", "must"} {
+		for _, shape := range []string{"redis://:%s@h:99999", "redis://:%s@h/abc", "redis://u:%s@h:6379?bogus_option=1", "redis-sentinel://u:%s@h:99999/m", "redis://:%s@h?dial_timeout=3&dial_timeout=0"} {
 			_, long := NewClient(fmt.Sprintf(shape, pw))
 			_, err := NewClient(fmt.Sprintf(shape, short))
 			if long == nil || err == nil || err.Error() != long.Error() {
