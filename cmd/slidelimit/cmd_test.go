@@ -183,6 +183,12 @@ func TestLoadDoesNotFollowRedirects(t *testing.T) {
 
 // -concurrency is bounded as bench's -workers is: a billion goroutines' latency buffers ran the
 // process out of memory, exit 2 with a runtime dump instead of a usage error.
+func TestLoadURLWithAnEmptyPort(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitUsage, run([]string{"load", "-url", "http://127.0.0.1:/"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), `-url "http://127.0.0.1:/": the port after ':' is empty`)
+}
+
 func TestLoadConcurrencyBounded(t *testing.T) {
 	for _, n := range []string{"0", "65537", "1000000000"} {
 		var stdout, stderr bytes.Buffer
@@ -274,6 +280,10 @@ func TestBoolFlagValueAfterASpace(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitUsage, run([]string{"-keys", "10", "extra"}, &stdout, &stderr))
 	assert.Contains(t, stderr.String(), "unexpected argument \"extra\"\n")
+	// Where the bool flag was the value of the flag before it, no such hint.
+	stderr.Reset()
+	assert.Equal(t, exitUsage, run([]string{"proxy", "-upstream", "http://127.0.0.1:1", "-name", "-shadow", "true"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "unexpected argument \"true\"\n")
 }
 
 func TestClientAddr(t *testing.T) {

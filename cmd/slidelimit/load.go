@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -55,6 +56,9 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		}
 		if !portInRange(u) {
 			return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, u.Port())
+		}
+		if strings.HasSuffix(u.Host, ":") {
+			return usageErr(fs, "-url %q: the port after ':' is empty; give one, or leave out the ':' for the scheme's default", shown)
 		}
 		r, err := loadRun(c, c.url, shown)
 		if err != nil {

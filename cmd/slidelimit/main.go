@@ -228,7 +228,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		// "-reference false" stops the flags at "false": a bool flag's value follows an '='.
 		if i := len(args) - fs.NArg() - 1; i >= 0 {
 			if _, err := strconv.ParseBool(fs.Arg(0)); err == nil {
-				if f := fs.Lookup(strings.TrimLeft(args[i], "-")); f != nil && strings.HasPrefix(args[i], "-") {
+				set := false // args[i] was read as a flag, not as the value of the one before it
+				fs.Visit(func(f *flag.Flag) { set = set || "-"+f.Name == args[i] || "--"+f.Name == args[i] })
+				if f := fs.Lookup(strings.TrimLeft(args[i], "-")); f != nil && set {
 					if g, ok := f.Value.(flag.Getter); ok {
 						if _, isBool := g.Get().(bool); isBool {
 							return usageErr(fs, "unexpected argument %q: a bool flag takes its value after '=', like %s=%s", fs.Arg(0), args[i], fs.Arg(0))

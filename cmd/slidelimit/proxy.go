@@ -1710,10 +1710,12 @@ func cleanRequestPath(r *http.Request) (clean *http.Request, ok bool) {
 	return r2, true
 }
 
-// withoutParams returns p with each segment's ;parameters removed (/api;jsessionid=1/admin is
-// /api/admin), for matching rules: servlet containers (Tomcat, Jetty) drop them, and serve such a
-// path as the one without, which a rule for /api/admin must therefore limit. Exemptions are
-// matched on p as it is, so that a parameter can only add limits.
+// withoutParams returns p, a clean path, with each segment's ;parameters removed and the path
+// cleaned again (/api;jsessionid=1/admin and /;x/api/admin are /api/admin), for matching rules:
+// servlet containers (Tomcat, Jetty) drop them, and serve such a path as the one without, which a
+// rule for /api/admin must therefore limit. Exemptions are matched on p as it is, so that a
+// parameter can only add limits. (A segment that held only a parameter leaves an empty one,
+// which the second cleaning merges: /;x/admin was //admin, which matched no rule for /admin.)
 func withoutParams(p string) string {
 	if !strings.Contains(p, ";") {
 		return p
@@ -1726,7 +1728,7 @@ func withoutParams(p string) string {
 		seg, _, _ = strings.Cut(seg, ";")
 		b.WriteString(seg)
 	}
-	return b.String()
+	return cleanPath(b.String())
 }
 
 // checkCleanPath refuses a path prefix that a cleaned request path can never start with

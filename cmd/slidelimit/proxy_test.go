@@ -495,7 +495,7 @@ func TestRulesMatchWithoutPathParameters(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte("rules:\n  - {name: adm, paths: [/api/admin], rates: [1/1m]}\n  - {name: dir, paths: [/private/], rates: [1/1m]}\n"), 0o644))
 	p := startInProcess(t, w0, "-limit", "100", "-config", cfg)
 	assert.Equal(t, resp{status: 200, body: "upstream saw /api;x/admin", policy: `"adm";q=1;w=60`, rateLimit: `"adm";r=0;t=60`}, p.get(t, "/api;x/admin", nil))
-	for _, path := range []string{"/api/admin", "/api;jsessionid=1/admin;y", "/api%3Bx/admin"} {
+	for _, path := range []string{"/api/admin", "/api;jsessionid=1/admin;y", "/api%3Bx/admin", "/;/api/admin", "/;x/api/admin", "/api/;x/admin", "/api/;/;/admin"} {
 		r := p.get(t, path, nil)
 		assert.Equal(t, 429, r.status, path)
 		assert.Equal(t, `"adm";q=1;w=60`, r.policy, path)
@@ -510,6 +510,7 @@ func TestRulesMatchWithoutPathParameters(t *testing.T) {
 	assert.Equal(t, 200, byPath.get(t, "/a;x=1", nil).status)
 	assert.Equal(t, 429, byPath.get(t, "/a;x=2", nil).status)
 	assert.Equal(t, 429, byPath.get(t, "/a", nil).status)
+	assert.Equal(t, 429, byPath.get(t, "/;/a", nil).status, "an empty segment left by a parameter is merged")
 	assert.Equal(t, 200, byPath.get(t, "/b", nil).status)
 }
 
