@@ -150,11 +150,12 @@ func TestLoadURL(t *testing.T) {
 // A failed request's error names -url with its password hidden, as the report's heading does, and
 // hides nothing else: a short password garbled the message ("cxxxxxnnect: cxxxxxnnectixxxxxn").
 func TestLoadErrorHidesThePassword(t *testing.T) {
-	for _, pw := range []string{"s3cret-pw", "o"} {
+	for _, pw := range []string{"s3cret-pw", "o", "api"} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"load", "-url", "http://u:" + pw + "@127.0.0.1:1/", "-duration", "200ms", "-concurrency", "1"}, &stdout, &stderr)
+		code := run([]string{"load", "-url", "http://u:" + pw + "@127.0.0.1:1/api/v1", "-duration", "200ms", "-concurrency", "1"}, &stdout, &stderr)
 		assert.Equal(t, exitFail, code)
-		assert.Contains(t, stderr.String(), "slidelimit load: load http://u:xxxxx@127.0.0.1:1/: ", pw)
+		assert.Contains(t, stderr.String(), "slidelimit load: load http://u:xxxxx@127.0.0.1:1/api/v1: ", pw)
+		assert.Contains(t, stderr.String(), `Get "http://u:***@127.0.0.1:1/api/v1"`, "no gap where the password is also a word of the URL: %s", pw)
 		assert.Contains(t, stderr.String(), "connect: connection refused", pw)
 		assert.NotContains(t, stderr.String(), ":"+pw+"@", pw)
 	}

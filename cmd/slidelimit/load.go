@@ -246,7 +246,10 @@ func loadRun(c loadConfig, url, shown string) (loadResult, error) {
 	var cut error
 	for _, w := range ws {
 		if w.err != nil {
-			return r, fmt.Errorf("load %s: %s", shown, redactErr(w.err, url))
+			// net/http's errors quote the URL with its password already hidden ("***"):
+			// scrubbing them again would leave gaps where the password is also a word of
+			// the URL (password "api", path /api/v1).
+			return r, fmt.Errorf("load %s: %w", shown, w.err)
 		}
 		all = append(all, w.lat...)
 		for k, v := range w.codes {
@@ -256,7 +259,7 @@ func loadRun(c loadConfig, url, shown string) (loadResult, error) {
 	}
 	if len(all) == 0 {
 		if cut != nil {
-			return r, fmt.Errorf("load %s: no request completed within %v (%s)", shown, c.duration, redactErr(cut, url))
+			return r, fmt.Errorf("load %s: no request completed within %v (%w)", shown, c.duration, cut)
 		}
 		return r, fmt.Errorf("load %s: no request completed within %v", shown, c.duration)
 	}
