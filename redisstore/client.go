@@ -428,13 +428,14 @@ func redactUserinfo(rawURL string) string {
 
 // scrub returns piece, a part of rawURL or a message quoting one that an error is about to quote,
 // with every form of rawURL's password, and each piece of four bytes or more of one that holds a
-// delimiter, replaced where it stands as a word (see replaceWord).
-func scrub(piece, rawURL string) string {
+// delimiter, replaced where it stands as a word (see replaceWord), except within the texts own.
+func scrub(piece, rawURL string, own ...string) string {
 	for _, p := range passwords(rawURL) {
-		piece = replaceWord(piece, p, nil)
+		piece = replaceWord(piece, p, own)
+		// A parser may quote a piece of a password that holds a delimiter.
 		for _, f := range strings.FieldsFunc(p, isURLDelim) {
 			if len(f) >= 4 {
-				piece = replaceWord(piece, f, nil)
+				piece = replaceWord(piece, f, own)
 			}
 		}
 	}
@@ -458,16 +459,7 @@ func RedactText(s, rawURL string) string {
 	red := RedactURL(rawURL)
 	s = strings.ReplaceAll(s, rawURL, red)
 	own := append(ownText[:len(ownText):len(ownText)], red) // the URL as RedactURL prints it holds no secret
-	for _, p := range passwords(rawURL) {
-		s = replaceWord(s, p, own)
-		// A parser may quote a piece of a password that holds a delimiter.
-		for _, f := range strings.FieldsFunc(p, isURLDelim) {
-			if len(f) >= 4 {
-				s = replaceWord(s, f, own)
-			}
-		}
-	}
-	return s
+	return scrub(s, rawURL, own...)
 }
 
 // ownText is fixed text of redisstore's and go-redis's messages: what lies within it did not come
