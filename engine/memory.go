@@ -62,10 +62,9 @@ func releaseTableMemory(need uint64) { presized.Add(^(need - 1)) }
 // beside held (what other open limiters' tables took so): more than the Go memory limit
 // (GOMEMLIMIT, or debug.SetMemoryLimit), than the process's address space has left (ulimit -v,
 // less what is mapped already, and 64 MiB for the runtime's next heap arena: past it the
-// allocation fails and the runtime ends the process; on a 32-bit platform, 3 GiB at most), than its
-// control group allows (a
-// container's memory limit, which the kernel enforces by killing the process), or than the
-// machine's memory. Without it such a New does not fail: the allocation ends the process, an error
+// allocation fails and the runtime ends the process; on a 32-bit platform, 3 GiB at most), than
+// its control group allows (a container's memory limit, which the kernel enforces by killing the
+// process), or than the machine's memory. Without it such a New does not fail: the allocation ends the process, an error
 // no caller can handle. Tables that fit may still not leave room for the rest of the program;
 // that judgement is the caller's.
 func checkTableMemory(expected int, need, held uint64) error {
@@ -77,22 +76,20 @@ func checkTableMemory(expected int, need, held uint64) error {
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && total > uint64(limit) {
 		return fmt.Errorf("%s, more than the Go memory limit, %s (GOMEMLIMIT)", needs, gib(uint64(limit)))
 	}
-	if mem := pointerSpace(); mem > 0 {
-		// Past it the allocation fails, or a table's length overflows, and the process ends.
-		used := mappedNow()
-		if used+need+arenaSlack > mem {
-			left := mem - min(used, mem)
-			return fmt.Errorf("%s, more than a 32-bit process's address space has left, %s of %s", needs, gib(left), gib(mem))
+	// An address space binds everything mapped (the runtime's own gigabyte or so of reservations,
+	// and the other limiters' tables, which held counts): the new tables must fit in what is left
+	// of it. Past it the allocation fails, or on 32 bits a table's length overflows, and the
+	// process ends.
+	for _, space := range []struct {
+		mem       uint64
+		what, why string
+	}{{pointerSpace(), "a 32-bit process's", ""}, {addressSpace(), "this process's", " (ulimit -v)"}} {
+		if space.mem == 0 {
+			continue // no such bound here
 		}
-	}
-	if mem := addressSpace(); mem > 0 {
-		// The limit binds everything mapped (the runtime's own gigabyte or so of reservations,
-		// and the other limiters' tables, which held counts): the new tables must fit in what is
-		// left of it.
-		used := mappedNow()
-		if used+need+arenaSlack > mem {
-			left := mem - min(used, mem)
-			return fmt.Errorf("%s, more than this process's address space has left, %s of %s (ulimit -v)", needs, gib(left), gib(mem))
+		if used := mappedNow(); used+need+arenaSlack > space.mem {
+			left := space.mem - min(used, space.mem)
+			return fmt.Errorf("%s, more than %s address space has left, %s of %s%s", needs, space.what, gib(left), gib(space.mem), space.why)
 		}
 	}
 	if mem := groupMemory(); mem > 0 && total > mem {

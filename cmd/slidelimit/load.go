@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -54,11 +53,8 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 			return usageErr(fs, "-url %q: must be an http:// or https:// URL with a host, like http://127.0.0.1:8080/", shown)
 		}
-		if !portInRange(u) {
-			return usageErr(fs, "-url %q: port %s is out of range [1, 65535]", shown, u.Port())
-		}
-		if strings.HasSuffix(u.Host, ":") {
-			return usageErr(fs, "-url %q: the port after ':' is empty; give one, or leave out the ':' for the scheme's default", shown)
+		if err := checkPort(u); err != nil {
+			return usageErr(fs, "-url %q: %v", shown, err)
 		}
 		r, err := loadRun(c, c.url, shown)
 		if err != nil {

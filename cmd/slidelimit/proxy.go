@@ -202,7 +202,7 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if err != nil {
 		// The parser's message quotes the URL: written with its password hidden, as every
 		// -upstream error is.
-		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redactText(err.Error(), c.upstream))
+		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redisstore.RedactText(err.Error(), c.upstream))
 	}
 	// Errors quote the flag as written: a URL parsed and written again can differ from it
 	// ("http://" comes back as "http:"). Only one with a password is written again, to hide it.
@@ -213,13 +213,8 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", shown)
 	}
-	if !portInRange(up) {
-		return def, nil, fmt.Errorf("-upstream %q: port %s is out of range [1, 65535]", shown, up.Port())
-	}
-	if strings.HasSuffix(up.Host, ":") {
-		// Go reads "host:" as the scheme's default port; a port left out by mistake would send
-		// every request to port 80 or 443.
-		return def, nil, fmt.Errorf("-upstream %q: the port after ':' is empty; give one, or leave out the ':' for the scheme's default", shown)
+	if err := checkPort(up); err != nil {
+		return def, nil, fmt.Errorf("-upstream %q: %v", shown, err)
 	}
 	if c.upstreamH2C && up.Scheme != "http" {
 		return def, nil, fmt.Errorf("-upstream-h2c with -upstream %q: HTTP/2 without TLS needs an http:// upstream; an https:// one is offered HTTP/2 by ALPN already", shown)
@@ -775,7 +770,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		err = client.Ping(ctx).Err()
 		cancel()
 		if err != nil {
-			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redactErr(err, c.redisURL))
+			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redisstore.RedactText(err.Error(), c.redisURL))
 		}
 		px.registerRedisMetrics()
 	}
@@ -1366,7 +1361,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit, waiting *httplim
 				}
 			}
 			if px.errLogged.Add(1)%1000 == 1 {
-				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redactText(err.Error(), c.redisURL))
+				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redisstore.RedactText(err.Error(), c.redisURL))
 			}
 		},
 	}
@@ -1957,27 +1952,27 @@ func upstreamTransport(headers time.Duration, h2c bool) *http.Transport {
 	return t
 }
 
-// portInRange reports whether u's port, if it has one, is in [1, 65535]: url.Parse takes any
-// digits, and a port out of range would pass it and fail every request (502 in the proxy).
-func portInRange(u *url.URL) bool {
+// checkPort refuses a port of u outside [1, 65535], and an empty one after a ':': url.Parse takes
+// any digits, and a port out of range would pass it and fail every request (502 in the proxy),
+// while "host:" is read as the scheme's default port, so that a port left out by mistake would
+// send every request to port 80 or 443.
+func checkPort(u *url.URL) error {
 	p := u.Port()
 	if p == "" {
-		return true
+		if strings.HasSuffix(u.Host, ":") {
+			return errors.New("the port after ':' is empty; give one, or leave out the ':' for the scheme's default")
+		}
+		return nil
 	}
-	n, err := strconv.Atoi(p)
-	return err == nil && n >= 1 && n <= 65535
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %s is out of range [1, 65535]", p)
+	}
+	return nil
 }
 
 // redactURL hides the user information of a Redis URL (password included) for logs and errors,
 // whether or not the URL parses.
 func redactURL(s string) string { return redisstore.RedactURL(s) }
-
-// redactErr writes err with every copy of the raw URL, and of its password, hidden.
-func redactErr(err error, raw string) string { return redactText(err.Error(), raw) }
-
-// redactText is s with every copy of the raw URL, and of its password where it stands as a word,
-// hidden (see redisstore.RedactText).
-func redactText(s, raw string) string { return redisstore.RedactText(s, raw) }
 
 func newLogger(c *proxyConfig, w io.Writer) *slog.Logger {
 	if c.logFormat == "json" {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/redisstore"
 )
 
 // redisLogger receives go-redis's own log lines (dial failures, pool errors), which it would
@@ -29,7 +31,7 @@ type redisLogger struct {
 
 // Printf is go-redis's logging interface (redis.SetLogger).
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
-	msg := strings.TrimSpace(redactText(fmt.Sprintf(format, v...), l.raw))
+	msg := strings.TrimSpace(redisstore.RedactText(fmt.Sprintf(format, v...), l.raw))
 	l.mu.Lock()
 	now := l.now()
 	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
