@@ -586,8 +586,14 @@ func (b *builtLimit) close() {
 	})
 }
 
+// close releases the limiters and the Redis client. Safe to call more than once: run calls it
+// before its last line, and again on its way out.
 func (p *proxy) close() {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
 	p.closed = true
 	built, retiring := p.built, p.retiring
 	p.built, p.retiring = nil, nil
@@ -2166,6 +2172,9 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 			logger.Warn(fmt.Sprintf("requests still in flight after -shutdown-timeout %v were cut off", c.shutdownTimeout))
 		}
 	}
+	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
+	// ends in here, so that "stopped" stays the last line.
+	px.close()
 	logger.Info("stopped")
 	return nil
 }

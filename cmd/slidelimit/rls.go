@@ -367,6 +367,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 		cancel()
 	}
+	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
+	// ends in here, so that "stopped" stays the last line.
+	srv.Close()
 	if runErr == nil {
 		logger.Printf("stopped")
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -67,5 +69,33 @@ func TestRLSBatchedOfflineRefusesACostAboveTheLimit(t *testing.T) {
 			assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode(), "%s %s", mode, failure)
 			assert.Nil(t, r.GetStatuses()[0].GetDurationUntilReset(), "%s %s: waiting never admits 11 of 10", mode, failure)
 		}
+	}
+}
+
+// "stopped" is the last line either command writes, in batched mode too: a batched limiter closed
+// while a sync waited on a hung Redis logged that it went offline after it.
+func TestStoppedIsTheLastLineWhenRedisHangs(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	up := newUpstream(t)
+	for _, command := range []string{"proxy", "rls"} {
+		srv := redisServer(t)
+		redis := []string{"-redis", "redis://" + srv.Addr + "/0", "-redis-mode", "batched", "-redis-timeout", "1s", "-on-redis-error", "local"}
+		var p *proc
+		if command == "proxy" {
+			p = startProxy(t, append(redis, "-upstream", up.URL, "-limit", "30", "-window", "1m")...)
+			assert.Equal(t, 200, do(t, newClient(t, false), p.url("/"), nil).status)
+		} else {
+			p = startRLS(t, append(redis, "-config", dir, "-reload-interval", "0")...)
+			c, _ := rlsClient(t, p.addr)
+			assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
+		}
+		require.NoError(t, srv.Pause())
+		time.Sleep(200 * time.Millisecond) // a sync, every 50ms, is now waiting on Redis
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		p.exitedOK(t)
+		require.NoError(t, srv.Resume())
+		lines := strings.Split(strings.TrimSpace(p.stderr()), "\n")
+		assert.Contains(t, lines[len(lines)-1], "stopped", "%s: a line after stopped:\n%s", command, p.stderr())
 	}
 }
