@@ -563,3 +563,35 @@ func TestLaggardTwoWindowsBehindAKeyHoldingNothing(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestSlidingLogRefusalThenAnEarlierClock: a sliding-log request that is refused or costs nothing
+// changes no later decision, even one whose clock reads earlier. It used to drop the entries that
+// had left its own window, and a request at an earlier reading then found the log emptier than
+// at any time: 3 units within 1 s at a limit of 2.
+func TestSlidingLogRefusalThenAnEarlierClock(t *testing.T) {
+	for how, middle := range map[string]func(l *Limiter){
+		"nothing":          func(*Limiter) {},
+		"query":            func(l *Limiter) { l.Take("k", 0) },
+		"refused":          func(l *Limiter) { l.Take("k", 2) },
+		"above the limit":  func(l *Limiter) { l.Take("k", 3) },
+		"Allow refused":    func(l *Limiter) { l.AllowN("k", 2) },
+		"AllowN query":     func(l *Limiter) { l.AllowN("k", 0) },
+		"AllowBatch query": func(l *Limiter) { l.AllowBatch([]string{"k"}, 0, make([]bool, 1)) },
+	} {
+		clk := clock.NewManual(1000)
+		l, err := New(policy.SlidingLog{Limit: 2, Window: time.Second}, WithClock(clk))
+		require.NoError(t, err)
+		require.True(t, l.Allow("k"))
+		clk.Set(1500)
+		require.True(t, l.Allow("k"))
+		clk.Set(2100) // the unit at 1000 has left this reading's window
+		middle(l)
+		clk.Set(1400) // and is in this one's, with the unit at 1500: the log is full
+		d := l.Take("k", 1)
+		require.False(t, d.Allowed, how)
+		require.Equal(t, int64(600), d.RetryAfter.Milliseconds(), "%s: until the unit at 1000 leaves, at 2000", how)
+		clk.Set(1400)
+		require.False(t, l.Allow("k"), how)
+		l.Close()
+	}
+}

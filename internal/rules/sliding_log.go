@@ -104,9 +104,12 @@ func (p SlidingLog) Expire(s *SlidingLogState, now int64) {
 	s.base = next
 }
 
-// Take expires s at now and decides a request of cost units, recording cost copies of now when
-// admitted. Cost 0 is always admitted and records nothing; a cost above Limit is refused with
-// RetryAfterMs 0; a refused request records nothing. Remaining is Limit minus the units in the
+// Take decides a request of cost units at now, on the entries in the window (now - Window, now],
+// and when it admits cost > 0 units drops the expired entries and records cost copies of now.
+// Cost 0 is always admitted and records nothing; a cost above Limit is refused with RetryAfterMs
+// 0; a refused request records nothing. Neither writes s: the entries a later reading's window
+// dropped are still there for a request whose clock reads earlier (a goroutine that read it a
+// moment before), which would otherwise find the log emptier than it was at any time. Remaining is Limit minus the units in the
 // window; ResetAtMs is when every recorded unit has left the window (newest + Window), that is
 // when the full Limit is available again, and now when the log is empty. cost must not be
 // negative. If now is earlier than the newest entry (a racing goroutine read the clock a moment
@@ -117,33 +120,36 @@ func (p SlidingLog) Expire(s *SlidingLogState, now int64) {
 // it is the k-th oldest entry's time + Window - now; for cost 1 on a full log that is docs/policies.md's
 // oldest + windowMs - now, with no extra millisecond.
 func (p SlidingLog) Take(s *SlidingLogState, now, cost int64) policy.Result {
-	p.Expire(s, now)
+	e := *s // Expire moves only e's head, count and base
+	p.Expire(&e, now)
 	r := policy.Result{Limit: p.Limit}
-	free := p.Limit - int64(s.count)
+	free := p.Limit - int64(e.count)
 	if cost <= free {
 		if cost > 0 {
-			p.push(s, now, int(cost))
+			p.push(&e, now, int(cost))
+			*s = e
 		}
 		r.Allowed = true
 	} else if cost <= p.Limit {
-		r.RetryAfterMs = s.at(int(cost-free-1)) + p.WindowMs() - now
+		r.RetryAfterMs = e.at(int(cost-free-1)) + p.WindowMs() - now
 	}
-	r.Remaining = p.Limit - int64(s.count)
-	r.ResetAtMs = p.resetAt(s, now)
+	r.Remaining = p.Limit - int64(e.count)
+	r.ResetAtMs = p.resetAt(&e, now)
 	return r
 }
 
 // Admit is Take reduced to the decision, for callers that want only Allowed (the engine's Allow
-// path): it expires s at now and records cost copies of now when admitted, computing no Result.
-// It decides exactly as Take does. Like Take it changes s in place: concurrent use of one state
-// must be serialized by its owner.
+// path), computing no Result. It decides and writes s exactly as Take does: concurrent use of one
+// state must be serialized by its owner.
 func (p SlidingLog) Admit(s *SlidingLogState, now, cost int64) bool {
-	p.Expire(s, now)
-	if cost > p.Limit-int64(s.count) {
+	e := *s
+	p.Expire(&e, now)
+	if cost > p.Limit-int64(e.count) {
 		return false
 	}
 	if cost > 0 {
-		p.push(s, now, int(cost))
+		p.push(&e, now, int(cost))
+		*s = e
 	}
 	return true
 }
