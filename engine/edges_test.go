@@ -595,3 +595,32 @@ func TestSlidingLogRefusalThenAnEarlierClock(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestEvictStalestBucketOrder: at the cap, the token, leaky and dual buckets evict the key updated
+// longest ago, and GCRA, which keeps no time of its last update, the fullest bucket, as
+// EvictStalest's doc says. Key a took 4 two seconds before key b took 1, and both have refilled
+// since: a holds 2 units, b holds 1.
+func TestEvictStalestBucketOrder(t *testing.T) {
+	for _, tc := range []struct {
+		p       policy.Policy
+		evicted string
+	}{
+		{policy.TokenBucket{Rate: 1, Burst: 10}, "a"},
+		{policy.LeakyBucket{Rate: 1, Capacity: 10}, "a"},
+		{policy.DualBucket{RequestsPerMin: 600, TokensPerMin: 60}, "a"},
+		{policy.GCRA{Rate: 1, Burst: 10}, "b"},
+	} {
+		clk := clock.NewManual(start)
+		l, err := New(tc.p, WithClock(clk), WithMaxKeys(2), WithAtCap(EvictStalest), WithShards(1))
+		require.NoError(t, err)
+		require.True(t, l.AllowN("a", 4))
+		clk.Advance(2 * time.Second)
+		require.True(t, l.AllowN("b", 1))
+		clk.Advance(time.Millisecond)
+		require.True(t, l.Allow("c"), tc.p.ID())
+		_, tracked := l.Inspect(tc.evicted)
+		require.False(t, tracked, "%s: %s evicted", tc.p.ID(), tc.evicted)
+		require.Equal(t, 2, l.Len(), tc.p.ID())
+		l.Close()
+	}
+}
