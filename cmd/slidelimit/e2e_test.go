@@ -301,6 +301,25 @@ func TestProxyTrustedChain(t *testing.T) {
 	}, up.forwardedFor())
 }
 
+// The list flags may be repeated, and the lists add up: Go's flag package kept the last one
+// only, so a second -trusted-proxies dropped the first's proxies, whose clients then shared one
+// key.
+func TestProxyListFlagsAddUp(t *testing.T) {
+	up := newUpstream(t)
+	c := newClient(t, true)
+	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-trusted-proxies", "127.0.0.1", "-trusted-proxies", "10.0.0.1")
+	xff := func(v string) int { return do(t, c, p.url("/"), map[string]string{"X-Forwarded-For": v}).status }
+	assert.Equal(t, []int{200, 200, 429}, []int{xff("203.0.113.1"), xff("203.0.113.2"), xff("203.0.113.2")}, "two clients behind 127.0.0.1")
+	p = startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-exempt-paths", "/healthz", "-exempt-paths", "/ready")
+	var codes []int
+	for _, path := range []string{"/healthz", "/healthz", "/ready", "/ready", "/x", "/x"} {
+		codes = append(codes, do(t, c, p.url(path), nil).status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes, "both paths exempt")
+	p = startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-exempt-cidrs", "127.0.0.1", "-exempt-cidrs", "10.0.0.0/8")
+	assert.Equal(t, []int{200, 200}, []int{do(t, c, p.url("/"), nil).status, do(t, c, p.url("/"), nil).status}, "127.0.0.1 exempt")
+}
+
 func TestProxyKeyHeader(t *testing.T) {
 	up := newUpstream(t)
 	p := startProxy(t, "-upstream", up.URL, "-limit", "1", "-window", "1h", "-key", "header:X-Api-Key")

@@ -223,6 +223,29 @@ func (f rateFlags) Set(s string) error {
 	return nil
 }
 
+// listFlag is a comma-separated list flag that may be repeated: the lists add up, as -rate's
+// limits do. Go's flag package keeps only a repeated flag's last value, and a second
+// -trusted-proxies that dropped the first's ranges would key every client behind those proxies
+// as the proxy itself.
+type listFlag struct{ list *string }
+
+func (f listFlag) String() string {
+	if f.list == nil {
+		return ""
+	}
+	return *f.list
+}
+
+func (f listFlag) Set(s string) error {
+	if *f.list != "" && s != "" {
+		s = *f.list + "," + s
+	}
+	if s != "" {
+		*f.list = s
+	}
+	return nil
+}
+
 // bucketScale is the factor k by which the proxy multiplies costs, limits and rates so that a
 // bucket refilling limit units per window (below one unit per second, or not a whole number per
 // second) becomes a bucket the policy package can express: Rate = 1000*k*limit/window_ms tokens
