@@ -8,6 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 )
@@ -79,8 +80,9 @@ const DefaultMaxStreams = 100
 const DefaultMaxHeaderBytes = 64 << 10
 
 // Serve serves the rate limit and health services on lis until ctx ends, then shuts down
-// gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the replica),
-// the listener closes, and calls in progress have up to grace (default 10s) to finish before their
+// gracefully: health turns NOT_SERVING (so that a load balancer's health check drains the replica;
+// the health Watch streams on lis are sent it and then ended, so that they do not hold the
+// shutdown for its grace), the listener closes, and calls in progress have up to grace (default 10s) to finish before their
 // connections are cut (a grace of 0 or less means 10s); it returns once their handlers have, so a
 // handler blocked in a call that does not end with its ctx (a Redis read, until its own deadline)
 // holds Serve past grace until that call returns. StopServing cuts the grace short, or the serving
@@ -102,7 +104,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	// of the calls it cut have, as Serve promises.
 	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes), grpc.WaitForHandlers(true))
 	g := grpc.NewServer(append(base, opts...)...)
-	s.Register(g)
+	draining := make(chan struct{})
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, endingWatches{s.health, draining})
 	s.track(g, true)
 	defer s.track(g, false)
 	s.setServing(true)
@@ -119,6 +123,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	case <-ctx.Done():
 	}
 	s.setServing(false)
+	close(draining) // after NOT_SERVING, which each Watch then sends before it ends
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(grace)
@@ -132,6 +137,52 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	<-served
 	return nil
 }
+
+// endingWatches is the health service Serve registers: the Server's, but a Watch ends (with the
+// status the Server then has, NOT_SERVING for a name it serves) once draining is closed. A Watch
+// stream lasts until its client ends it, so the graceful shutdown that waits for every call would
+// otherwise wait out its whole grace for each client that health-checks by watching (gRPC's
+// client-side health checking), calls in progress or not.
+type endingWatches struct {
+	*health.Server
+	draining <-chan struct{}
+}
+
+func (h endingWatches) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-h.draining:
+			cancel()
+		case <-ended:
+		}
+	}()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	select {
+	case <-h.draining:
+	default:
+		return err // the client ended it
+	}
+	// The inner Watch may have seen the cancel before the NOT_SERVING update: send the status
+	// now, so that a watcher hears it before its stream ends.
+	if st, cerr := h.Server.Check(stream.Context(), req); cerr == nil && stream.Context().Err() == nil {
+		if err := stream.Send(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchStream is a Watch stream whose Context is ctx.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }
 
 // StopServing cuts off what every Serve in progress is serving, at once: their listeners close,
 // their connections and the calls on them are cut (clients see UNAVAILABLE), and a Serve shutting

@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -125,4 +126,51 @@ func TestReloadCountersStartAtZero(t *testing.T) {
 	m := scrape(t, s.srv)
 	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="ok"} 0`)
 	require.Contains(t, m, `slidelimit_rls_config_reloads_total{result="error"} 0`)
+}
+
+// A health Watch stream, which lasts until its client ends it, does not hold Serve's graceful
+// shutdown for its grace: it is sent NOT_SERVING and ended. Serve waited out the whole grace (here
+// an hour) for each client health-checking by watching.
+func TestServeEndsHealthWatches(t *testing.T) {
+	srv, err := rls.NewServer(loadGood(t))
+	require.NoError(t, err)
+	defer srv.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Hour) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	wctx, wcancel := context.WithTimeout(context.Background(), failsafe)
+	defer wcancel()
+	for _, service := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		w, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
+		require.NoError(t, err)
+		first, err := w.Recv()
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+		defer func() {
+			// Read after the shutdown began: the last status, then the stream's end.
+			var last healthpb.HealthCheckResponse_ServingStatus
+			for {
+				r, err := w.Recv()
+				if err != nil {
+					require.ErrorIs(t, err, io.EOF, "%q: the stream ends cleanly", service)
+					break
+				}
+				last = r.GetStatus()
+			}
+			require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, last, "%q", service)
+		}()
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(failsafe):
+		t.Fatal("Serve waited for the Watch streams")
+	}
 }
