@@ -345,8 +345,9 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 }
 
 // KeyByHeader returns a key function that keys each request by the value of header name (for
-// example an API key checked earlier in the chain), as "h:" and the value. A request without the
-// header, or with an empty value, is keyed by fallback; a nil fallback keys it by its peer
+// example an API key checked earlier in the chain), as "h:" and the value of its first field line
+// (as Header.Get reads it; later lines of that name are not read). A request without the
+// header, or whose first line is empty, is keyed by fallback; a nil fallback keys it by its peer
 // address (ClientIP with no trusted proxies). Host is read from Request.Host, where Go's server
 // moves it out of the header map, and written one way per virtual host (lower case, without
 // trailing dots or its port, and an address in one form: "[0::1]" is "[::1]"), so that a client

@@ -193,3 +193,23 @@ func TestKeyByHeaderHostIsOneKeyPerVirtualHost(t *testing.T) {
 	// A Host of dots names no host: keyed as a request without one.
 	assert.Equal(t, "ip:192.0.2.1", key(req("..")))
 }
+
+// KeyByHeader reads the header's first field line only, as its doc says: an empty first line is
+// keyed by the fallback even when a later line has a value.
+func TestKeyByHeaderReadsTheFirstLine(t *testing.T) {
+	key := httplimit.KeyByHeader("X-Api-Key", func(*http.Request) string { return "fallback" })
+	for _, tc := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{"a", "b"}, "h:a"},
+		{[]string{"", "k2"}, "fallback"},
+		{nil, "fallback"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, v := range tc.lines {
+			r.Header.Add("X-Api-Key", v)
+		}
+		assert.Equal(t, tc.want, key(r), "%q", tc.lines)
+	}
+}
