@@ -153,7 +153,8 @@ func WithClientTime() Option {
 
 // WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms), in [1ms, 1m].
 // The caller's context still applies when it is shorter, through a go-redis client without
-// ContextTimeoutEnabled too (see New). A call that times out is never retried: the script may have
+// ContextTimeoutEnabled too (see New), and so do the client's own socket timeouts (ReadTimeout
+// and WriteTimeout, go-redis's default 5s, a URL's read_timeout and write_timeout). A call that times out is never retried: the script may have
 // run. The Option it returns holds only d and may be passed to any number of New calls,
 // concurrently too.
 func WithTimeout(d time.Duration) Option {

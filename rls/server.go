@@ -314,9 +314,13 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	if st != nil {
 		st.calls.Wait()
+		// At once: a limiter on a hung Redis (a batched one giving its leases back) takes a few
+		// of its timeouts to close.
+		var wg sync.WaitGroup
 		for _, l := range st.limiters {
-			closeLimiter(l.lim)
+			wg.Go(func() { closeLimiter(l.lim) })
 		}
+		wg.Wait()
 	}
 	return nil
 }

@@ -598,12 +598,15 @@ func (p *proxy) close() {
 	built, retiring := p.built, p.retiring
 	p.built, p.retiring = nil, nil
 	p.mu.Unlock()
+	// At once: a batched limiter's Close on a hung Redis takes a few -redis-timeout.
+	var wg sync.WaitGroup
 	for _, b := range built {
-		b.close()
+		wg.Go(b.close)
 	}
 	for _, b := range retiring {
-		b.close()
+		wg.Go(b.close)
 	}
+	wg.Wait()
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
 	}
@@ -2123,13 +2126,16 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	var signalled atomic.Bool // the second signal, not the timeout, ended the wait
+	second, returned := make(chan struct{}), make(chan struct{})
+	defer close(returned)
 	go func() {
 		select {
 		case <-stopSignals: // a second stop signal cuts off what is in flight at once, still exit 0
 			signalled.Store(true)
 			logger.Info("a second stop signal: cutting off what is in flight")
 			cancel()
-		case <-sctx.Done():
+			close(second)
+		case <-returned:
 		}
 	}()
 	// A request still running at the deadline is cut off rather than waited for: SIGTERM is a
@@ -2174,7 +2180,24 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	}
 	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
 	// ends in here, so that "stopped" stays the last line.
-	px.close()
+	closed := make(chan struct{})
+	go func() { px.close(); close(closed) }()
+	var bound <-chan time.Time
+	if c.redisURL != "" {
+		// Each Redis call is bounded by -redis-timeout, but a batched limiter's Close makes
+		// several in turn. What a hung Redis has not answered by then is left as a process
+		// that dies leaves it: leases stay counted until their window ages out, which only
+		// lowers admissions.
+		t := time.NewTimer(2 * c.redisTimeout)
+		defer t.Stop()
+		bound = t.C
+	}
+	select {
+	case <-closed:
+	case <-bound:
+		logger.Warn(fmt.Sprintf("Redis did not answer within twice -redis-timeout %v while the limiters were closed: what they held stays counted until its window ends", c.redisTimeout))
+	case <-second:
+	}
 	logger.Info("stopped")
 	return nil
 }

@@ -270,10 +270,17 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 		return fmt.Errorf("-config: %w", err)
 	}
-	defer srv.Close()
+	// Closed on the way out, unless the shutdown below has begun closing it: a second Close
+	// would wait for that one, which a second stop signal has stopped waiting for.
+	closing := false
+	defer func() {
+		if !closing {
+			srv.Close()
+		}
+	}()
 	// Once the shutdown has begun (a stop signal, or the metrics listener failing), a stop signal
 	// cuts off the calls in flight at once.
-	returned := make(chan struct{})
+	second, returned := make(chan struct{}), make(chan struct{})
 	defer close(returned)
 	go func() {
 		<-ctx.Done() // on return at the latest, by releaseSignals
@@ -281,6 +288,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		case <-stopSignals:
 			logger.Printf("a second stop signal: cutting off the calls in flight")
 			srv.StopServing()
+			close(second)
 		case <-returned:
 		}
 	}()
@@ -369,7 +377,25 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
 	// ends in here, so that "stopped" stays the last line.
-	srv.Close()
+	closed := make(chan struct{})
+	closing = true
+	go func() { srv.Close(); close(closed) }()
+	var bound <-chan time.Time
+	if c.redisURL != "" {
+		// Each Redis call is bounded by -redis-timeout, but a batched limiter's Close makes
+		// several in turn. What a hung Redis has not answered by then is left as a process
+		// that dies leaves it: leases stay counted until their window ages out, which only
+		// lowers admissions.
+		t := time.NewTimer(2 * c.redisTimeout)
+		defer t.Stop()
+		bound = t.C
+	}
+	select {
+	case <-closed:
+	case <-bound:
+		logger.Printf("warning: Redis did not answer within twice -redis-timeout %v while the limiters were closed: what they held stays counted until its window ends", c.redisTimeout)
+	case <-second:
+	}
 	if runErr == nil {
 		logger.Printf("stopped")
 	}

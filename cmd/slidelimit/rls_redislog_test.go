@@ -99,3 +99,41 @@ func TestStoppedIsTheLastLineWhenRedisHangs(t *testing.T) {
 		assert.Contains(t, lines[len(lines)-1], "stopped", "%s: a line after stopped:\n%s", command, p.stderr())
 	}
 }
+
+// With a hung Redis, closing batched limiters (giving their leases back) waits on Redis; a
+// second stop signal cuts that wait off at once, as it does the calls in flight. Nothing
+// listened for it once those were done, and the limiters' Close calls, one after another, each
+// waited out several -redis-timeout (here 20s).
+func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	up := newUpstream(t)
+	for _, command := range []string{"proxy", "rls"} {
+		srv := redisServer(t)
+		redis := []string{"-redis", "redis://" + srv.Addr + "/0", "-redis-mode", "batched", "-redis-timeout", "20s"}
+		var p *proc
+		if command == "proxy" {
+			p = startProxy(t, append(redis, "-upstream", up.URL, "-rate", "30/1m", "-rate", "300/1h")...)
+			assert.Equal(t, 200, do(t, newClient(t, false), p.url("/"), nil).status)
+		} else {
+			p = startRLS(t, append(redis, "-config", dir, "-reload-interval", "0")...)
+			c, _ := rlsClient(t, p.addr)
+			assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
+		}
+		require.NoError(t, srv.Pause())
+		time.Sleep(200 * time.Millisecond) // a sync, every 50ms, is now waiting on Redis
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+		// Not a measure of speed: the close it cuts off takes a Redis timeout or more (go-redis's
+		// socket timeout, 5s, ends the calls first here), this a few milliseconds.
+		select {
+		case <-p.exited:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: the second signal did not cut off closing the limiters:\n%s", command, p.stderr())
+		}
+		p.exitedOK(t)
+		assert.Contains(t, p.stderr(), "a second stop signal", command)
+		require.NoError(t, srv.Resume())
+	}
+}

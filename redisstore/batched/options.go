@@ -76,7 +76,9 @@ func WithSyncInterval(d time.Duration) Option {
 	}
 }
 
-// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms, in [1ms, 1m]).
+// WithTimeout sets the deadline of each call to Redis (default DefaultTimeout, 50ms, in [1ms, 1m]);
+// the client's own socket timeouts (go-redis's ReadTimeout and WriteTimeout, 5s unless set) end a
+// call first when they are shorter.
 // The caller's context still applies when it is shorter, through a go-redis client without
 // ContextTimeoutEnabled too (see New). A call that times out is never retried. The Option it
 // returns holds only d and may be passed to any number of New calls, concurrently too.
