@@ -16,8 +16,11 @@
 // goroutine that keeps deciding therefore refreshes the clock every RefreshEvery decisions, a few
 // microseconds' work, and the reading a decision uses lags real time by under 1ms (the reading's
 // resolution) plus that: about a millisecond, busy or idle. What is left unbounded is a process
-// whose CPUs are all busy with other work while it decides rarely: there the lag is the
-// scheduler's, up to its 10ms preemption slice.
+// that decides rarely while its CPUs are busy: there the lag is the schedulers', Go's 10ms
+// preemption slice when the process's own goroutines hold every P, and whatever the operating
+// system allows when other processes hold the CPUs (tens of milliseconds were seen on an
+// overloaded 2-core VM). A caller that needs a reading within the resolution whatever the load
+// reads it through Refresh, as redisstore does for its deny cache.
 //
 // The goroutine sleeps once idleTicks ticks (a second at the default 1ms) have gone by with no
 // Refresh and no wake: ticking every millisecond cost an idle process about 2% of a core. A

@@ -245,7 +245,10 @@ func (l *Limiter) take(ctx context.Context, key string, n, perCall int64) (engin
 	}
 	// Every cost above the limit decides alike; clamping keeps the script's numbers exact.
 	cost := min(n, lim+1)
-	local := l.clk.Now()
+	// Refresh, not Now: the coarse clock's goroutine can lag by tens of milliseconds on a busy
+	// machine, and the deny cache promises its entries end within the clock's resolution of
+	// Redis's retry time. A call goes to Redis or to the cache, both far dearer than a clock read.
+	local := l.clk.Refresh()
 	now := local
 	if l.cfg.serverTime {
 		now += l.offset.Load()

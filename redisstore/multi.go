@@ -142,7 +142,7 @@ func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision,
 	if n < 0 {
 		return engine.Decision{Limit: l0.algo.limit, Reason: engine.ReasonNegativeCost}, nil
 	}
-	local := l0.clk.Now()
+	local := l0.clk.Refresh() // as in Limiter.Take: the deny cache's bound needs a fresh reading
 	if least := m.least[0]; least.algo.kind == kindGCRA && n > least.algo.limit {
 		// GCRA refuses a cost above its burst before reading the key; the smallest limit is the
 		// one asked for such a cost (see below), as in the engine's Multi.

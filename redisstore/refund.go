@@ -171,7 +171,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, d engine.Deci
 	if l.deny != nil {
 		l.deny.forget(sub)
 	}
-	now := l.clk.Now()
+	now := l.clk.Refresh()
 	if l.cfg.serverTime {
 		now = -1
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/clock"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/policy"
 )
 
@@ -92,5 +93,30 @@ func TestSkewedHostUnderServerTime(t *testing.T) {
 	ahead.Advance(d1 + 20*time.Millisecond)
 	if d, err := a.Take(ctx, key, 1); err != nil || !d.Allowed {
 		t.Fatalf("after the retry time, host ahead: %+v, %v; stats %+v", d, err, statsOf(a))
+	}
+}
+
+// TestDenyCacheReadsAFreshClock: the deny cache reckons its entries on a fresh reading of the
+// clock, not on whatever the coarse clock's goroutine last wrote: that goroutine can lag by tens
+// of milliseconds on a busy machine, and the cache then went on refusing past the retry time that
+// Redis gave. A zero Clock has no goroutine at all: only a Refresh moves it, so the cache must
+// refresh it to see the retry time pass.
+func TestDenyCacheReadsAFreshClock(t *testing.T) {
+	ctx := context.Background()
+	p := policy.FixedWindow{Limit: 1, Window: 200 * time.Millisecond}
+	l := mustNew(t, "fresh-clock", p, WithClock(new(clock.Clock)), WithServerTime())
+	var d engine.Decision
+	var err error
+	for {
+		if d, err = l.Take(ctx, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break // refused: the deny cache holds the key until the window ends
+		}
+	}
+	time.Sleep(d.RetryAfter + 5*time.Millisecond)
+	if d, err = l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("past the retry time: %+v, %v (want admitted, as Redis admits it)", d, err)
 	}
 }
