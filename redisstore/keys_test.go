@@ -165,7 +165,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"cooldown", c, "n", p, []Option{WithBreaker(1, 0)}, "cooldown = 0s"},
 		{"deny cache", c, "n", p, []Option{WithDenyCache(-1)}, "WithDenyCache(-1)"},
 		{"prefix", c, "n", p, []Option{WithPrefix("a}")}, `prefix = "a}"`},
-		{"fallback missing", c, "n", p, []Option{WithOnFailure(FailFallback)}, "needs WithFallback"},
+		{"fallback missing", c, "n", p, []Option{WithOnFailure(FailLocal)}, "WithOnFailure(FailLocal) needs WithFallback"},
 		{"fallback nil", c, "n", p, []Option{WithFallback(nil)}, "WithFallback(nil)"},
 		{"clock nil", c, "n", p, []Option{WithClock(nil)}, "WithClock(nil)"},
 		{"no context deadlines", noCtx, "n", p, nil, "ContextTimeoutEnabled = false"},

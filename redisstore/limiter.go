@@ -116,7 +116,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 		}
 	}
 	if cfg.onFailure == FailFallback && cfg.fallback == nil {
-		return nil, errors.New("redisstore: WithOnFailure(FailFallback) needs WithFallback")
+		return nil, errors.New("redisstore: WithOnFailure(FailLocal) needs WithFallback, the in-process limiter that decides while Redis cannot")
 	}
 	cfg.serverTime = cfg.forceSrv || !cfg.clientTime
 	a, err := newAlgo(p, cfg.skew.Milliseconds())

@@ -110,7 +110,11 @@ func defaultConfig() config {
 
 // WithClock makes the limiter decide at the times read from c, sent with every call, instead of
 // the server's time: client time, as WithClientTime, on c rather than the process-wide coarse
-// clock. Use clock.NewManual to pass explicit times in tests and simulations. The limiter does
+// clock. Use clock.NewManual to pass explicit times in tests and simulations. Keys still expire
+// on Redis's own clock (see Keys in the package doc): a manual clock that runs slower than real
+// time, or stands still, finds a key gone, and its state a new key's, once real time has passed
+// its expiry; a simulation that holds time longer than a window (a bucket's fill) plus the
+// allowed skew sets a larger WithClockSkew. The limiter does
 // not stop c. With WithServerTime as well, decisions use the server's time and c serves only the
 // deny cache's reckoning between replies. c may be shared: any number of limiters read it, and a
 // test may move a manual one from another goroutine while they decide (see clock.Clock).
@@ -181,7 +185,7 @@ func WithClockSkew(d time.Duration) Option {
 	}
 }
 
-// WithOnFailure chooses what Take decides when Redis cannot (default FailOpen). FailFallback
+// WithOnFailure chooses what Take decides when Redis cannot (default FailOpen). FailLocal
 // needs WithFallback as well. The Option it returns holds only f and may be passed to any number of
 // New calls, concurrently too.
 func WithOnFailure(f OnFailure) Option {
@@ -195,7 +199,7 @@ func WithOnFailure(f OnFailure) Option {
 }
 
 // WithFallback sets the in-process limiter that decides while Redis is unavailable, and selects
-// FailFallback. The Limiter does not close l. The Option it returns holds only l, whose methods are
+// FailLocal. The Limiter does not close l. The Option it returns holds only l, whose methods are
 // safe for concurrent use: several limiters, built concurrently too, may share it as their
 // fallback.
 func WithFallback(l *engine.Limiter) Option {

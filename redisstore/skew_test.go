@@ -120,3 +120,22 @@ func TestDenyCacheReadsAFreshClock(t *testing.T) {
 		t.Fatalf("past the retry time: %+v, %v (want admitted, as Redis admits it)", d, err)
 	}
 }
+
+// TestManualClockStillMeetsRealExpiry: under a manual clock that stands still, a key's state is
+// gone once Redis's own clock passes its expiry (the window twice, for the sliding counter, plus
+// the skew), as WithClock's doc warns: the same simulated instant then finds a new key.
+func TestManualClockStillMeetsRealExpiry(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(1_760_000_000_000)
+	l := mustNew(t, "still", policy.SlidingCounter{Limit: 1, Window: 50 * time.Millisecond}, WithClock(clk), WithClockSkew(0), WithDenyCache(0))
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first: %+v, %v", d, err)
+	}
+	if d, err := l.Take(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("second, same instant: %+v, %v (want refused)", d, err)
+	}
+	time.Sleep(250 * time.Millisecond) // past the key's TTL of two windows on Redis's clock
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("same instant after the TTL: %+v, %v (want admitted: the key expired)", d, err)
+	}
+}
