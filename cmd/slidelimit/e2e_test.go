@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,10 +30,27 @@ import (
 	"go.uber.org/goleak"
 )
 
+// testsMayRun reports whether this test process may run a test, and so need the binary: not when
+// it only lists them, fuzzes in a worker, or runs none (-run '^$', as scripts/fuzz does). Each
+// fuzzing process built the command, seconds taken out of a timed fuzzing run.
+func testsMayRun() bool {
+	get := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return get("test.list") == "" && get("test.fuzzworker") != "true" && get("test.run") != "^$"
+}
+
 // binary is the command, built once for every end-to-end test.
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testsMayRun() {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "slidelimit-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

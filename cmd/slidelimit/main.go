@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/slidelimit/slidelimit/policy"
 )
@@ -114,8 +116,57 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "slidelimit %s: %v\n", cmd, err)
+	fmt.Fprintf(stderr, "slidelimit %s: %s\n", cmd, oneLine(err.Error()))
 	return exitFail
+}
+
+// oneLine returns s with each control character and each byte of invalid UTF-8 written as a Go
+// escape (\n, \x1b, \xff). An error quotes some values as they were given (a file's path, a
+// URL in a hint), and one holding a newline would otherwise print a line of its own, which a
+// reader, or a log collector, takes for another message.
+func oneLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// lineWriter writes log lines, each in one Write ending in a newline as log.Logger writes them,
+// with the text before that newline passed through oneLine: a file name or an error holding a
+// newline cannot start a line that reads as another message.
+type lineWriter struct{ w io.Writer }
+
+func (l lineWriter) Write(p []byte) (int, error) {
+	text, nl := strings.CutSuffix(string(p), "\n")
+	out := oneLine(text)
+	if nl {
+		out += "\n"
+	}
+	if _, err := io.WriteString(l.w, out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // writeUsage writes the usage on stdout: exit 0, or 1 when it could not be written.
@@ -299,7 +350,7 @@ func (d decimalInt) Set(s string) error {
 
 // usageErr prints a command-line error in the flag package's style and returns errUsage.
 func usageErr(fs *flag.FlagSet, format string, a ...any) error {
-	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), oneLine(fmt.Sprintf(format, a...)))
 	fmt.Fprintf(fs.Output(), "Run %q for the flags.\n", fs.Name()+" -h")
 	return errUsage
 }

@@ -784,3 +784,35 @@ func TestUnwrittenOutputFails(t *testing.T) {
 		assert.Contains(t, stderr.String(), "no space left on device", "%v", args)
 	}
 }
+
+// A bad value gets one line, whatever it holds: the errors that quote a value as given (a file's
+// path, the -upstream hint) printed a newline in it as a line of its own, which reads as another
+// message, and sent escape sequences to the terminal as they were.
+func TestErrorsStayOnOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		command string
+		args    []string
+		want    string
+	}{
+		{"proxy", []string{"-upstream", "127.0.0.1:9\nlevel=ERROR forged"}, `like http://127.0.0.1:9\nlevel=ERROR forged`},
+		{"proxy", []string{"-upstream", "h\xff\x1b[31mred"}, `like http://h\xff\x1b[31mred`},
+		{"proxy", []string{"-upstream", "http://127.0.0.1:9", "-config", "no\nsuch"}, `-config stat no\nsuch: no such file`},
+		{"proxy", []string{"-upstream", "http://127.0.0.1:9", "-tls-client-ca", "x\ny"}, `-tls-client-ca x\ny: needs -tls-cert`},
+		{"rls", []string{"-listen", "127.0.0.1:0", "-config", "no\nsuch"}, `-config: no\nsuch: stat: no such file`},
+	} {
+		var out string
+		var code int
+		if tc.command == "proxy" {
+			out, code = runProxy(t, tc.args...)
+		} else {
+			out, code = runRLS(t, tc.args...)
+		}
+		assert.NotEqual(t, 0, code, "%q", tc.args)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		assert.Contains(t, lines[0], tc.want, "%q", tc.args)
+		for _, l := range lines[1:] {
+			assert.True(t, strings.HasPrefix(l, "Run "), "%q: a line of its own: %q", tc.args, l)
+		}
+		assert.NotContains(t, out, "\x1b", "%q", tc.args)
+	}
+}

@@ -153,7 +153,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	case c.tlsClientCA != "" && c.tlsCert == "":
 		return usageErr(fs, "-tls-client-ca %s: needs -tls-cert and -tls-key (mutual TLS is TLS first)", c.tlsClientCA)
 	}
-	logger := log.New(stderr, "slidelimit rls: ", log.LstdFlags)
+	logger := log.New(lineWriter{stderr}, "slidelimit rls: ", log.LstdFlags)
 	var creds []grpc.ServerOption
 	transport := "plaintext gRPC"
 	if c.tlsCert != "" {

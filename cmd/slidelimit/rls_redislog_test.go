@@ -137,3 +137,18 @@ func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
 		require.NoError(t, srv.Resume())
 	}
 }
+
+// Every log line stays one line: a config file whose name holds a newline, refused at a reload,
+// printed the rest of its name as a line of its own, with no prefix.
+func TestRLSLogLinesStayOnOneLine(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	p := startRLS(t, "-config", dir, "-reload-interval", "0")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad\nforged line.yaml"), []byte("domain: [\n"), 0o644))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "not applied") })
+	assert.Contains(t, p.stderr(), `bad\nforged line.yaml`)
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		assert.True(t, strings.HasPrefix(line, "slidelimit rls: "), "a line of its own: %s", line)
+	}
+}
