@@ -49,7 +49,10 @@ func defaultConfig() config {
 // WithClock makes the limiter read time from c instead of the process-wide coarse clock
 // (clock.Acquire). Every process of a fleet must read close clocks (a few milliseconds apart at
 // most): windows are aligned to the Unix epoch, and a lease is used in the window its process's
-// clock says. The limiter does not stop c. c may be shared: any number of limiters read it, and a
+// clock says. The exchanges with Redis keep to real time (a ticker every sync interval), but every
+// span the limiter reckons itself, such as how long a refusal is remembered (one sync interval at
+// most), is on c: under a manual clock that stands still, a remembered refusal lasts until c
+// moves. The limiter does not stop c. c may be shared: any number of limiters read it, and a
 // test may move a manual one from another goroutine while they decide (see clock.Clock).
 func WithClock(c *clock.Clock) Option {
 	return func(cfg *config) error {
