@@ -597,8 +597,8 @@ func TestSlidingLogRefusalThenAnEarlierClock(t *testing.T) {
 }
 
 // TestEvictStalestBucketOrder: at the cap, the token, leaky and dual buckets evict the key updated
-// longest ago, and GCRA, which keeps no time of its last update, the fullest bucket, as
-// EvictStalest's doc says. Key a took 4 two seconds before key b took 1, and both have refilled
+// longest ago, and GCRA, which keeps no time of its last update, the one holding the fewest
+// units, as EvictStalest's doc says. Key a took 4 two seconds before key b took 1, and both have refilled
 // since: a holds 2 units, b holds 1.
 func TestEvictStalestBucketOrder(t *testing.T) {
 	for _, tc := range []struct {

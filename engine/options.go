@@ -34,8 +34,8 @@ const (
 	// EvictStalest, when the reclaim WithMaxKeys describes makes no room, makes it by evicting
 	// the least recently renewed key (for the window policies, the key whose window began
 	// earliest, so that keys used within one window tie; for the token, leaky and dual buckets, the
-	// key updated longest ago; for GCRA, which keeps no time of its last update, the key whose
-	// bucket is fullest, its theoretical arrival time earliest) of a sample taken across the limiter (up to 64 live keys from up to 4 shards holding
+	// key updated longest ago; for GCRA, which keeps no time of its last update, the key that
+	// holds the fewest units, its theoretical arrival time earliest) of a sample taken across the limiter (up to 64 live keys from up to 4 shards holding
 	// keys, at most 16 from any one, so with fewer shards the sample is smaller and may miss the
 	// limiter's stalest key), among those holding less than half of their limit: for the window
 	// policies, an estimate (count) below half the limit; for the buckets, less than

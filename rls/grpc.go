@@ -59,7 +59,9 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 // Server's, the same on each of them: SERVING from NewServer, NOT_SERVING once a Serve call shuts
 // down or its listener fails (until the next Serve begins), and NOT_SERVING for good after Close.
 // It writes to g and never to s, so it may run concurrently with s's other methods, and with
-// Register calls for other gRPC servers.
+// Register calls for other gRPC servers. A health Watch stream on g lasts until its client ends
+// it, Close included (it is sent NOT_SERVING): only Serve's own servers end them at shutdown, so
+// a caller's GracefulStop of g waits for them, and its Stop does not.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
@@ -160,15 +162,17 @@ func (h endingWatches) Watch(req *healthpb.HealthCheckRequest, stream healthpb.H
 		case <-ended:
 		}
 	}()
-	err := h.Server.Watch(req, watchStream{stream, ctx})
+	ws := &watchStream{Health_WatchServer: stream, ctx: ctx}
+	err := h.Server.Watch(req, ws)
 	select {
 	case <-h.draining:
 	default:
 		return err // the client ended it
 	}
 	// The inner Watch may have seen the cancel before the NOT_SERVING update: send the status
-	// now, so that a watcher hears it before its stream ends.
-	if st, cerr := h.Server.Check(stream.Context(), req); cerr == nil && stream.Context().Err() == nil {
+	// now, unless it was the last sent, so that a watcher hears it before its stream ends.
+	st, cerr := h.Server.Check(stream.Context(), req)
+	if cerr == nil && stream.Context().Err() == nil && (!ws.sent || ws.last != st.GetStatus()) {
 		if err := stream.Send(st); err != nil {
 			return err
 		}
@@ -176,13 +180,21 @@ func (h endingWatches) Watch(req *healthpb.HealthCheckRequest, stream healthpb.H
 	return nil
 }
 
-// watchStream is a Watch stream whose Context is ctx.
+// watchStream is a Watch stream whose Context is ctx, and which keeps the last status sent on it.
+// Only the inner Watch's goroutine uses it.
 type watchStream struct {
 	healthpb.Health_WatchServer
-	ctx context.Context
+	ctx  context.Context
+	sent bool
+	last healthpb.HealthCheckResponse_ServingStatus
 }
 
-func (w watchStream) Context() context.Context { return w.ctx }
+func (w *watchStream) Context() context.Context { return w.ctx }
+
+func (w *watchStream) Send(r *healthpb.HealthCheckResponse) error {
+	w.sent, w.last = true, r.GetStatus()
+	return w.Health_WatchServer.Send(r)
+}
 
 // StopServing cuts off what every Serve in progress is serving, at once: their listeners close,
 // their connections and the calls on them are cut (clients see UNAVAILABLE), and a Serve shutting

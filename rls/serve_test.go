@@ -153,17 +153,17 @@ func TestServeEndsHealthWatches(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
 		defer func() {
-			// Read after the shutdown began: the last status, then the stream's end.
-			var last healthpb.HealthCheckResponse_ServingStatus
+			// Read after the shutdown began: NOT_SERVING, once, then the stream's end.
+			var after []healthpb.HealthCheckResponse_ServingStatus
 			for {
 				r, err := w.Recv()
 				if err != nil {
 					require.ErrorIs(t, err, io.EOF, "%q: the stream ends cleanly", service)
 					break
 				}
-				last = r.GetStatus()
+				after = append(after, r.GetStatus())
 			}
-			require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, last, "%q", service)
+			require.Equal(t, []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_NOT_SERVING}, after, "%q", service)
 		}()
 	}
 	cancel()

@@ -116,9 +116,9 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.configPath, "config", "", "YAML file of per-route rules and exemptions; reloaded on SIGHUP and when it changes")
 	c.configPoll = 2 * time.Second
 	fs.Var(durationFlag{d: &c.configPoll}, "config-poll", "how often to check -config for changes (a `duration`); 0: only on SIGHUP")
-	fs.Var(listFlag{&c.exemptPaths}, "exempt-paths", "comma-separated path prefixes never limited, e.g. /healthz,/ready; paths are matched as http.ServeMux cleans them; repeated, the lists add up")
-	fs.Var(listFlag{&c.exemptCIDRs}, "exempt-cidrs", "comma-separated client ranges or addresses never limited; repeated, the lists add up")
-	fs.Var(listFlag{&c.trusted}, "trusted-proxies", "comma-separated CIDR ranges or addresses of proxies in front of this one, whose forwarding headers name the client; repeated, the lists add up")
+	fs.Var(listFlag{&c.exemptPaths}, "exempt-paths", "a comma-separated `LIST` of path prefixes never limited, e.g. /healthz,/ready; paths are matched as http.ServeMux cleans them; repeated, the lists add up")
+	fs.Var(listFlag{&c.exemptCIDRs}, "exempt-cidrs", "a comma-separated `LIST` of client ranges or addresses never limited; repeated, the lists add up")
+	fs.Var(listFlag{&c.trusted}, "trusted-proxies", "a comma-separated `LIST` of CIDR ranges or addresses of proxies in front of this one, whose forwarding headers name the client; repeated, the lists add up")
 	fs.StringVar(&c.forwarded, "forwarded-header", "x-forwarded-for", "the header trusted proxies write the client chain into: x-forwarded-for or forwarded")
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", 64, "group IPv6 clients by this prefix length (0 or 128: each address alone)")
 	fs.Int64Var(&c.connLimit, "conn-limit", 0, "new connections admitted per TCP peer address per -window (always 1m with -rate, which -window cannot be given with), closed at accept; behind -trusted-proxies the peer is the load balancer, whose clients share its allowance (0: no connection limit)")
@@ -2049,7 +2049,14 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(fs, "%v", err)
 	}
-	defer px.close()
+	// Closed on the way out, unless the shutdown below has begun closing it, bounded: this
+	// close would not be.
+	closing := false
+	defer func() {
+		if !closing {
+			px.close()
+		}
+	}()
 	if ctx.Err() != nil {
 		logger.Info("stopped before listening")
 		return nil
@@ -2181,6 +2188,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
 	// ends in here, so that "stopped" stays the last line.
 	closed := make(chan struct{})
+	closing = true
 	go func() { px.close(); close(closed) }()
 	var bound <-chan time.Time
 	if c.redisURL != "" {

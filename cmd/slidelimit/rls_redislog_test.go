@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,14 +110,28 @@ func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
 	up := newUpstream(t)
-	for _, command := range []string{"proxy", "rls"} {
+	// A request that the upstream holds is still in flight at the second signal: the close then
+	// begins after it, and was not bounded.
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer held.Close()
+	defer close(release)
+	for _, command := range []string{"proxy", "proxy with a request in flight", "rls"} {
 		srv := redisServer(t)
 		redis := []string{"-redis", "redis://" + srv.Addr + "/0", "-redis-mode", "batched", "-redis-timeout", "20s"}
 		var p *proc
-		if command == "proxy" {
+		switch command {
+		case "proxy":
 			p = startProxy(t, append(redis, "-upstream", up.URL, "-rate", "30/1m", "-rate", "300/1h")...)
 			assert.Equal(t, 200, do(t, newClient(t, false), p.url("/"), nil).status)
-		} else {
+		case "proxy with a request in flight":
+			p = startProxy(t, append(redis, "-upstream", held.URL, "-rate", "30/1m", "-rate", "300/1h")...)
+			go http.Get(p.url("/held"))
+			<-arrived // admitted, and waiting on the upstream
+		default:
 			p = startRLS(t, append(redis, "-config", dir, "-reload-interval", "0")...)
 			c, _ := rlsClient(t, p.addr)
 			assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
