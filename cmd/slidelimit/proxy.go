@@ -115,7 +115,7 @@ func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	fs.StringVar(&c.key, "key", "ip", "what a limit applies to: ip (the client address), header:NAME (a header's value; clients without it by ip), conn (each connection), path (each path per client address)")
 	fs.StringVar(&c.configPath, "config", "", "YAML file of per-route rules and exemptions; reloaded on SIGHUP and when it changes")
 	c.configPoll = 2 * time.Second
-	fs.Var(durationFlag{d: &c.configPoll}, "config-poll", "how often to check -config for changes (a `duration`); 0: only on SIGHUP")
+	fs.Var(durationFlag{d: &c.configPoll}, "config-poll", "how often to check -config for changes (a `duration`), applied once the file has stayed the same for one more check; 0: only on SIGHUP")
 	fs.Var(listFlag{&c.exemptPaths}, "exempt-paths", "a comma-separated `LIST` of path prefixes never limited, e.g. /healthz,/ready; paths are matched as http.ServeMux cleans them; repeated, the lists add up")
 	fs.Var(listFlag{&c.exemptCIDRs}, "exempt-cidrs", "a comma-separated `LIST` of client ranges or addresses never limited; repeated, the lists add up")
 	fs.Var(listFlag{&c.trusted}, "trusted-proxies", "a comma-separated `LIST` of CIDR ranges or addresses of proxies in front of this one, whose forwarding headers name the client; repeated, the lists add up")
@@ -1009,6 +1009,14 @@ func (px *proxy) apply(spec *configSpec) error {
 			}
 		}
 	}
+	// The most Redis calls a request routed to the old configuration may still be making: one
+	// per rate of its rule, and as many to give back a refused request's takes.
+	calls := 0
+	if old := px.state.Load(); old != nil && px.redis != nil {
+		for _, lr := range old.rules {
+			calls = max(calls, 2*len(lr.limits))
+		}
+	}
 	px.built, px.waiting = fresh, waiting
 	px.state.Store(st)
 	for _, lr := range st.rules {
@@ -1022,9 +1030,11 @@ func (px *proxy) apply(spec *configSpec) error {
 	if len(retire) > 0 {
 		// Requests already past the router may still ask the old limiters: close them after
 		// the longest such a request is given at shutdown, plus the longest it may wait for its
-		// turn under -max-delay before it asks (or when the proxy closes).
+		// turn under -max-delay before it asks, plus its Redis calls (or when the proxy closes).
+		// Closed under a request still deciding, a limiter answered it 503, not -on-redis-error's
+		// decision.
 		px.retiring = append(px.retiring, retire...)
-		time.AfterFunc(px.c.shutdownTimeout+px.c.maxDelay, func() { px.release(retire) })
+		time.AfterFunc(px.c.shutdownTimeout+px.c.maxDelay+time.Duration(calls)*px.c.redisTimeout, func() { px.release(retire) })
 	}
 	return nil
 }
@@ -1819,10 +1829,16 @@ func (px *proxy) quietReloads() {
 }
 
 // watchConfig reloads -config on SIGHUP and, every -config-poll, when its modification time or
-// size changed, until ctx ends.
+// size changed and then stayed the same for one more poll, until ctx ends. A file rewritten in
+// place is read half written if read between the writes; a prefix that parses (a rule list cut
+// before a rule, a range cut to 10.0.0.0/1) was applied until the next poll, dropping rules and
+// their counts or exempting half the Internet.
 func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	var tick <-chan time.Time
-	var last os.FileInfo
+	var last, pending os.FileInfo // last: what was loaded; pending: a change seen, not yet settled
+	same := func(a, b os.FileInfo) bool {
+		return a != nil && b != nil && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+	}
 	if px.c.configPath != "" && px.c.configPoll > 0 {
 		t := time.NewTicker(px.c.configPoll)
 		defer t.Stop()
@@ -1836,6 +1852,7 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			if px.c.configPath != "" {
 				last, _ = os.Stat(px.c.configPath)
+				pending = nil
 			}
 			px.reload("SIGHUP")
 		case <-tick:
@@ -1850,13 +1867,18 @@ func (px *proxy) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 						px.log.Error("config reload failed; keeping the last good configuration", "config", px.c.configPath, "trigger", "file gone", "error", err)
 					})
 				}
-				last = nil
+				last, pending = nil, nil
 				continue
 			}
-			if last != nil && fi.ModTime().Equal(last.ModTime()) && fi.Size() == last.Size() {
+			if same(fi, last) {
+				pending = nil
 				continue
 			}
-			last = fi
+			if !same(fi, pending) {
+				pending = fi // changed since the last poll: it may still be being written
+				continue
+			}
+			last, pending = fi, nil
 			px.reload("file changed")
 		}
 	}

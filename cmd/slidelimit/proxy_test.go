@@ -793,3 +793,40 @@ func TestParseDurationParts(t *testing.T) {
 		t.Errorf(`parseDuration("1h1d"): %v; want it refused, days after hours`, err)
 	}
 }
+
+// A file rewritten in place is applied once it stops changing, not as the poller finds it half
+// written: every prefix of this file parses (a list cut before a rule), and the poller used to
+// apply whichever one a poll found, dropping the rules not yet written, and their counts.
+func TestConfigRewrittenInPlaceIsAppliedOnceWhole(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := func(i int) string { return fmt.Sprintf("  - name: r%d\n    rates: [1/1h]\n    paths: [/r%d]\n", i, i) }
+	whole := "rules:\n"
+	for i := range 2 {
+		whole += rule(i)
+	}
+	require.NoError(t, os.WriteFile(cfg, []byte(whole), 0o600))
+	// A poll every 300ms, a write every 20ms: only a writer stalled for 300ms would be read half
+	// written.
+	ip := startInProcess(t, 0, "-config", cfg, "-config-poll", "300ms")
+	require.Len(t, ip.px.state.Load().rules, 3, "r0, r1 and the default")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { ip.px.watchConfig(ctx, nil); close(watched) }()
+	defer func() { cancel(); <-watched }()
+	f, err := os.OpenFile(cfg, os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("rules:\n")
+	require.NoError(t, err)
+	fewest := len(ip.px.state.Load().rules)
+	for i := range 20 {
+		_, err := f.WriteString(rule(i))
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		fewest = min(fewest, len(ip.px.state.Load().rules))
+	}
+	require.NoError(t, f.Close())
+	assert.Eventually(t, func() bool { return len(ip.px.state.Load().rules) == 21 }, 5*time.Second, 10*time.Millisecond, "log:\n%s", ip.log)
+	assert.Equal(t, 3, fewest, "a half-written file was applied; log:\n%s", ip.log)
+	assert.Equal(t, 1, strings.Count(ip.log.String(), "config reloaded"), "log:\n%s", ip.log)
+}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,4 +397,29 @@ func TestProxyBreakerGaugeForgetsRetiredLimiters(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	require.NotEmpty(t, r.rateLimit, "decided on Redis again, by the new limit")
 	assert.Equal(t, 0.0, gauge(), "the retired limiter's open breaker still counted")
+}
+
+// A reload retires a limit only once the requests routed to it have decided, Redis calls
+// included: a request still waiting on a hung Redis past -shutdown-timeout got a bare 503 from
+// the closed limiter, where -on-redis-error local decides it alone.
+func TestReloadWaitsForARequestDecidingOnRedis(t *testing.T) {
+	srv := redisServer(t)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(n int) {
+		require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, "rules:\n  - name: r\n    rates: [%d/1m]\n    paths: [/r]\n", n), 0o644))
+	}
+	write(100)
+	p := startProxy(t, "-upstream", up.URL, "-config", cfg, "-config-poll", "0", "-redis", "redis://"+srv.Addr+"/0",
+		"-redis-timeout", "1s", "-shutdown-timeout", "100ms", "-on-redis-error", "local")
+	c := newClient(t, false)
+	require.Equal(t, 200, do(t, c, p.url("/r"), nil).status)
+	require.NoError(t, srv.Pause())
+	defer srv.Resume()
+	status := make(chan int, 1)
+	go func() { status <- do(t, c, p.url("/r"), nil).status }()
+	time.Sleep(100 * time.Millisecond) // routed, and waiting on Redis for up to 1s
+	write(101)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	assert.Equal(t, 200, <-status, "decided alone, as -on-redis-error local says:\n%s", p.stderr())
 }
