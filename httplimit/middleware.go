@@ -171,10 +171,14 @@ type Middleware struct {
 	// naming the refusing limit; the others use "about:blank".
 	Problem bool
 
-	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, as
-	// nginx's limit_req delay does: when the wait the limits ask for ends within MaxDelay of the
-	// request's first refusal, the request sleeps it and is decided again; otherwise, or when the
-	// request's context ends, it is refused. So a request waits at most MaxDelay in all, and a
+	// MaxDelay, when positive, makes a request over the limit wait instead of being refused, much
+	// as nginx's limit_req delay does: when the wait the limits ask for ends within MaxDelay of
+	// the request's first refusal, the request sleeps it and is decided again; otherwise, or when
+	// the request's context ends, it is refused. Unlike nginx, which queues a key's delayed
+	// requests, the waiters of one key are not served in the order they came: each that wakes
+	// tries again, one takes the unit freed, and the others wait for the next, so an early one can
+	// wait out MaxDelay and be refused while a later one is admitted, and each retry is a decision
+	// (a round trip, on Redis). So a request waits at most MaxDelay in all, and a
 	// timer's lateness. Each wait is the one Retry-After would give: the refusing limit's
 	// RetryAfter, or longer when a limit not asked has too little left for longer. A waiting
 	// request holds its goroutine and connection; nothing of this middleware's limits is counted
