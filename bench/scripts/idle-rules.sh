@@ -8,10 +8,13 @@
 #
 # Without a binary it builds cmd/slidelimit from this checkout. Linux only (it reads /proc).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/../.." && pwd) # the repository
 rules=${RULES:-4000}
 seconds=${SECONDS_IDLE:-10}
+need_positive RULES "$rules"
+need_positive SECONDS_IDLE "$seconds"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin=${1:-}

@@ -22,9 +22,18 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 rev=${1:-}
+# Before the temporary directory: git's "invalid reference" would not say which argument it means.
+if [ -n "$rev" ] && ! git -C "$repo" rev-parse -q --verify "$rev^{commit}" >/dev/null; then
+	echo "bench/scripts/instructions.sh: REV \"$rev\": not a commit of this repository" >&2
+	exit 2
+fi
 tmp=$(mktemp -d)
 dir=$repo
-cleanup() { [ -z "$rev" ] || git -C "$repo" worktree remove --force "$tmp/tree"; }
+# The test binary and callgrind's files come to some 13 MB a run, and nothing reads them after.
+cleanup() {
+	[ ! -d "$tmp/tree" ] || git -C "$repo" worktree remove --force "$tmp/tree"
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
 if [ -n "$rev" ]; then
 	git -C "$repo" worktree add --detach -q "$tmp/tree" "$rev"

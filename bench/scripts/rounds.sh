@@ -15,6 +15,7 @@
 # Environment: ROUNDS (10), BENCHTIME (0.3s), CPUS (1,2), OUT (where the raw results go; a
 # temporary file if not given).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
 if [ $# -lt 3 ]; then
@@ -26,6 +27,8 @@ shift 2
 rounds=${ROUNDS:-10}
 benchtime=${BENCHTIME:-0.3s}
 cpus=${CPUS:-1,2}
+need_positive ROUNDS "$rounds"
+need_cpus CPUS "$cpus"
 out=${OUT:-$(mktemp)}
 touch "$out" && out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 bin=$(mktemp -d)
@@ -36,8 +39,13 @@ go test -c -o "$bin/peers.test" ./peers
 for i in $(seq "$rounds"); do
 	echo "round $i/$rounds" >&2
 	for l in "$@"; do
-		(cd peers && "$bin/peers.test" -test.run '^$' -test.bench "^Benchmark$bench\$/^limiter=$l\$/^keys=$keys\$" \
-			-test.benchtime "$benchtime" -test.cpu "$cpus" -test.benchmem) >>"$out"
+		re="^Benchmark$bench\$/^limiter=$l\$/^keys=$keys\$"
+		(cd peers && "$bin/peers.test" -test.run '^$' -test.bench "$re" \
+			-test.benchtime "$benchtime" -test.cpu "$cpus" -test.benchmem) >"$bin/run.txt"
+		# Each run, not just the file as a whole: one misspelt LIMITER among good ones would
+		# otherwise leave only its column out.
+		need_results "$bin/run.txt" "-test.bench '$re'" "check BENCHMARK, KEYS and LIMITER"
+		cat "$bin/run.txt" >>"$out"
 	done
 done
 go tool benchstat -col /limiter "$out"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the comparison suite on a 16-core machine in under 6 minutes, without the network, and
-# writes to bench/results/<UTC date>-16core/ (or the directory given as $1) the same files as
-# run-2core.sh: machine.txt, bench.txt (BenchmarkLimiters at -cpu 1,2,4,8,16), memory.txt,
-# benchstat-vs-floor.txt, benchstat-vs-slidelimit.txt, targets.md (including the 1->16-core
-# scaling target) and the PNG charts.
+# writes to bench/results/<UTC date>-16core/ (or the directory given as $1, relative to the
+# current directory) the same files as run-2core.sh: machine.txt, bench.txt (BenchmarkLimiters at
+# -cpu 1,2,4,8,16), memory.txt, benchstat-vs-floor.txt, benchstat-vs-slidelimit.txt, targets.md
+# (including the 1->16-core scaling target) and the PNG charts.
 #
 # It builds from vendored modules, so the machine needs Go and nothing else. bench/vendor/ is
 # not committed (it is in .gitignore); make it first, on any machine with the module proxy:
@@ -28,23 +28,35 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+rounds=${ROUNDS:-1}
+count=${COUNT:-3}
+benchtime=${BENCHTIME:-0.1s}
+cpus=${CPUS:-1,2,4,8,16}
+memkeys=${MEMKEYS:-10000000}
+need_positive ROUNDS "$rounds"
+need_positive COUNT "$count"
+need_cpus CPUS "$cpus"
+need_whole MEMKEYS "$memkeys"
+if [ "${BATCH:-1}" != 0 ]; then
+	# run-batch-insert.sh checks these too, but only after this script's own runs.
+	need_positive BATCH_COUNT "${BATCH_COUNT:-6}"
+	[ -z "${PARTS:-}" ] || need_parts "$PARTS"
+fi
+# BIN and the directory given are taken from the caller's directory: before the cd below.
 if [ -n "${BIN:-}" ]; then
-	BIN=$(cd "$BIN" && pwd) # before the cd below, so that a relative BIN works
+	BIN=$(cd "$BIN" && pwd)
 	export BIN
 fi
+out=${1:-}
+case $out in '' | /*) ;; *) out=$PWD/$out ;; esac
 cd "$here"
 if [ -z "${BIN:-}" ] && [ ! -f vendor/modules.txt ]; then
 	echo "run-16core.sh: bench/vendor is missing; run 'cd bench && GOWORK=off go mod vendor' first (needs the network once)" >&2
 	exit 1
 fi
 export GOWORK=off GOFLAGS=-mod=vendor GOPROXY=off GOTOOLCHAIN=local
-out=${1:-results/$(date -u +%Y-%m-%d)-16core}
+out=${out:-results/$(date -u +%Y-%m-%d)-16core}
 mkdir -p "$out"
-rounds=${ROUNDS:-1}
-count=${COUNT:-3}
-benchtime=${BENCHTIME:-0.1s}
-cpus=${CPUS:-1,2,4,8,16}
-memkeys=${MEMKEYS:-10000000}
 start=$SECONDS
 if [ "$(nproc)" -lt 16 ]; then
 	echo "warning: this machine has $(nproc) cores; GOMAXPROCS above that measures oversubscription" >&2
@@ -83,4 +95,4 @@ if [ "${BATCH:-1}" != 0 ]; then
 	# BENCHTIME is this script's own: the batch runs keep theirs unless BATCH_BENCHTIME is given.
 	CPUS=$cpus COUNT=${BATCH_COUNT:-6} BENCHTIME=${BATCH_BENCHTIME:-0.2s} bash "$here/scripts/run-batch-insert.sh" "$out/batch-insert"
 fi
-echo "done in $((SECONDS - start))s: $out"
+echo "done in $((SECONDS - start))s: ${1:-$out}" # the directory as given, if given

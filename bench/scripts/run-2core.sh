@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the comparison suite on a 2-core machine in under 8 minutes and writes, to
-# bench/results/<UTC date>-2core/ (or the directory given as $1):
+# bench/results/<UTC date>-2core/ (or the directory given as $1, relative to the current
+# directory):
 #
 #   machine.txt              date, commit, go version, CPU model, cores, kernel
 #   bench.txt                raw `go test -bench` output of BenchmarkLimiters (-cpu 1,2),
@@ -24,17 +25,35 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
-cd "$here"
-out=${1:-results/$(date -u +%Y-%m-%d)-2core}
-mkdir -p "$out"
 rounds=${ROUNDS:-3}
 count=${COUNT:-2}
 benchtime=${BENCHTIME:-0.2s}
 cpus=${CPUS:-1,2}
 memkeys=${MEMKEYS:-10000000}
 budget=${BUDGET:-480}
+need_positive ROUNDS "$rounds"
+need_positive COUNT "$count"
+need_cpus CPUS "$cpus"
+need_positive BUDGET "$budget"
 memtime=120 # what the memory measurement takes here (about 90s), with a margin
-[ -z "${MEMFILE:-}" ] || memtime=0
+if [ -n "${MEMFILE:-}" ]; then
+	memtime=0
+	# Now rather than after the rounds; and, like the directory given, from the caller's directory.
+	if [ ! -r "$MEMFILE" ] || [ -d "$MEMFILE" ]; then
+		echo "$me: MEMFILE \"$MEMFILE\": no such readable file" >&2
+		exit 2
+	fi
+	memfile=$(cd "$(dirname "$MEMFILE")" && pwd)/$(basename "$MEMFILE")
+else
+	need_positive MEMKEYS "$memkeys"
+fi
+# BIN and the directory given are taken from the caller's directory: before the cd below.
+[ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd)
+out=${1:-}
+case $out in '' | /*) ;; *) out=$PWD/$out ;; esac
+cd "$here"
+out=${out:-results/$(date -u +%Y-%m-%d)-2core}
+mkdir -p "$out"
 start=$SECONDS
 
 {
@@ -63,8 +82,8 @@ done
 
 echo "memory ($((SECONDS - start))s)"
 if [ -n "${MEMFILE:-}" ]; then
-	[ "$MEMFILE" -ef "$out/memory.txt" ] || cp "$MEMFILE" "$out/memory.txt"
-	echo "memory: reused $MEMFILE" | tee -a "$out/machine.txt"
+	[ "$memfile" -ef "$out/memory.txt" ] || cp "$memfile" "$out/memory.txt"
+	echo "memory: reused $MEMFILE" | tee -a "$out/machine.txt" # as given: machine.txt is kept with the results
 else
 	"$bin/memory" -keys "$memkeys" -limiter all -bench -parallel 2 | tee "$out/memory.txt"
 fi
@@ -74,4 +93,4 @@ fi
 	"$out/bench.txt" "$out/memory.txt" >"$out/benchstat-vs-slidelimit.txt"
 "$bin/charts" -o "$out" -table "$out/tables.md" -targets "$out/targets.md" "$out/bench.txt" "$out/memory.txt"
 cat "$out/targets.md"
-echo "done in $((SECONDS - start))s: $out"
+echo "done in $((SECONDS - start))s: ${1:-$out}" # the directory as given, if given

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the batch, insert and key-flood benchmarks of bench/peers and writes, to
-# bench/results/<UTC date>-<cores>core-batch-insert/ (or the directory given as $1):
+# bench/results/<UTC date>-<cores>core-batch-insert/ (or the directory given as $1, relative to
+# the current directory):
 #
 #   machine.txt   date, commit, go version, CPU model, cores, kernel
 #   batch.txt     BenchmarkBatch: the floor's and slidelimit's Allow beside slidelimit's AllowBatch,
@@ -31,14 +32,20 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-[ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd) # before the cd below, so that a relative BIN works
-cd "$here"
-cores=$(nproc)
-out=${1:-results/$(date -u +%Y-%m-%d)-${cores}core-batch-insert}
-mkdir -p "$out"
 count=${COUNT:-6}
 parts=${PARTS:-batch insert fill flood}
+need_positive COUNT "$count"
+need_parts "$parts"
+[ -z "${CPUS:-}" ] || need_cpus CPUS "$CPUS"
 parts=${parts//,/ }
+# BIN and the directory given are taken from the caller's directory: before the cd below.
+[ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd)
+out=${1:-}
+case $out in '' | /*) ;; *) out=$PWD/$out ;; esac
+cd "$here"
+cores=$(nproc)
+out=${out:-results/$(date -u +%Y-%m-%d)-${cores}core-batch-insert}
+mkdir -p "$out"
 benchtime=${BENCHTIME:-0.2s}
 cpuflag=()
 [ -z "${CPUS:-}" ] || cpuflag=(-test.cpu "$CPUS")
@@ -73,20 +80,24 @@ want() { [[ " $parts " == *" $1 "* ]]; }
 run() { "$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" "${cpuflag[@]}" "$@"; }
 if want batch; then
 	run -test.bench '^BenchmarkBatch$' -test.benchtime "$benchtime" | tee "$out/batch.txt"
+	need_results "$out/batch.txt" "-test.bench '^BenchmarkBatch$'"
 fi
 if want insert; then
 	# Serial only, so at one -cpu value: each value would give three limiters 10M keys again.
 	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$insertcount" -test.bench '^BenchmarkInsert$' \
 		-test.benchtime "${insertn}x" -limiters floor,slidelimit,httprate | tee "$out/insert.txt"
+	need_results "$out/insert.txt" "-test.bench '^BenchmarkInsert$'"
 fi
 if want fill; then
 	# slidelimit-expected is left out of insert.txt: 8M inserts past its 10M would time its growth.
 	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$count" -test.bench '^BenchmarkFill$' \
 		-test.benchtime 1x | tee "$out/fill.txt"
+	need_results "$out/fill.txt" "-test.bench '^BenchmarkFill$'"
 fi
 if want flood; then
 	"$bin/peers.test" -test.run '^$' -test.benchmem -test.count "$floodcount" "${cpuflag[@]}" \
 		-test.bench '^BenchmarkKeyFlood$' -test.benchtime "${floodn}x" | tee "$out/flood.txt"
+	need_results "$out/flood.txt" "-test.bench '^BenchmarkKeyFlood$'"
 fi
 for f in $parts; do
 	echo "== $f"
