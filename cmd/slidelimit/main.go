@@ -120,6 +120,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitFail
 }
 
+// closeBounded runs closeAll, the limiters' close at the end of a stop, and waits for it: with
+// Redis (redis), for at most twice redisTimeout, since each call to Redis is bounded by it but a
+// batched limiter's Close makes several in turn; and never once second (a second stop signal) is
+// closed. What a hung Redis has not answered by then is left as a process that dies leaves it:
+// leases stay counted until their window ages out, which only lowers admissions. It reports false
+// when the bound, not the close or the signal, ended the wait.
+func closeBounded(closeAll func(), redis bool, redisTimeout time.Duration, second <-chan struct{}) bool {
+	closed := make(chan struct{})
+	go func() { closeAll(); close(closed) }()
+	var bound <-chan time.Time
+	if redis {
+		t := time.NewTimer(2 * redisTimeout)
+		defer t.Stop()
+		bound = t.C
+	}
+	select {
+	case <-closed:
+	case <-bound:
+		return false
+	case <-second:
+	}
+	return true
+}
+
 // oneLine returns s with each control character and each byte of invalid UTF-8 written as a Go
 // escape (\n, \x1b, \xff). An error quotes some values as they were given (a file's path, a
 // URL in a hint), and one holding a newline would otherwise print a line of its own, which a

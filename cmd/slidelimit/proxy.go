@@ -2209,24 +2209,9 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	}
 	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
 	// ends in here, so that "stopped" stays the last line.
-	closed := make(chan struct{})
 	closing = true
-	go func() { px.close(); close(closed) }()
-	var bound <-chan time.Time
-	if c.redisURL != "" {
-		// Each Redis call is bounded by -redis-timeout, but a batched limiter's Close makes
-		// several in turn. What a hung Redis has not answered by then is left as a process
-		// that dies leaves it: leases stay counted until their window ages out, which only
-		// lowers admissions.
-		t := time.NewTimer(2 * c.redisTimeout)
-		defer t.Stop()
-		bound = t.C
-	}
-	select {
-	case <-closed:
-	case <-bound:
+	if !closeBounded(px.close, c.redisURL != "", c.redisTimeout, second) {
 		logger.Warn(fmt.Sprintf("Redis did not answer within twice -redis-timeout %v while the limiters were closed: what they held stays counted until its window ends", c.redisTimeout))
-	case <-second:
 	}
 	logger.Info("stopped")
 	return nil

@@ -377,24 +377,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	}
 	// A batched limiter's sync still waiting on a hung Redis logs its failure when it ends: it
 	// ends in here, so that "stopped" stays the last line.
-	closed := make(chan struct{})
 	closing = true
-	go func() { srv.Close(); close(closed) }()
-	var bound <-chan time.Time
-	if c.redisURL != "" {
-		// Each Redis call is bounded by -redis-timeout, but a batched limiter's Close makes
-		// several in turn. What a hung Redis has not answered by then is left as a process
-		// that dies leaves it: leases stay counted until their window ages out, which only
-		// lowers admissions.
-		t := time.NewTimer(2 * c.redisTimeout)
-		defer t.Stop()
-		bound = t.C
-	}
-	select {
-	case <-closed:
-	case <-bound:
+	if !closeBounded(func() { srv.Close() }, c.redisURL != "", c.redisTimeout, second) {
 		logger.Printf("warning: Redis did not answer within twice -redis-timeout %v while the limiters were closed: what they held stays counted until its window ends", c.redisTimeout)
-	case <-second:
 	}
 	if runErr == nil {
 		logger.Printf("stopped")

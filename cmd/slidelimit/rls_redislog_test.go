@@ -13,6 +13,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/slidelimit/slidelimit/redisstore/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,8 +22,7 @@ import (
 // mode in force: it said "batched: deciding locally with the limit divided by the fleet size"
 // while every descriptor was refused (closed) or admitted without a limit (open).
 func TestRLSBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	dir := edgeConfigDir(t)
 	for _, failure := range []string{"closed", "open"} {
 		p := startRLS(t, "-config", dir, "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "batched", "-redis-timeout", "20ms",
 			"-on-redis-error", failure, "-reload-interval", "0")
@@ -38,8 +38,7 @@ func TestRLSBatchedOfflineLogNamesTheFailureMode(t *testing.T) {
 // Every line the command writes is prefixed "slidelimit rls: " (docs/rls.md, Logs), redisstore's
 // own included: its breaker line went to log/slog's default logger unprefixed.
 func TestRLSStoreLinesArePrefixed(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	dir := edgeConfigDir(t)
 	p := startRLS(t, "-config", dir, "-redis", "redis://127.0.0.1:1/0", "-redis-timeout", "20ms", "-reload-interval", "0")
 	c, _ := rlsClient(t, p.addr)
 	for range 30 { // the breaker opens after 10 calls of which half failed
@@ -77,8 +76,7 @@ func TestRLSBatchedOfflineRefusesACostAboveTheLimit(t *testing.T) {
 // "stopped" is the last line either command writes, in batched mode too: a batched limiter closed
 // while a sync waited on a hung Redis logged that it went offline after it.
 func TestStoppedIsTheLastLineWhenRedisHangs(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	dir := edgeConfigDir(t)
 	up := newUpstream(t)
 	for _, command := range []string{"proxy", "rls"} {
 		srv := redisServer(t)
@@ -88,13 +86,9 @@ func TestStoppedIsTheLastLineWhenRedisHangs(t *testing.T) {
 			p = startProxy(t, append(redis, "-upstream", up.URL, "-limit", "30", "-window", "1m")...)
 			assert.Equal(t, 200, do(t, newClient(t, false), p.url("/"), nil).status)
 		} else {
-			p = startRLS(t, append(redis, "-config", dir, "-reload-interval", "0")...)
-			c, _ := rlsClient(t, p.addr)
-			assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
+			p = startLeasedRLS(t, append(redis, "-config", dir)...)
 		}
-		require.NoError(t, srv.Pause())
-		time.Sleep(200 * time.Millisecond) // a sync, every 50ms, is now waiting on Redis
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		stopWithRedisHung(t, srv, p)
 		p.exitedOK(t)
 		require.NoError(t, srv.Resume())
 		lines := strings.Split(strings.TrimSpace(p.stderr()), "\n")
@@ -107,8 +101,7 @@ func TestStoppedIsTheLastLineWhenRedisHangs(t *testing.T) {
 // listened for it once those were done, and the limiters' Close calls, one after another, each
 // waited out several -redis-timeout (here 20s).
 func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	dir := edgeConfigDir(t)
 	up := newUpstream(t)
 	// A request that the upstream holds is still in flight at the second signal: the close then
 	// begins after it, and was not bounded.
@@ -132,13 +125,9 @@ func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
 			go http.Get(p.url("/held"))
 			<-arrived // admitted, and waiting on the upstream
 		default:
-			p = startRLS(t, append(redis, "-config", dir, "-reload-interval", "0")...)
-			c, _ := rlsClient(t, p.addr)
-			assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
+			p = startLeasedRLS(t, append(redis, "-config", dir)...)
 		}
-		require.NoError(t, srv.Pause())
-		time.Sleep(200 * time.Millisecond) // a sync, every 50ms, is now waiting on Redis
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		stopWithRedisHung(t, srv, p)
 		waitFor(t, func() bool { return strings.Contains(p.stderr(), "shutting down") })
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 		// Not a measure of speed: the close it cuts off takes a Redis timeout or more (go-redis's
@@ -157,8 +146,7 @@ func TestSecondSignalCutsOffClosingTheLimiters(t *testing.T) {
 // Every log line stays one line: a config file whose name holds a newline, refused at a reload,
 // printed the rest of its name as a line of its own, with no prefix.
 func TestRLSLogLinesStayOnOneLine(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	dir := edgeConfigDir(t)
 	p := startRLS(t, "-config", dir, "-reload-interval", "0")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad\nforged line.yaml"), []byte("domain: [\n"), 0o644))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
@@ -167,4 +155,30 @@ func TestRLSLogLinesStayOnOneLine(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
 		assert.True(t, strings.HasPrefix(line, "slidelimit rls: "), "a line of its own: %s", line)
 	}
+}
+
+// edgeConfigDir writes a config directory of one domain, edge: 30 a minute per remote_address.
+func edgeConfigDir(t *testing.T) string {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"), 0o644))
+	return dir
+}
+
+// startLeasedRLS starts "slidelimit rls args..." on edgeConfigDir's config and makes one call,
+// which in batched mode takes a lease.
+func startLeasedRLS(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := startRLS(t, append(args, "-reload-interval", "0")...)
+	c, _ := rlsClient(t, p.addr)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, rlsCall(t, c, "edge", "remote_address", "192.0.2.1").GetOverallCode())
+	return p
+}
+
+// stopWithRedisHung pauses srv, waits until a batched limiter's sync (every 50ms) waits on it,
+// and sends p SIGTERM.
+func stopWithRedisHung(t *testing.T, srv *redistest.Server, p *proc) {
+	t.Helper()
+	require.NoError(t, srv.Pause())
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 }
