@@ -144,14 +144,14 @@ func closeBounded(closeAll func(), redis bool, redisTimeout time.Duration, secon
 	return true
 }
 
-// oneLine returns s with each control character and each byte of invalid UTF-8 written as a Go
-// escape (\n, \x1b, \xff). An error quotes some values as they were given (a file's path, a
+// oneLine returns s with each control character, line or paragraph separator (U+2028, U+2029)
+// and byte of invalid UTF-8 written as a Go escape (\n, \x1b, \u2028, \xff). An error quotes some values as they were given (a file's path, a
 // URL in a hint), and one holding a newline would otherwise print a line of its own, which a
 // reader, or a log collector, takes for another message.
 func oneLine(s string) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) {
+		if r == utf8.RuneError || breaks(r) {
 			clean = false
 			break
 		}
@@ -165,7 +165,7 @@ func oneLine(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r):
+		case breaks(r):
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 		default:
@@ -174,6 +174,12 @@ func oneLine(s string) string {
 		i += size
 	}
 	return b.String()
+}
+
+// breaks reports whether r may break a line or drive a terminal: a control character, or a
+// Unicode line or paragraph separator, at which some log viewers start a new line.
+func breaks(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
 }
 
 // lineWriter writes log lines, each in one Write ending in a newline as log.Logger writes them,

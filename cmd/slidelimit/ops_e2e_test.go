@@ -796,6 +796,7 @@ func TestErrorsStayOnOneLine(t *testing.T) {
 	}{
 		{"proxy", []string{"-upstream", "127.0.0.1:9\nlevel=ERROR forged"}, `like http://127.0.0.1:9\nlevel=ERROR forged`},
 		{"proxy", []string{"-upstream", "h\xff\x1b[31mred"}, `like http://h\xff\x1b[31mred`},
+		{"proxy", []string{"-upstream", "h\u2028level=ERROR forged"}, `like http://h\u2028level=ERROR forged`},
 		{"proxy", []string{"-upstream", "http://127.0.0.1:9", "-config", "no\nsuch"}, `-config stat no\nsuch: no such file`},
 		{"proxy", []string{"-upstream", "http://127.0.0.1:9", "-tls-client-ca", "x\ny"}, `-tls-client-ca x\ny: needs -tls-cert`},
 		{"rls", []string{"-listen", "127.0.0.1:0", "-config", "no\nsuch"}, `-config: no\nsuch: stat: no such file`},
@@ -814,5 +815,6 @@ func TestErrorsStayOnOneLine(t *testing.T) {
 			assert.True(t, strings.HasPrefix(l, "Run "), "%q: a line of its own: %q", tc.args, l)
 		}
 		assert.NotContains(t, out, "\x1b", "%q", tc.args)
+		assert.NotContains(t, out, "\u2028", "%q", tc.args)
 	}
 }

@@ -100,7 +100,7 @@ type proxyConfig struct {
 	clk *clock.Clock
 }
 
-const proxySynopsis = "-upstream URL [-listen ADDR] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]] [-h2c] [-rate LIMIT/WINDOW ...] [-policy NAME] [-key ip|header:NAME|conn|path] [-config FILE] [-trusted-proxies CIDRS] [-redis URL] [-metrics-listen ADDR] [flags]"
+const proxySynopsis = "-upstream URL [-listen ADDR] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]] [-h2c] [-rate LIMIT/WINDOW ...] [-policy NAME] [-key ip|header:NAME|conn|path] [-config FILE] [-trusted-proxies LIST] [-redis URL] [-metrics-listen ADDR] [flags]"
 
 func proxyFlags(stderr io.Writer) (*proxyConfig, *flag.FlagSet) {
 	c := &proxyConfig{}
