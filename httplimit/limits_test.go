@@ -242,6 +242,33 @@ func TestMaxDelay(t *testing.T) {
 	assert.Equal(t, 429, get(t, ts2.Client(), ts2.URL, nil).status, "a 50 ms wait does not fit in 1 ms")
 }
 
+// A first refusal whose wait is exactly MaxDelay waits: the wait ends within MaxDelay of that
+// refusal. It was refused whenever the clock had not moved a millisecond since the admission
+// before it (a wait of exactly the window), as the bound was measured a few microseconds later.
+func TestMaxDelayAdmitsAWaitOfExactlyMaxDelay(t *testing.T) {
+	clk := clock.NewManual(1_759_999_980_000) // a minute's first millisecond: Retry-After is 60s
+	lim, err := engine.New(policy.FixedWindow{Limit: 1, Window: time.Minute}, engine.WithClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() { lim.Close() })
+	var waiting httplimit.Waiting
+	stop := make(chan struct{})
+	mw := &httplimit.Middleware{Limiter: httplimit.Local(lim), MaxDelay: time.Minute, Waiting: &waiting, StopWaiting: stop, KeyFunc: func(*http.Request) string { return "k" }}
+	ts := serve(t, mw.Wrap(ok))
+	require.Equal(t, 200, get(t, ts.Client(), ts.URL, nil).status)
+	done := make(chan int, 1)
+	go func() { done <- get(t, ts.Client(), ts.URL, nil).status }()
+	for deadline := time.Now().Add(10 * time.Second); waiting.Len() != 1; time.Sleep(time.Millisecond) {
+		select {
+		case status := <-done:
+			t.Fatalf("a wait of 60s under a MaxDelay of 1m was answered %d at once", status)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the request neither waited nor was answered")
+	}
+	close(stop) // decided again at once: refused, its turn not come
+	assert.Equal(t, 429, <-done)
+}
+
 // MaxWaiting bounds the requests waiting under MaxDelay at once: with room for 2, of 5 requests
 // over the limit together, 3 are refused at once, not after a wait, and the 2 waiters get their
 // turns as before.

@@ -652,12 +652,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// a place among MaxWaiting) for nothing.
 			// The bound is on the time that passes, not on the waits asked for: each wait ends
 			// late by a timer's slack and a decision, which short waits would add up past it.
+			left := h.maxDelay // at the first refusal, none of MaxDelay has passed
 			if deadline.IsZero() {
 				deadline = time.Now().Add(h.maxDelay)
+			} else {
+				// Not at the first: measured then, the microseconds since the refusal refused a
+				// wait of exactly MaxDelay (GCRA 1/1m's 60s, under a MaxDelay of 1m).
+				left = time.Until(deadline)
 			}
 			// A limit that cannot give back and was counted before the refusal would be counted
 			// again by the decision after the wait: such a request is refused at once.
-			if wait := h.longestWait(f, d.RetryAfter); wait <= time.Until(deadline) && !f.kept && !h.stopped() && h.startWaiting() {
+			if wait := h.longestWait(f, d.RetryAfter); wait <= left && !f.kept && !h.stopped() && h.startWaiting() {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
