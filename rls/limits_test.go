@@ -147,17 +147,10 @@ func TestServeBoundsStreamsAndHeaders(t *testing.T) {
 		{"options", []grpc.ServerOption{grpc.MaxConcurrentStreams(7), grpc.MaxHeaderListSize(8 << 10)}, 7, 8 << 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			srv, err := rls.NewServer(loadGood(t))
-			require.NoError(t, err)
-			defer srv.Close()
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Second, c.opts...) }()
+			addr, cancel, done := serveGood(t, time.Second, c.opts...)
 			defer func() { cancel(); require.NoError(t, <-done) }()
 
-			h := dialH2(t, lis.Addr().String())
+			h := dialH2(t, addr)
 			assert.Equal(t, c.streams, h.settings[http2.SettingMaxConcurrentStreams], "SETTINGS_MAX_CONCURRENT_STREAMS")
 			assert.Equal(t, c.headers, h.settings[http2.SettingMaxHeaderListSize], "SETTINGS_MAX_HEADER_LIST_SIZE")
 

@@ -132,16 +132,9 @@ func TestReloadCountersStartAtZero(t *testing.T) {
 // shutdown for its grace: it is sent NOT_SERVING and ended. Serve waited out the whole grace (here
 // an hour) for each client health-checking by watching.
 func TestServeEndsHealthWatches(t *testing.T) {
-	srv, err := rls.NewServer(loadGood(t))
-	require.NoError(t, err)
-	defer srv.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	addr, cancel, done := serveGood(t, time.Hour)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis, rls.Keepalive{}, time.Hour) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
 	wctx, wcancel := context.WithTimeout(context.Background(), failsafe)
@@ -173,4 +166,20 @@ func TestServeEndsHealthWatches(t *testing.T) {
 	case <-time.After(failsafe):
 		t.Fatal("Serve waited for the Watch streams")
 	}
+}
+
+// serveGood runs Serve, with grace and opts, for a Server of loadGood's config on a free loopback
+// port until cancel is called, and returns the port's address and the channel Serve's result
+// comes on. The Server is closed when the test ends.
+func serveGood(t *testing.T, grace time.Duration, opts ...grpc.ServerOption) (addr string, cancel func(), done <-chan error) {
+	t.Helper()
+	srv, err := rls.NewServer(loadGood(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis, rls.Keepalive{}, grace, opts...) }()
+	return lis.Addr().String(), cancel, served
 }
