@@ -106,7 +106,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	// of the calls it cut have, as Serve promises.
 	base := append(k.ServerOptions(), grpc.MaxConcurrentStreams(DefaultMaxStreams), grpc.MaxHeaderListSize(DefaultMaxHeaderBytes), grpc.WaitForHandlers(true))
 	g := grpc.NewServer(append(base, opts...)...)
-	draining := make(chan struct{})
+	draining, drain := context.WithCancel(context.Background())
+	defer drain()
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, endingWatches{s.health, draining})
 	s.track(g, true)
@@ -125,7 +126,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 	case <-ctx.Done():
 	}
 	s.setServing(false)
-	close(draining) // after NOT_SERVING, which each Watch then sends before it ends
+	drain() // after NOT_SERVING, which each Watch then sends before it ends
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	t := time.NewTimer(grace)
@@ -141,32 +142,22 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, k Keepalive, grace
 }
 
 // endingWatches is the health service Serve registers: the Server's, but a Watch ends (with the
-// status the Server then has, NOT_SERVING for a name it serves) once draining is closed. A Watch
+// status the Server then has, NOT_SERVING for a name it serves) once draining is done. A Watch
 // stream lasts until its client ends it, so the graceful shutdown that waits for every call would
 // otherwise wait out its whole grace for each client that health-checks by watching (gRPC's
 // client-side health checking), calls in progress or not.
 type endingWatches struct {
 	*health.Server
-	draining <-chan struct{}
+	draining context.Context
 }
 
 func (h endingWatches) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	ended := make(chan struct{})
-	defer close(ended)
-	go func() {
-		select {
-		case <-h.draining:
-			cancel()
-		case <-ended:
-		}
-	}()
+	defer context.AfterFunc(h.draining, cancel)()
 	ws := &watchStream{Health_WatchServer: stream, ctx: ctx}
 	err := h.Server.Watch(req, ws)
-	select {
-	case <-h.draining:
-	default:
+	if h.draining.Err() == nil {
 		return err // the client ended it
 	}
 	// The inner Watch may have seen the cancel before the NOT_SERVING update: send the status

@@ -149,14 +149,7 @@ func closeBounded(closeAll func(), redis bool, redisTimeout time.Duration, secon
 // URL in a hint), and one holding a newline would otherwise print a line of its own, which a
 // reader, or a log collector, takes for another message.
 func oneLine(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || breaks(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
+	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || breaks(r) }) < 0 {
 		return s
 	}
 	var b strings.Builder

@@ -55,11 +55,7 @@ func run(out string, check bool) error {
 		where = fmt.Sprintf("%s (%s from here)", out, shown)
 	}
 	if st, err := os.Stat(dir); err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("-out %s: %v (gen creates no directory)", where, err)
+		return fmt.Errorf("-out %s: %v (gen creates no directory)", where, withoutPath(err))
 	} else if !st.IsDir() {
 		return fmt.Errorf("-out %s: not a directory", where)
 	}
@@ -93,11 +89,7 @@ func run(out string, check bool) error {
 			have, err := os.ReadFile(path)
 			if err != nil {
 				// Not "not up to date": the file may well be, and regenerating would not help.
-				var pe *fs.PathError
-				if errors.As(err, &pe) {
-					err = pe.Err
-				}
-				fmt.Fprintf(os.Stderr, "gen: cannot read %s: %v\n", name, err)
+				fmt.Fprintf(os.Stderr, "gen: cannot read %s: %v\n", name, withoutPath(err))
 				unread++
 			} else if !bytes.Equal(have, encoded[i]) {
 				fmt.Fprintf(os.Stderr, "gen: %s is not up to date\n", name)
@@ -178,6 +170,16 @@ func modulePathOf(path string) string {
 		}
 	}
 	return ""
+}
+
+// withoutPath returns a file operation's error without the path it quotes (the messages name the
+// file as seen from the current directory instead).
+func withoutPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func steps(f *testvectors.File) int {
