@@ -826,7 +826,10 @@ func TestConfigRewrittenInPlaceIsAppliedOnceWhole(t *testing.T) {
 		fewest = min(fewest, len(ip.px.state.Load().rules))
 	}
 	require.NoError(t, f.Close())
-	assert.Eventually(t, func() bool { return len(ip.px.state.Load().rules) == 21 }, 5*time.Second, 10*time.Millisecond, "log:\n%s", ip.log)
+	// The reload's log line follows the swap of its rules: wait for both.
+	assert.Eventually(t, func() bool {
+		return len(ip.px.state.Load().rules) == 21 && strings.Contains(ip.log.String(), "config reloaded")
+	}, 5*time.Second, 10*time.Millisecond, "log:\n%s", ip.log)
 	assert.Equal(t, 3, fewest, "a half-written file was applied; log:\n%s", ip.log)
 	assert.Equal(t, 1, strings.Count(ip.log.String(), "config reloaded"), "log:\n%s", ip.log)
 }
