@@ -15,6 +15,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+most_args 2 "bench/scripts/before-after.sh BEFORE [AFTER]" "$@"
 before=${1:?usage: bench/scripts/before-after.sh BEFORE [AFTER]}
 after=${2:-}
 rounds=${ROUNDS:-5}

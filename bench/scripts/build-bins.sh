@@ -10,6 +10,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the bench module
+most_args 1 "bench/scripts/build-bins.sh DIR" "$@"
 dir=${1:?usage: build-bins.sh DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)

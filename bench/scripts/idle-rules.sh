@@ -17,6 +17,7 @@ need_positive RULES "$rules"
 need_positive SECONDS_IDLE "$seconds"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+most_args 1 "bench/scripts/idle-rules.sh [SLIDELIMIT_BINARY]" "$@"
 bin=${1:-}
 if [ -z "$bin" ]; then
 	(cd "$here/cmd/slidelimit" && go build -o "$tmp/slidelimit" .)

@@ -19,6 +19,8 @@
 # Needs valgrind. GODEBUG=asyncpreemptoff=1 keeps the runtime's preemption signals from upsetting
 # callgrind; GOMAXPROCS=1 keeps the count to the benchmark's goroutine.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+most_args 1 "bench/scripts/instructions.sh [REV]" "$@"
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 rev=${1:-}

@@ -42,6 +42,18 @@ suite() {
 # exits 0 on a missing file: the script would measure nothing and exit 0.
 me="bench/scripts/${0##*/}"
 
+# most_args MAX USAGE ARGS...: exits 2 when more than MAX arguments were given. Without it a
+# second directory or commit given by mistake would be dropped unseen, and the run would measure
+# something else than was asked.
+most_args() {
+	local max=$1 usage=$2
+	shift 2
+	if [ $# -gt "$max" ]; then
+		echo "$me: too many arguments (got $#: $*); usage: $usage" >&2
+		exit 2
+	fi
+}
+
 # need_positive NAME VALUE: VALUE, the setting NAME, must be a whole number from 1 (digits only,
 # no leading zero: bash arithmetic reads 010 as octal 8); exits 2 otherwise.
 need_positive() {

@@ -14,6 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 benchtime=${BENCHTIME:-3s}
 top=${TOP:-15}
 need_positive TOP "$top"
+most_args 1 "bench/scripts/profile.sh [OUTDIR]" "$@"
 out=${1:-}
 case $out in '' | /*) ;; *) out=$PWD/$out ;; esac # before the cd below
 cd "$here"

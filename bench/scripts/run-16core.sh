@@ -47,6 +47,7 @@ if [ -n "${BIN:-}" ]; then
 	BIN=$(cd "$BIN" && pwd)
 	export BIN
 fi
+most_args 1 "bench/scripts/run-16core.sh [OUTDIR]" "$@"
 out=${1:-}
 case $out in '' | /*) ;; *) out=$PWD/$out ;; esac
 cd "$here"

@@ -49,6 +49,7 @@ else
 fi
 # BIN and the directory given are taken from the caller's directory: before the cd below.
 [ -z "${BIN:-}" ] || BIN=$(cd "$BIN" && pwd)
+most_args 1 "bench/scripts/run-2core.sh [OUTDIR]" "$@"
 out=${1:-}
 case $out in '' | /*) ;; *) out=$PWD/$out ;; esac
 cd "$here"

@@ -33,13 +33,34 @@ import (
 const modulePath = "github.com/slidelimit/slidelimit"
 
 func main() {
-	out := flag.String("out", "testvectors/data", "existing directory to write the vector files to; a relative one is taken from the module's root")
-	check := flag.Bool("check", false, "write nothing; exit 1 if a file in -out is not up to date or cannot be read")
-	flag.Parse()
-	if err := run(*out, *check); err != nil {
+	out, check, err := parseArgs(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(2)
+	}
+	if err := run(out, check); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
+}
+
+// parseArgs reads gen's flags. An argument left after them is an error: "gen -check
+// testvectors/data" would otherwise check the default -out and say nothing of the directory the
+// caller named.
+func parseArgs(args []string) (out string, check bool, err error) {
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	o := fs.String("out", "testvectors/data", "existing directory to write the vector files to; a relative one is taken from the module's root")
+	c := fs.Bool("check", false, "write nothing; exit 1 if a file in -out is not up to date or cannot be read")
+	if err := fs.Parse(args); err != nil {
+		return "", false, err
+	}
+	if fs.NArg() > 0 {
+		return "", false, fmt.Errorf("unexpected argument %q: name the directory with -out, before any other argument", fs.Arg(0))
+	}
+	return *o, *c, nil
 }
 
 func run(out string, check bool) error {

@@ -80,3 +80,20 @@ func TestRunOut(t *testing.T) {
 		t.Errorf("run(dir, check) = %v, want 1 files cannot be read and 1 are not up to date", err)
 	}
 }
+
+// TestParseArgs: an argument after the flags is refused, not dropped.
+func TestParseArgs(t *testing.T) {
+	out, check, err := parseArgs([]string{"-out", "x", "-check"})
+	if err != nil || out != "x" || !check {
+		t.Errorf("parseArgs(-out x -check) = %q, %v, %v; want x, true, nil", out, check, err)
+	}
+	for _, args := range [][]string{{"-check", "testvectors/data"}, {"-out", "x", "y"}} {
+		_, _, err := parseArgs(args)
+		if err == nil || !strings.Contains(err.Error(), "unexpected argument") || !strings.Contains(err.Error(), args[len(args)-1]) {
+			t.Errorf("parseArgs(%q) = %v, want an unexpected argument error naming %q", args, err, args[len(args)-1])
+		}
+	}
+	if _, _, err := parseArgs([]string{"-nosuch"}); err == nil {
+		t.Error("parseArgs(-nosuch) = nil error")
+	}
+}
