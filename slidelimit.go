@@ -42,7 +42,11 @@ import (
 // A non-nil error means the limiter could not decide through its store (it is unreachable or
 // slow, the caller's ctx ended, or the limiter is closed). The Decision returned with the error
 // is the one the backend's FailureMode made; a caller that trusts it (FailLocal) may use it,
-// others decide for themselves.
+// others decide for themselves. Such a Decision reads nothing of the key's state, so its fields
+// are the failure mode's, not the rules below for a decided request: a refusal made because the
+// caller's ctx ended says ReasonLimited with a RetryAfter of 0 in redisstore under FailLocal
+// (with the fallback's Remaining) and in redisstore/batched in every mode, where redisstore
+// under FailClosed gives its back-off and under FailOpen admits, counting nothing.
 //
 // What ctx does is each implementation's to document. redisstore bounds each call to Redis by
 // ctx: when ctx is already done or ends first, Take returns an error wrapping ctx's error (its
@@ -75,7 +79,8 @@ type Decision struct {
 	// a zero ResetAt: it read nothing. Peek reads the state without taking.
 	Remaining int64
 	// RetryAfter is how long to wait before a request of the same cost can be admitted, given no
-	// other traffic; 0 when admitted and when the cost can never be admitted.
+	// other traffic; 0 when admitted and when the cost can never be admitted. A Decision returned
+	// with an error is the failure mode's, and may say 0 for a refusal (see Limiter).
 	RetryAfter time.Duration
 	// ResetAt is when the key's state next renews: the end of the current window for the window
 	// policies (for the sliding log, when its newest entry leaves the window, or now when it is
@@ -96,8 +101,9 @@ type Decision struct {
 // read, which has a zero ResetAt: a cost above what the policy can ever admit at once that is
 // refused before the lookup (GCRA's above Burst; redisstore's above the limit, refused without a
 // round trip), or a new key's above the limit at the key cap. A header that tells a client its
-// remaining quota should leave out a limit whose Decision reports false. A pure function of d,
-// safe to call from any goroutine.
+// remaining quota should leave out a limit whose Decision reports false, and a Decision returned
+// with an error, which QuotaKnown cannot tell apart (see Limiter). A pure function of d, safe to
+// call from any goroutine.
 func (d Decision) QuotaKnown() bool {
 	return d.Reason.QuotaKnown() && (d.Reason != ReasonCostAboveLimit || !d.ResetAt.IsZero())
 }
@@ -109,7 +115,9 @@ type Reason uint8
 const (
 	// ReasonOK: the request was admitted.
 	ReasonOK Reason = iota
-	// ReasonLimited: the key is over its limit for now; RetryAfter says for how long.
+	// ReasonLimited: the key is over its limit for now; RetryAfter says for how long. A refusal
+	// returned with an error (a store that did not answer, a ctx that ended) may use it too,
+	// with a RetryAfter of 0: see Limiter.
 	ReasonLimited
 	// ReasonCostAboveLimit: the cost exceeds what the policy can ever admit at once.
 	ReasonCostAboveLimit

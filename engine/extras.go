@@ -230,7 +230,10 @@ func (l *Limiter) wait(ctx context.Context, h uint64, n int64) error {
 // as taken and be refused; that is the price of not holding a lock across limiters.
 //
 // A Multi is made by All. The zero Multi (and a nil one) holds no limiter and refuses every
-// request with ReasonClosed, as a limiter that cannot decide: admitting would limit nothing.
+// request with ReasonClosed, as a limiter that cannot decide: admitting would limit nothing. A
+// Multi one of whose limiters is closed refuses every request with ReasonClosed too, the first
+// closed limiter's limit reported, whatever its cost: Close is checked before the arguments, as a
+// Limiter's Take checks it, and as redisstore's Multi does.
 type Multi struct {
 	ls []*Limiter
 	// least is the first of ls with the smallest limit: a cost above its limit is asked of it alone.
@@ -289,6 +292,13 @@ func (m *Multi) TakeKey(k uint64, n int64) Decision {
 func (m *Multi) take(n int64, hash func(*Limiter) uint64) Decision {
 	if m == nil || len(m.ls) == 0 {
 		return Decision{Reason: ReasonClosed}
+	}
+	// A closed limiter answers before the cost is looked at, for every member, so that a Multi
+	// with one closed answers as that limiter would, here and on Redis (redisstore.Multi).
+	for _, l := range m.ls {
+		if l.closed.Load() {
+			return l.refuse(ReasonClosed)
+		}
 	}
 	if n > m.least.limit {
 		// Asked alone, so that an earlier limiter's refusal, with a wait, does not answer for a

@@ -647,3 +647,26 @@ func TestMultiCostNoWaitAdmits(t *testing.T) {
 	require.Equal(t, int64(2), b.Peek("k").Remaining, "b counted nothing")
 	require.Equal(t, int64(0), a.Peek("k").Remaining)
 }
+
+// TestMultiWithAClosedLimiter: a Multi one of whose limiters is closed answers ReasonClosed,
+// with that limiter's limit, before it looks at the cost, as a closed Limiter does and as
+// redisstore's Multi does; the open limiter counts nothing.
+func TestMultiWithAClosedLimiter(t *testing.T) {
+	clk := clock.NewManual(start)
+	open, err := New(policy.SlidingCounter{Limit: 5, Window: time.Hour}, WithClock(clk))
+	require.NoError(t, err)
+	defer open.Close()
+	closed, err := New(policy.FixedWindow{Limit: 10, Window: time.Hour}, WithClock(clk))
+	require.NoError(t, err)
+	for _, order := range [][]*Limiter{{open, closed}, {closed, open}} {
+		m, err := All(order...)
+		require.NoError(t, err)
+		require.NoError(t, closed.Close())
+		for _, n := range []int64{-1, 0, 1, 6, 11} {
+			d := m.Take("k", n)
+			require.Equal(t, Decision{Limit: 10, Reason: ReasonClosed}, d, "cost %d", n)
+			require.Equal(t, ReasonClosed, m.TakeKey(7, n).Reason, "TakeKey, cost %d", n)
+		}
+	}
+	require.Equal(t, int64(5), open.Peek("k").Remaining, "the open limiter counted a refused request")
+}

@@ -62,6 +62,12 @@ func multiLua(algos []*algo) string {
 // limiter counts it, or none does. Unlike the engine's Multi, nothing is taken and given back, so
 // no concurrent request ever sees a refused request's units, and the buckets lose nothing. Its
 // methods are safe for concurrent use.
+//
+// A Multi is made by All. The zero Multi (and a nil one) holds no limiter and refuses every
+// request with ReasonClosed and ErrClosed, as the engine's does: admitting would limit nothing.
+// A Multi one of whose limiters is closed refuses every request the same way, the closed
+// limiter's limit reported, whatever its cost: Close is checked before the arguments, as Take
+// checks it.
 type Multi struct {
 	ls     []*Limiter
 	script *script
@@ -127,6 +133,9 @@ func All(ls ...*Limiter) (*Multi, error) {
 // concurrent use; concurrent calls for one key are made atomic by Redis, which runs one script
 // at a time.
 func (m *Multi) Take(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	if m == nil || len(m.ls) == 0 {
+		return engine.Decision{Reason: engine.ReasonClosed}, ErrClosed
+	}
 	l0 := m.ls[0]
 	for _, l := range m.ls {
 		l.calls.Inc()

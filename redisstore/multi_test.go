@@ -348,3 +348,39 @@ func TestAllGCRAFirstCostAboveTheSmallestLimit(t *testing.T) {
 		t.Fatalf("Take(8) = %+v, %v; want the bucket of burst 4 to refuse it for its cost, with its 4 left", d, err)
 	}
 }
+
+// TestZeroAndNilMultiRefuseAsClosed: a Multi not made by All limits nothing, so it refuses with
+// ReasonClosed and ErrClosed, as the engine's does, instead of panicking; a Multi with a closed
+// limiter refuses the same way, with that limiter's limit, whatever the cost.
+func TestZeroAndNilMultiRefuseAsClosed(t *testing.T) {
+	ctx := context.Background()
+	for name, m := range map[string]*Multi{"zero": {}, "nil": nil} {
+		var l slidelimit.Limiter = m
+		d, err := l.Take(ctx, "k", 1)
+		if !errors.Is(err, ErrClosed) || d != (engine.Decision{Reason: engine.ReasonClosed}) {
+			t.Errorf("%s Multi: Take = %+v, %v; want a ReasonClosed refusal with ErrClosed", name, d, err)
+		}
+	}
+
+	client := newClient(t, testAddr)
+	open, err := New(client, "multi-open", policy.SlidingCounter{Limit: 5, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	closed, err := New(client, "multi-closed", policy.FixedWindow{Limit: 10, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := All(open, closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = closed.Close()
+	for _, n := range []int64{-1, 0, 1, 6, 11} {
+		d, err := m.Take(ctx, "k", n)
+		if !errors.Is(err, ErrClosed) || d != (engine.Decision{Limit: 10, Reason: engine.ReasonClosed}) {
+			t.Errorf("Take(%d) with a closed limiter = %+v, %v; want ReasonClosed, Limit 10, ErrClosed", n, d, err)
+		}
+	}
+}
