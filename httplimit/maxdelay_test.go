@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,5 +207,56 @@ func TestMaxDelayBoundsTheTimeThatPasses(t *testing.T) {
 	}
 	if n := lim.calls.Load(); n > 12 {
 		t.Errorf("%d decisions within a MaxDelay of 50ms, each taking 5ms: want at most 12", n)
+	}
+}
+
+// TestWaitingNeverCountsARefusedRequest: a request refused a place among the waiters is never
+// counted in Waiting, even for a moment, so Len never reports more than the bound, and a
+// middleware with a higher bound sharing the count always finds the room it has. Taking the
+// place with an add given back when over the bound broke both: Len read 3 or more with a bound
+// of 2, and the higher bound was refused while it had room.
+func TestWaitingNeverCountsARefusedRequest(t *testing.T) {
+	w := new(Waiting)
+	low := &handler{waiting: w, maxWaiting: 3}
+	high := &handler{waiting: w, maxWaiting: 5}
+	for range 3 {
+		if !low.startWaiting() {
+			t.Fatal("startWaiting refused below its bound")
+		}
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if low.startWaiting() {
+					t.Error("startWaiting admitted a fourth waiter under a bound of 3")
+					return
+				}
+			}
+		}()
+	}
+	var most int64
+	refusedHigh := 0
+	for range 200_000 {
+		if n := w.Len(); n > most {
+			most = n
+		}
+		// The count is 3, and at most this one high waiter more: always room under 5.
+		if high.startWaiting() {
+			w.n.Add(-1)
+		} else {
+			refusedHigh++
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if most > 3 {
+		t.Errorf("Waiting.Len() read %d while 3 requests waited and every other was refused", most)
+	}
+	if refusedHigh > 0 {
+		t.Errorf("a middleware with a bound of 5 was refused %d times while 3 requests waited", refusedHigh)
 	}
 }

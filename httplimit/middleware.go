@@ -1063,11 +1063,18 @@ type Waiting struct{ n atomic.Int64 }
 func (w *Waiting) Len() int64 { return w.n.Load() }
 
 // startWaiting takes a place among the requests waiting under maxDelay, if one is free; the
-// caller gives it back when its wait ends.
+// caller gives it back when its wait ends. A compare-and-swap, not an add taken back when over
+// the bound: that would count a refused request as waiting for a moment, so that Len could
+// report more than any bound, and a middleware with a higher bound sharing the count could be
+// refused while it had room.
 func (h *handler) startWaiting() bool {
-	if h.waiting.n.Add(1) > h.maxWaiting {
-		h.waiting.n.Add(-1)
-		return false
+	for {
+		n := h.waiting.n.Load()
+		if n >= h.maxWaiting {
+			return false
+		}
+		if h.waiting.n.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
-	return true
 }
