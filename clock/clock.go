@@ -87,7 +87,8 @@ func clamp(ms int64) int64 { return min(max(ms, 0), MaxMs) }
 
 // NewManual returns a clock that reads startMs until Set or Advance moves it. It starts no
 // goroutine; Stop is a no-op. A manual clock clamps every time into [0, MaxMs]: a startMs, Set
-// or Advance below 0 reads 0, and one past MaxMs reads MaxMs.
+// or Advance below 0 reads 0, and one past MaxMs reads MaxMs. Safe to call from any goroutine;
+// the clock's methods are safe for concurrent use (see Clock).
 func NewManual(startMs int64) *Clock {
 	c := &Clock{manual: true}
 	c.now.Store(clamp(startMs))
@@ -95,7 +96,8 @@ func NewManual(startMs int64) *Clock {
 }
 
 // NewCoarse returns a clock advanced by a background goroutine every resolution (at least 1ms).
-// Stop ends the goroutine; the clock then keeps its last reading.
+// Stop ends the goroutine; the clock then keeps its last reading. Safe to call from any
+// goroutine; the clock's methods are safe for concurrent use (see Clock).
 func NewCoarse(resolution time.Duration) *Clock {
 	resolution = max(resolution, time.Millisecond)
 	c := &Clock{stop: make(chan struct{}), done: make(chan struct{}), wakeC: make(chan struct{}, 1)}
@@ -166,6 +168,8 @@ func (c *Clock) tick(ms int64) {
 
 // Now returns the current reading in Unix milliseconds: one atomic load and a compare, except for
 // the first reading after the clock's goroutine has slept, which reads the wall clock and wakes it.
+// Safe for concurrent use, with every other method: readers racing a Set or Advance see the time
+// before or after it.
 func (c *Clock) Now() int64 {
 	if v := c.now.Load(); v >= 0 {
 		return v
@@ -236,7 +240,8 @@ func DueFor(n int) bool { return cheaprand()&(RefreshEvery-1) < uint32(min(max(n
 
 // Refresh moves a coarse clock's reading forward to the wall clock's, if it lags, and returns the
 // reading: a reader's own tick, for when the clock's goroutine cannot run (see the package
-// comment). On a manual clock, and on a coarse clock after Stop, it is Now.
+// comment). On a manual clock, and on a coarse clock after Stop, it is Now. Safe for concurrent
+// use: racing Refreshes each move the reading forward only, so it never goes back.
 //
 //go:noinline
 func (c *Clock) Refresh() int64 {
@@ -292,7 +297,8 @@ func (c *Clock) mustBeManual(op string) {
 }
 
 // Stop ends a coarse clock's goroutine and waits for it to exit. It is idempotent, and a no-op on
-// a manual clock.
+// a manual clock. Safe for concurrent use: concurrent Stops all return once the goroutine has
+// exited, and readers go on reading the last reading.
 func (c *Clock) Stop() {
 	if c.manual || c.done == nil { // no goroutine to end: a manual or a zero Clock
 		return

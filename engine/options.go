@@ -201,6 +201,9 @@ const MaxExpectedKeys = strconv.IntSize/64*(1<<32) + (1-strconv.IntSize/64)*math
 // Those limits are checked against n's tables together with the tables of every open limiter made
 // with this option (Close gives them back), so that several limiters which each fit alone are not
 // let past them together; the rest of the program's memory is the caller's to judge. Like every option, it is read once, by New.
+// The Option it returns holds only n and may be passed to any number of New calls, concurrently
+// too: each New counts its tables before it checks them, so that News that race see each other's
+// (a New may then be refused for tables that a racing New, itself refused, counted for a moment).
 func WithExpectedKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 0 || uint64(n) > MaxExpectedKeys {

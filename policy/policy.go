@@ -48,7 +48,7 @@ type Policy interface {
 
 // Result is the outcome of one decision, in integer milliseconds, as the policies' rules report
 // it. Programs that limit rates read engine.Decision instead; Result is what package atomic's
-// cells return to the engine. It is a plain value.
+// cells return to the engine. It is a plain value, safe to copy and to share between goroutines.
 type Result struct {
 	// Allowed reports whether the request was admitted (and, for a take, counted).
 	Allowed bool

@@ -34,7 +34,8 @@ type Keepalive struct {
 	MaxConnectionAgeGrace time.Duration
 }
 
-// ServerOptions returns the grpc.ServerOptions that apply k. A pure function of k.
+// ServerOptions returns the grpc.ServerOptions that apply k. A pure function of k, safe to call
+// from any goroutine; the options it returns may be given to any number of servers.
 func (k Keepalive) ServerOptions() []grpc.ServerOption {
 	or := func(d, def time.Duration) time.Duration {
 		if d == 0 {

@@ -110,10 +110,11 @@ type Value struct {
 	Int int64
 }
 
-// Bool returns the Value of a bool. A pure function, as every function here is.
+// Bool returns the Value of a bool. A pure function, as every function here is: safe to call from
+// any goroutine.
 func Bool(b bool) Value { return Value{IsBool: true, Bool: b} }
 
-// Int returns the Value of an integer. A pure function.
+// Int returns the Value of an integer. A pure function, safe to call from any goroutine.
 func Int(i int64) Value { return Value{Int: i} }
 
 // String returns the value as JSON writes it: true, false or a decimal integer. A pure function of
