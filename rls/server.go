@@ -52,6 +52,7 @@ type Server struct {
 
 	maxDetailed  int         // WithMaxDetailedSeries
 	detailedFull atomic.Bool // the cap on detailed_metric series has been logged
+	detailedLong atomic.Bool // a detailed_metric value past MaxDetailedValueBytes has been logged
 
 	// mu guards st only for the moment a call takes it and joins its calls: a call holds no lock
 	// while it decides (on Redis, round trips), so that a Reload waiting for mu cannot hold up
@@ -153,13 +154,22 @@ func WithLogger(l *log.Logger) Option {
 // WithMaxDetailedSeries says otherwise.
 const DefaultMaxDetailedSeries = 10000
 
+// MaxDetailedValueBytes is the longest request value that a detailed_metric descriptor gives
+// series of its own: the descriptor label, its entries joined as the metrics write them (such as
+// path_/login), in bytes. The hits of a longer value are counted under its descriptor's config
+// path, as past WithMaxDetailedSeries, and the Server logs one line saying so the first time. The
+// cap on series counts values, so without this bound their size, the client's choice, would set
+// what every scrape writes.
+const MaxDetailedValueBytes = 256
+
 // WithMaxDetailedSeries caps the request values that descriptors with detailed_metric get series
 // of their own for, over all domains and the life of the Server, reloads included (default
 // DefaultMaxDetailedSeries; 0 gives none). Each value makes four counters that are never removed,
 // and the values are the client's, so without a cap a client sending distinct values would grow
 // the metrics without bound. Once n exist, the hits of a value not seen before are counted under
 // its descriptor's config path, as a descriptor without detailed_metric is, and the Server logs
-// one line saying so (none for n = 0, which asks for that). A negative n is an error. The Option it returns holds only n and may be
+// one line saying so (none for n = 0, which asks for that). A value longer than
+// MaxDetailedValueBytes never gets series of its own. A negative n is an error. The Option it returns holds only n and may be
 // passed to any number of NewServer calls, concurrently too.
 func WithMaxDetailedSeries(n int) Option {
 	return func(s *Server) error {
@@ -787,7 +797,14 @@ func (s *Server) count(st *state, domain string, d *ratelimitv3.RateLimitDescrip
 		}
 		// Metric label values must be UTF-8: gRPC's decoding makes them so, but a caller of
 		// ShouldRateLimit in the same process may pass any bytes.
-		if dm := s.metrics.detailedFor(domain, strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD")); dm != nil {
+		label := strings.ToValidUTF8(strings.Join(parts, "."), "\uFFFD")
+		if len(label) > MaxDetailedValueBytes {
+			// The cap on series counts values, not bytes: without this bound, a few values of a
+			// megabyte each would make every scrape hundreds of megabytes.
+			if s.metrics.maxDetailed > 0 && s.detailedLong.CompareAndSwap(false, true) {
+				s.logger.Printf("detailed_metric: a request value of %d bytes is longer than %d; such values are counted under their descriptor's config path", len(label), MaxDetailedValueBytes)
+			}
+		} else if dm := s.metrics.detailedFor(domain, label); dm != nil {
 			m = dm
 		} else if s.metrics.maxDetailed > 0 && s.detailedFull.CompareAndSwap(false, true) {
 			s.logger.Printf("detailed_metric: %d series of request values reached (the most there may be); values not seen before are counted under their descriptor's config path from now on", s.metrics.maxDetailed)

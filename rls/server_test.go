@@ -496,6 +496,29 @@ func TestDetailedMetricCap(t *testing.T) {
 	require.ErrorContains(t, err, "WithMaxDetailedSeries(-1)")
 }
 
+// A detailed_metric value whose label is longer than MaxDetailedValueBytes gets no series of its
+// own: its hits are counted under the config path, with one log line, so that a client's values
+// of a megabyte each cannot make every scrape hundreds of megabytes. A label of exactly the bound
+// still gets its series.
+func TestDetailedMetricValueBytesAreBounded(t *testing.T) {
+	s := serve(t, loadGood(t))
+	prefix := "detailed_" // the label's segment for the key "detailed"
+	fits := strings.Repeat("a", rls.MaxDetailedValueBytes-len(prefix))
+	long := strings.Repeat("b", rls.MaxDetailedValueBytes-len(prefix)+1)
+	huge := strings.Repeat("c", 1<<20)
+	for _, v := range []string{fits, long, huge, long} {
+		s.call(t, "basic", 0, desc("detailed", v))
+	}
+	// The scrape is checked without printing it: a failure would hold a megabyte of "c".
+	m := scrape(t, s.srv)
+	require.Less(t, len(m), 64<<10, "the scrape holds a value past the bound")
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="`+prefix+fits+`",domain="basic"} 1`)
+	require.Contains(t, m, `slidelimit_rls_hits_total{descriptor="detailed",domain="basic"} 3`, "the long values, under the config path")
+	require.NotContains(t, m, prefix+"b")
+	require.Equal(t, 1, strings.Count(s.log.String(), "detailed_metric: a request value of"), s.log.String())
+	require.Contains(t, s.log.String(), fmt.Sprintf("a request value of %d bytes is longer than %d", len(prefix+long), rls.MaxDetailedValueBytes))
+}
+
 // A detailed_metric descriptor's values name its series, and a caller in the same process may pass
 // values that are not UTF-8 (gRPC's decoding refuses them): the label gets U+FFFD for each bad
 // byte sequence, and the call neither panics nor loses its decision.
