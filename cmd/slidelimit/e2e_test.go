@@ -1156,6 +1156,40 @@ func TestProxyLogsAClientAbortAs499(t *testing.T) {
 	assert.NotContains(t, p.stderr(), "status=502")
 }
 
+// A client that goes away partway through its request body is logged 499, at INFO, not 502 with
+// an ERROR line: the transport reports it as its own failure to write to the upstream, which read
+// as an upstream failure (most of such requests, and every chunked one, said 502), so that any
+// client could write ERROR lines at will.
+func TestProxyLogsAClientGoneMidBodyAs499(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1000/1m", "-log-admitted", "1")
+	const rounds = 5
+	bodies := []string{
+		"Content-Length: 100000\r\n\r\n" + strings.Repeat("x", 100),
+		"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+	}
+	for range rounds {
+		for _, body := range bodies {
+			c, err := net.Dial("tcp", p.addr)
+			require.NoError(t, err)
+			_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\n"+body)
+			require.NoError(t, err)
+			// Long enough for the body's start to reach the upstream before the client leaves.
+			time.Sleep(100 * time.Millisecond)
+			require.NoError(t, c.Close())
+		}
+	}
+	want := rounds * len(bodies)
+	waitFor(t, func() bool { return strings.Count(p.stderr(), "msg=request") == want })
+	log := p.stderr()
+	assert.Equal(t, want, strings.Count(log, "status=499"), log)
+	assert.NotContains(t, log, "status=502")
+	assert.NotContains(t, log, "level=ERROR")
+}
+
 // An upgraded connection's access-log line, written when it closes, says 101: the reverse proxy
 // writes the upstream's 101 on the hijacked connection, past the status the log reads, which then
 // said 200.

@@ -735,10 +735,11 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		// command's log too, in its format.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-				// The client went away, or shutdown cut the request off: no fault of the
-				// upstream's, and nobody reads the answer. At ERROR it would fire alerts on every
-				// rollout.
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil || clientBodyFailed(r) {
+				// The client went away (before the answer, or partway through its body), or
+				// shutdown cut the request off: no fault of the upstream's, and nobody reads the
+				// answer. At ERROR it would fire alerts on every rollout, and let any client
+				// write ERROR lines at will.
 				// Its access-log line says 499, nginx's "client closed request", not 502, so
 				// that client aborts are not counted as upstream failures.
 				logger.Debug("request cancelled before the upstream answered", "path", truncate(r.URL.Path, logPathBytes))
@@ -756,7 +757,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 			upstreamFailed(w, c.problem, http.StatusBadGateway, "the upstream could not be reached or gave no valid answer")
 		},
 	}
-	px.rp = keepPipelined(rp)
+	px.rp = keepPipelined(watchClientBody(rp))
 	if c.unlimited {
 		px.handler = px.rp
 		px.describe = "no limits"
