@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -1489,6 +1490,14 @@ const logPathBytes, logMethodBytes = 128, 32
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	// Back to the start of a UTF-8 character, so that a path in another script is not cut in the
+	// middle of one (the log would show its first bytes escaped, as if the path held them).
+	for i := n; i > n-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			n = i
+			break
+		}
 	}
 	return s[:n] + "…"
 }

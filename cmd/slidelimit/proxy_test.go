@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -832,4 +833,25 @@ func TestConfigRewrittenInPlaceIsAppliedOnceWhole(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "log:\n%s", ip.log)
 	assert.Equal(t, 3, fewest, "a half-written file was applied; log:\n%s", ip.log)
 	assert.Equal(t, 1, strings.Count(ip.log.String(), "config reloaded"), "log:\n%s", ip.log)
+}
+
+// TestTruncateCutsAtACharacter: a path cut for the log ends before a UTF-8 character that does
+// not fit, not in its middle, and a path that fits is kept whole.
+func TestTruncateCutsAtACharacter(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"abc", "abc"},
+		{"abcd", "abcd"},
+		{"abcde", "abcd…"},
+		{"abcé", "abc…"},                         // é is 2 bytes: its first at 3, its second past 4
+		{"ab€x", "ab…"},                          // € is 3 bytes, from 2 to 5
+		{"a\x80\x80\x80\x80x", "a\x80\x80\x80…"}, // no character starts near the cut: bytes, as before
+	} {
+		got := truncate(c.in, 4)
+		if got != c.want {
+			t.Errorf("truncate(%q, 4) = %q, want %q", c.in, got, c.want)
+		}
+		if utf8.ValidString(c.in) && !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, 4) = %q: cut a character", c.in, got)
+		}
+	}
 }
