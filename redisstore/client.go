@@ -55,10 +55,11 @@ const DiscoveryTimeout = 2 * time.Second
 // reload, and its periodic one comes every 60 seconds.
 //
 // No error NewClient returns contains the password, whatever rawURL looks like: errors quote the
-// URL as RedactURL prints it, and any other piece of it with the password hidden where it stands
-// as a word there; their own text is never altered, so a password that is one of its words cannot
-// be told by a gap. (A user name or host that equals the password is printed as it is: it is not
-// the password's text.) A password must be percent-encoded where it holds '#', '?', '/' or
+// URL as RedactURL prints it, and any other piece of it (a port, a database, an option) as it is
+// where that URL shows it in clear, or else with the password hidden where it stands as a word
+// there; their own text is never altered, so a password that is one of its words, or equal to a
+// piece the URL shows, cannot be told by a gap. (A user name or host that equals the password is
+// printed as it is: it is not the password's text.) A password must be percent-encoded where it holds '#', '?', '/' or
 // '@': one that ends the URL's authority early, so that part of it would be read as the host (and
 // quoted by every later error), is refused as malformed. The caller closes the client. NewClient is safe for concurrent use.
 func NewClient(rawURL string) (c redis.UniversalClient, err error) {
@@ -66,10 +67,10 @@ func NewClient(rawURL string) (c redis.UniversalClient, err error) {
 		// go-redis panics on some options it parses without checking (checkPool refuses the
 		// ones known); a bad URL must be an error, not a crash.
 		if r := recover(); r != nil {
-			c, err = nil, fmt.Errorf("redisstore: Redis URL %q: the go-redis client refused its options: %s", RedactURL(rawURL), scrub(fmt.Sprint(r), rawURL))
+			c, err = nil, fmt.Errorf("redisstore: Redis URL %q: the go-redis client refused its options: %s", RedactURL(rawURL), quotedPieces(fmt.Sprint(r), rawURL))
 		}
 	}()
-	// The errors are written with every piece of rawURL they quote scrubbed (see scrub), and
+	// The errors are written with every piece of rawURL they quote passed through piece, and
 	// never scrubbed whole: their own text stays readable, and a password that is one of its words
 	// cannot be told by where it was hidden.
 	c, err = clientFor(rawURL)
@@ -120,20 +121,16 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("redisstore: Redis URL %q: port %q is not in [1, 65535]", RedactURL(rawURL), scrub(p, rawURL))
+			return nil, fmt.Errorf("redisstore: Redis URL %q: port %q is not in [1, 65535]", RedactURL(rawURL), piece(p, rawURL))
 		}
 	}
 	if db := strings.Trim(u.Path, "/"); scheme != "unix" && strings.HasPrefix(db, "-") {
 		// go-redis reads a negative database as 0, so the URL's own number would be ignored.
-		return nil, fmt.Errorf("redisstore: Redis URL %q: database %q is negative", RedactURL(rawURL), scrub(db, rawURL))
+		return nil, fmt.Errorf("redisstore: Redis URL %q: database %q is negative", RedactURL(rawURL), piece(db, rawURL))
 	}
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
-		// go-redis's messages end with the piece of the URL they are about ("redis: invalid
-		// database number: "abc""): only that piece is scrubbed.
-		msg := err.Error()
-		i := strings.LastIndex(msg, ": ") + 1
-		return nil, fmt.Errorf("redisstore: Redis URL %q: %s%s", RedactURL(rawURL), msg[:i], scrub(msg[i:], rawURL))
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %s", RedactURL(rawURL), quotedPieces(err.Error(), rawURL))
 	}
 	if o.DB < 0 {
 		return nil, fmt.Errorf("redisstore: Redis URL %q: database %d is negative", RedactURL(rawURL), o.DB)
@@ -144,11 +141,11 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 	}{{"dial_timeout", o.DialTimeout}, {"pool_timeout", o.PoolTimeout}} {
 		if t.d < 0 {
 			v := q[t.name][len(q[t.name])-1] // the last, which go-redis reads
-			return nil, fmt.Errorf("redisstore: Redis URL %q: %s = %q: must be positive (go-redis reads 0 or less as no timeout, and then fails at once)", RedactURL(rawURL), t.name, scrub(v, rawURL))
+			return nil, fmt.Errorf("redisstore: Redis URL %q: %s = %q: must be positive (go-redis reads 0 or less as no timeout, and then fails at once)", RedactURL(rawURL), t.name, piece(v, rawURL))
 		}
 	}
 	if err := checkOptions(o); err != nil {
-		return nil, fmt.Errorf("redisstore: Redis URL %q: %s", RedactURL(rawURL), scrub(err.Error(), rawURL))
+		return nil, fmt.Errorf("redisstore: Redis URL %q: %s", RedactURL(rawURL), quotedPieces(err.Error(), rawURL))
 	}
 	o.ContextTimeoutEnabled = true
 	if o.DialerRetries == 0 {
@@ -168,7 +165,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		return redis.NewClient(o), nil
 	}
 	if o.DB != 0 {
-		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, scrub(o.Addr, rawURL))
+		return nil, fmt.Errorf("redisstore: Redis URL %q names database %d, but %s is a Redis Cluster node, and a cluster has only database 0", RedactURL(rawURL), o.DB, piece(o.Addr, rawURL))
 	}
 	// Every option the URL set: it named one node, and the client is for that node's cluster.
 	return redis.NewClusterClient(&redis.ClusterOptions{
@@ -303,7 +300,7 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	// below as hosts, ports and a database may be pieces of the password, and an error about them
 	// says only that the URL is malformed. piece is the part of the URL that why is about.
 	badPart := func(why, piece string) error {
-		if strings.Contains(rawQuery, "@") || mentionsSecret(piece, rawURL) {
+		if strings.Contains(rawQuery, "@") || !public(piece, rawURL) && mentionsSecret(piece, rawURL) {
 			return fmt.Errorf("redisstore: sentinel URL %q is malformed: percent-encode a password's '#', '?', '/' and '@' (%%23, %%3F, %%2F, %%40)", RedactURL(rawURL))
 		}
 		return bad(why)
@@ -329,10 +326,10 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	for h := range strings.SplitSeq(hosts, ",") {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || host == "" {
-			return nil, badPart(fmt.Sprintf("sentinel address %q is not host:port", scrub(h, rawURL)), h)
+			return nil, badPart(fmt.Sprintf("sentinel address %q is not host:port", piece(h, rawURL)), h)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, badPart(fmt.Sprintf("sentinel port %q is not in [1, 65535]", scrub(port, rawURL)), port)
+			return nil, badPart(fmt.Sprintf("sentinel port %q is not in [1, 65535]", piece(port, rawURL)), port)
 		}
 		o.SentinelAddrs = append(o.SentinelAddrs, h)
 	}
@@ -343,7 +340,7 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	}
 	if db != "" {
 		if o.DB, err = strconv.Atoi(db); err != nil || o.DB < 0 {
-			return nil, badPart(fmt.Sprintf("database %q is not a number", scrub(db, rawURL)), db)
+			return nil, badPart(fmt.Sprintf("database %q is not a number", piece(db, rawURL)), db)
 		}
 	}
 	q, err := url.ParseQuery(rawQuery)
@@ -359,17 +356,17 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 			o.SentinelPassword = val
 		case "db":
 			if o.DB, err = strconv.Atoi(val); err != nil || o.DB < 0 {
-				return nil, bad(fmt.Sprintf("db = %q is not a number", scrub(val, rawURL)))
+				return nil, bad(fmt.Sprintf("db = %q is not a number", piece(val, rawURL)))
 			}
 		case "dial_timeout", "read_timeout", "write_timeout", "pool_timeout":
 			d, err := time.ParseDuration(val)
 			if err != nil {
-				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, scrub(val, rawURL)))
+				return nil, bad(fmt.Sprintf("%s = %q is not a duration", k, piece(val, rawURL)))
 			}
 			if d < 0 {
 				// go-redis sets no socket deadline at all for most negative timeouts, the
 				// context's included, so a call could outlast its deadline.
-				return nil, bad(fmt.Sprintf("%s = %q is negative", k, scrub(val, rawURL)))
+				return nil, bad(fmt.Sprintf("%s = %q is negative", k, piece(val, rawURL)))
 			}
 			switch k {
 			case "dial_timeout":
@@ -383,10 +380,10 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 			}
 		case "pool_size":
 			if o.PoolSize, err = strconv.Atoi(val); err != nil || o.PoolSize < 1 || o.PoolSize > math.MaxInt32 {
-				return nil, bad(fmt.Sprintf("pool_size = %q is not a number in [1, %d]", scrub(val, rawURL), math.MaxInt32))
+				return nil, bad(fmt.Sprintf("pool_size = %q is not a number in [1, %d]", piece(val, rawURL), math.MaxInt32))
 			}
 		default:
-			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", scrub(k, rawURL)))
+			return nil, bad(fmt.Sprintf("unknown option %q (known: sentinel_username, sentinel_password, db, dial_timeout, read_timeout, write_timeout, pool_timeout, pool_size)", piece(k, rawURL)))
 		}
 	}
 	return redis.NewFailoverClient(o), nil
@@ -424,6 +421,90 @@ func redactUserinfo(rawURL string) string {
 		}
 	}
 	return s
+}
+
+// piece returns p, a piece of rawURL that an error is about to quote (a port, a database, an
+// option's name or value, a host), as the error may print it: unchanged where RedactURL prints it
+// in clear, as a piece of its own between delimiters, since it then tells nothing the quoted URL
+// does not (hidden there, a password equal to the port was given away by the gap beside the
+// URL's "...:99999/0"); otherwise scrubbed (see scrub), for a piece cut from inside a password that
+// holds a delimiter.
+func piece(p, rawURL string) string {
+	if public(p, rawURL) {
+		return p
+	}
+	return scrub(p, rawURL)
+}
+
+// public reports whether RedactURL prints p, a piece of rawURL, in clear as a piece of its own,
+// as it is or escaped (a query's value is quoted unescaped).
+func public(p, rawURL string) bool {
+	if p == "" {
+		return false
+	}
+	red := RedactURL(rawURL)
+	return standsIn(red, p) || standsIn(red, url.QueryEscape(p)) || standsIn(red, url.PathEscape(p))
+}
+
+// standsIn reports whether p occurs in s with a URL delimiter, or the string's end, on each side.
+func standsIn(s, p string) bool {
+	for i := 0; i+len(p) <= len(s); {
+		j := strings.Index(s[i:], p)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(p)
+		if (j == 0 || isURLDelim(rune(s[j-1]))) && (end == len(s) || isURLDelim(rune(s[end]))) {
+			return true
+		}
+		i = j + 1
+	}
+	return false
+}
+
+// quotedPieces returns msg, a message of go-redis, strconv or time about rawURL, with each piece
+// of the URL it quotes passed through piece: the double-quoted strings, and the list after
+// "unexpected option: ", which go-redis does not quote. The rest is the message's own text, never
+// altered: "invalid syntax" hidden as "xxxxx syntax" gave away a password "invalid".
+func quotedPieces(msg, rawURL string) string {
+	const opts = "unexpected option: "
+	if i := strings.Index(msg, opts); i >= 0 {
+		names := strings.Split(msg[i+len(opts):], ", ")
+		for j, n := range names {
+			names[j] = piece(n, rawURL)
+		}
+		return quotedPieces(msg[:i], rawURL) + opts + strings.Join(names, ", ")
+	}
+	var out strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			out.WriteString(msg)
+			return out.String()
+		}
+		j := i + 1 // the closing quote, past any escaped one
+		for j < len(msg) && msg[j] != '"' {
+			if msg[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(msg) { // no closing quote: the rest may be anything
+			out.WriteString(msg[:i+1])
+			out.WriteString(scrub(msg[i+1:], rawURL))
+			return out.String()
+		}
+		q := msg[i+1 : j]
+		if u, err := strconv.Unquote(`"` + q + `"`); err == nil && piece(u, rawURL) == u {
+			out.WriteString(msg[:j+1])
+		} else {
+			out.WriteString(msg[:i+1])
+			out.WriteString(scrub(q, rawURL))
+			out.WriteByte('"')
+		}
+		msg = msg[j+1:]
+	}
 }
 
 // scrub returns piece, a part of rawURL or a message quoting one that an error is about to quote,

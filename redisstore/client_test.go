@@ -107,6 +107,30 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 			}
 		}
 	}
+	// A password equal to a piece the quoted URL prints in clear (its port, database, an option's
+	// name or value), or to a word of a go-redis, strconv or time message, is not hidden there
+	// either: the gap beside the URL's "...:99999/0", or in "xxxxx syntax", gave it away.
+	for _, c := range []struct{ shape, pw string }{
+		{"redis://u:%s@127.0.0.1:99999/0", "99999"},
+		{"redis://u:%s@127.0.0.1:6379/-1", "1"},
+		{"redis://u:%s@127.0.0.1:6379/0?dial_timeout=zz", "zz"},
+		{"redis://u:%s@127.0.0.1:6379/0?dial_timeout=zz", "duration"},
+		{"redis://u:%s@127.0.0.1:6379/0?pool_size=abc", "invalid"},
+		{"redis://u:%s@127.0.0.1:6379/0?pool_size=abc", "abc"},
+		{"redis://u:%s@127.0.0.1:6379/0?bogus_opt=1", "bogus"},
+		{"redis://u:%s@127.0.0.1:6379/0?bogus_opt=1", "bogus_opt"},
+		{"redis://u:%s@127.0.0.1:6379/0?pool_timeout=-1s", "-"},
+		{"redis://u:%s@127.0.0.1:6379/0?client_name=a%%20b", "b"},
+		{"redis-sentinel://u:%s@127.0.0.1:6379/m?bogus=1", "bogus"},
+		{"redis-sentinel://u:%s@127.0.0.1:99999/m", "99999"},
+		{"redis-sentinel://u:%s@127.0.0.1:1/m?db=x", "x"},
+	} {
+		_, long := NewClient(fmt.Sprintf(c.shape, pw))
+		_, err := NewClient(fmt.Sprintf(c.shape, c.pw))
+		if long == nil || err == nil || err.Error() != long.Error() {
+			t.Errorf("password %q in %s: error %v, want the same as for a long password: %v", c.pw, c.shape, err, long)
+		}
+	}
 	if got := RedactURL("redis://alice:" + pw + "@host:6379/2?dial_timeout=1s"); got != "redis://alice:xxxxx@host:6379/2?dial_timeout=1s" {
 		t.Errorf("RedactURL of a plain URL = %q", got)
 	}

@@ -1015,6 +1015,8 @@ func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
 		{"http://:19000", `-upstream "http://:19000": must be an http:// or https:// URL with a host`},
 		{"http://a:s3cr3t-pw@[::1", `-upstream "http://a:xxxxx@[::1": parse "http://a:xxxxx@[::1": missing ']' in host`},
 		{"a:s3cr3t-pw@127.0.0.1:9000", `-upstream "a:xxxxx@127.0.0.1:9000": no scheme`},
+		{"http://127.0.0.1:99999/?password=s3cr3t-pw", `-upstream "http://127.0.0.1:99999/?password=xxxxx": port 99999 is out of range [1, 65535]`},
+		{"ftp://h/?password=s3cr3t-pw", `-upstream "ftp://h/?password=xxxxx": must be an http:// or https:// URL with a host`},
 	} {
 		out, code := runProxy(t, "-listen", "127.0.0.1:0", "-upstream", tc.upstream)
 		assert.Equal(t, exitUsage, code, out)
@@ -1023,6 +1025,14 @@ func TestProxyRefusesUpstreamUserinfo(t *testing.T) {
 		assert.NotContains(t, out, ":pw@", "%s: the password is never printed", tc.upstream)
 		assert.Less(t, strings.Count(out, "\n"), 4, "%s: one line and a hint", tc.upstream)
 	}
+}
+
+// The start-up line names -upstream with a password= option hidden, as its errors do: an upstream
+// API token in the query went into every log collector.
+func TestProxyStartLineHidesAnUpstreamPassword(t *testing.T) {
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1/base?password=s3cr3t-pw&k=v")
+	assert.Contains(t, p.stderr(), "forwarding to http://127.0.0.1:1/base?password=xxxxx&k=v;")
+	assert.NotContains(t, p.stderr(), "s3cr3t-pw")
 }
 
 // waitResult is how a request that waited under -max-delay was answered.

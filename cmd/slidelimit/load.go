@@ -177,7 +177,7 @@ type loadResult struct {
 
 // loadRun sends GET requests to url from c.concurrency goroutines for c.duration. Errors name the
 // URL as shown (its password hidden).
-func loadRun(c loadConfig, url, shown string) (loadResult, error) {
+func loadRun(c loadConfig, target, shown string) (loadResult, error) {
 	tr := &http.Transport{
 		MaxIdleConns: c.concurrency, MaxIdleConnsPerHost: c.concurrency, DisableCompression: true,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -207,7 +207,7 @@ func loadRun(c loadConfig, url, shown string) (loadResult, error) {
 			for ctx.Err() == nil {
 				// Tied to the run, so that a request in flight when it ends is cut there, not
 				// left to the client's own timeout.
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 				if err != nil {
 					w.err = err
 					return
@@ -242,10 +242,17 @@ func loadRun(c loadConfig, url, shown string) (loadResult, error) {
 	var cut error
 	for _, w := range ws {
 		if w.err != nil {
-			// net/http's errors quote the URL with its password already hidden ("***"):
-			// scrubbing them again would leave gaps where the password is also a word of
-			// the URL (password "api", path /api/v1).
-			return r, fmt.Errorf("load %s: %w", shown, w.err)
+			// net/http's errors quote the URL with the user part's password hidden ("***"), but
+			// not a password= option: the URL is quoted as the report shows it instead. Scrubbing
+			// the message would leave gaps where the password is also a word of the URL
+			// (password "api", path /api/v1).
+			err := w.err
+			if ue, ok := err.(*url.Error); ok {
+				c := *ue
+				c.URL = shown
+				err = &c
+			}
+			return r, fmt.Errorf("load %s: %w", shown, err)
 		}
 		all = append(all, w.lat...)
 		for k, v := range w.codes {

@@ -206,11 +206,9 @@ func (c *proxyConfig) validate() (ruleSpec, *url.URL, error) {
 		return def, nil, fmt.Errorf("-upstream %q: %v", redactURL(c.upstream), redisstore.RedactText(err.Error(), c.upstream))
 	}
 	// Errors quote the flag as written: a URL parsed and written again can differ from it
-	// ("http://" comes back as "http:"). Only one with a password is written again, to hide it.
-	shown := c.upstream
-	if _, ok := up.User.Password(); ok {
-		shown = up.Redacted()
-	}
+	// ("http://" comes back as "http:"). Its password, in the user part or a password= option,
+	// is hidden.
+	shown := redactURL(c.upstream)
 	if up.Scheme != "http" && up.Scheme != "https" || up.Hostname() == "" {
 		return def, nil, fmt.Errorf("-upstream %q: must be an http:// or https:// URL with a host", shown)
 	}
@@ -2139,7 +2137,7 @@ func proxyMain(args []string, _, stderr io.Writer) error {
 	// SIGTERM and SIGINT drain and stop the proxy. Their handlers, and SIGHUP's, were in place
 	// before the limiters were built, so that no signal is taken with its default action
 	// (SIGHUP's kills).
-	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s; %s", ln.Addr(), px.upstream.Redacted(), transport, px.describe))
+	logger.Info(fmt.Sprintf("listening on %s, forwarding to %s; %s; %s", ln.Addr(), redactURL(px.upstream.String()), transport, px.describe))
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { px.watchConfig(watchCtx, hup); close(watched) }()
