@@ -3,9 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,4 +103,36 @@ func TestProxyServesAnH2CUpgradeAsHTTP1(t *testing.T) {
 		assert.Empty(t, h.Values("Http2-Settings"), "%v", flags)
 		assert.Empty(t, h.Values("Connection"), "%v", flags)
 	}
+}
+
+// An HTTP/2 client that breaks the protocol on its connection (here a DATA frame on stream 0)
+// makes the server write a line, one a connection: those are logged at WARN, at most one a
+// second, with the count dropped, as failed TLS handshakes are. At ERROR, any client could write
+// an ERROR line a connection.
+func TestHTTP2ProtocolErrorsDoNotFloodTheLog(t *testing.T) {
+	p := startProxy(t, "-upstream", "http://127.0.0.1:1", "-h2c")
+	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	settings := []byte{0, 0, 0, 4, 0, 0, 0, 0, 0}   // an empty SETTINGS frame
+	dataOnZero := []byte{0, 0, 0, 0, 0, 0, 0, 0, 0} // an empty DATA frame on stream 0: a connection error
+	// At once: the server lingers about a second on each connection before it closes it.
+	var wg sync.WaitGroup
+	for range 30 {
+		c, err := net.DialTimeout("tcp", p.addr, failsafe)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(failsafe)))
+		_, err = c.Write(append(append([]byte(preface), settings...), dataOnZero...))
+		require.NoError(t, err)
+		wg.Go(func() {
+			_, _ = io.Copy(io.Discard, c) // until the server closes the connection
+			_ = c.Close()
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr(), "http2: server") }, failsafe, 10*time.Millisecond)
+	log := p.stderr()
+	assert.NotContains(t, log, "level=ERROR")
+	if n := strings.Count(log, "http2: server"); n > 3 {
+		t.Fatalf("%d lines about HTTP/2 protocol errors, want one a second (or a few across a second's edge):\n%s", n, log)
+	}
+	assert.Contains(t, log, "level=WARN")
 }

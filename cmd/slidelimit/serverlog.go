@@ -15,8 +15,10 @@ import (
 // each idle connection not yet past its handshake ("use of closed network connection"). At
 // ERROR, one a connection, that floods a log and its alerts. So a handshake that the peer
 // abandoned, or that shutdown cut, is not logged; any other failed handshake is logged at WARN,
-// at most one a second, with the count dropped since the previous line; every other line stays
-// at ERROR.
+// at most one a second, with the count dropped since the previous line. The HTTP/2 server's lines
+// about what a client sent on its connection (a bad preface, a protocol error) come one a
+// connection too, once the handshake is past, or with -h2c on plain TCP, and go the same way.
+// Every other line stays at ERROR.
 func serverErrLog(logger *slog.Logger) *log.Logger {
 	tls := &redisLogger{
 		emit:     func(msg string, suppressed int) { logger.Warn(msg, "suppressed", suppressed) },
@@ -28,12 +30,18 @@ func serverErrLog(logger *slog.Logger) *log.Logger {
 
 type serverErrWriter struct {
 	logger *slog.Logger
-	tls    *redisLogger // the once-a-second throttle, with no password to hide
+	tls    *redisLogger // the once-a-second throttle of what peers cause, with no password to hide
 }
 
 // Write is called by log.Logger, which serialises its writes.
 func (w serverErrWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
+	if strings.HasPrefix(msg, "http2: server") {
+		// "http2: server: error reading preface from client ADDR: …", "http2: server connection
+		// error from ADDR: …": the peer's doing, and any peer can repeat it.
+		w.tls.Printf(context.Background(), "%s", msg)
+		return len(p), nil
+	}
 	if !strings.Contains(msg, "TLS handshake error") {
 		w.logger.Error(msg)
 		return len(p), nil
