@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // tlsFiles serves a TLS configuration read from PEM files, read again when they change: a
@@ -121,10 +122,10 @@ func certPool(data string) (*x509.CertPool, error) {
 		}
 		block, after := pem.Decode(rest)
 		if block == nil {
-			return nil, fmt.Errorf("certificate %d: not a PEM block (%q)", n, firstLine(rest))
+			return nil, fmt.Errorf("certificate %d: not a PEM block (at line %d)", n, lineOf(data, rest))
 		}
 		if lead := bytes.TrimSpace(rest[:len(rest)-len(after)]); !bytes.HasPrefix(lead, []byte("-----BEGIN")) {
-			return nil, fmt.Errorf("certificate %d: text before its PEM block (%q)", n, firstLine(lead))
+			return nil, fmt.Errorf("certificate %d: text before its PEM block (at line %d)", n, lineOf(data, rest))
 		}
 		if block.Type != "CERTIFICATE" {
 			return nil, fmt.Errorf("certificate %d: a PEM block of type %q, not CERTIFICATE", n, block.Type)
@@ -138,10 +139,12 @@ func certPool(data string) (*x509.CertPool, error) {
 	}
 }
 
-// firstLine is b's first line, cut to 40 bytes, for an error message.
-func firstLine(b []byte) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return truncate(line, 40)
+// lineOf is the number of the line where rest, the end of data, has its first byte that is not
+// space, for an error message. It says where, not what: a file given by mistake (an env file, a
+// secret's mount) would have its first line, a password perhaps, quoted in the error and the log.
+func lineOf(data string, rest []byte) int {
+	off := len(data) - len(bytes.TrimLeftFunc(rest, unicode.IsSpace))
+	return 1 + strings.Count(data[:off], "\n")
 }
 
 // serverConfig is the configuration to listen with: each handshake takes the files' current one,

@@ -293,9 +293,9 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		{[]string{"-tls-client-ca", junk}, "-tls-client-ca " + junk + ": needs -tls-cert and -tls-key"},
 		{[]string{"-tls-cert", missing, "-tls-key", keyFile}, "-tls-cert: stat " + missing + ": no such file or directory"},
 		{[]string{"-tls-cert", keyFile, "-tls-key", certFile}, "-tls-cert " + keyFile + ", -tls-key " + certFile + ": tls: "},
-		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + `: certificate 1: not a PEM block ("not a certificate")`},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", junk}, "-tls-client-ca " + junk + ": certificate 1: not a PEM block (at line 1)"},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", empty}, "-tls-client-ca " + empty + ": no certificate in it"},
-		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caJunk}, "-tls-client-ca " + caJunk + `: certificate 2: not a PEM block ("trailing junk")`},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caJunk}, "-tls-client-ca " + caJunk + fmt.Sprintf(": certificate 2: not a PEM block (at line %d)", strings.Count(string(ca.pem), "\n")+1)},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caKey}, "-tls-client-ca " + caKey + `: certificate 2: a PEM block of type "EC PRIVATE KEY", not CERTIFICATE`},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caBad}, "-tls-client-ca " + caBad + ": certificate 1: x509: "},
 		{[]string{"-tls-cert", oldCert, "-tls-key", oldKey}, "-tls-cert " + oldCert + `: the certificate for "rls-old" expired at `},
@@ -304,6 +304,9 @@ func TestRLSBadTLSFlags(t *testing.T) {
 		out, code := runRLS(t, append([]string{"-config", edgeConfig(t), "-listen", "127.0.0.1:0"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, "%v: %s", tc.args, out)
 		assert.Contains(t, out, tc.want, "%v", tc.args)
+		// Where, not what: a file named by mistake (an env file) would have a secret quoted.
+		assert.NotContains(t, out, "not a certificate", "%v: the file's text is quoted", tc.args)
+		assert.NotContains(t, out, "trailing junk", "%v: the file's text is quoted", tc.args)
 	}
 }
 
