@@ -37,7 +37,9 @@ const (
 	// key updated longest ago; for GCRA, which keeps no time of its last update, the key that
 	// holds the fewest units, its theoretical arrival time earliest) of a sample taken across the limiter (up to 64 live keys from up to 4 shards holding
 	// keys, at most 16 from any one, so with fewer shards the sample is smaller and may miss the
-	// limiter's stalest key), among those holding less than half of their limit: for the window
+	// limiter's stalest key; the search for shards holding keys reads at most 1024 shards, so with
+	// more shards than that and few keys the sample may find none, and the new key is refused as
+	// with RefuseNewKeys although keys could be evicted), among those holding less than half of their limit: for the window
 	// policies, an estimate (count) below half the limit; for the buckets, less than
 	// half the burst taken (half the capacity filled). Keys given per-key limits by TakeWithLimit
 	// are judged against the lowest limit the limiter has been given, never one above their own.
@@ -91,8 +93,10 @@ func WithClock(c *clock.Clock) Option {
 }
 
 // WithShards sets the number of shards, a power of two from 1 to 65536. More shards mean less
-// contention on inserts and smaller tables to resize; lookups of existing keys never lock. Like
-// every With function, it may be called from any goroutine.
+// contention on inserts and smaller tables to resize; lookups of existing keys never lock. Past
+// 1024 shards, a limiter at its key cap under EvictStalest with few keys may refuse a new key
+// that an eviction could have made room for (see EvictStalest). Like every With function, it may
+// be called from any goroutine.
 func WithShards(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 || n > 1<<16 || n&(n-1) != 0 {

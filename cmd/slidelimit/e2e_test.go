@@ -772,7 +772,7 @@ func TestProxyBadFlags(t *testing.T) {
 		{[]string{"-upstream", up, "-window", "60"}, "-window 60: 60 has no unit: add a unit, like 60s", 2},
 		{[]string{"-upstream", up, "-window", "1 minute"}, `-window 1 minute: "1 minute" is not a duration: write a number and a unit`, 2},
 		{[]string{"-upstream", up, "-policy", "nope"}, `-policy "nope": unknown policy`, 2},
-		{[]string{"-upstream", up, "-policy", "token-bucket", "-rate", "1/1h", "-rate", "4000000000/1d"}, "-policy token-bucket -rate 4000000000/1d: it needs a burst of 4000000000×27 units, above 4294967295", 2},
+		{[]string{"-upstream", up, "-policy", "token-bucket", "-rate", "1/1h", "-rate", "4000000000/1d"}, "-policy token-bucket -rate 4000000000/1d: it needs a burst of 4000000000×27 units, above 4294967295 (a bucket counts in units 27 times smaller, so that it refills a whole number a second): lower the limit, give a limit that is a multiple of the window's seconds, or use a window policy such as sliding-counter", 2},
 		{[]string{"-upstream", up, "-rate", "10"}, `-rate 10: "10": write LIMIT/WINDOW, like 10/1s, 1000/1h or 10r/m`, 2},
 		{[]string{"-upstream", up, "-rate", "10/60"}, `-rate 10/60: "10/60": the window 60 has no unit: add a unit, like 60s`, 2},
 		{[]string{"-upstream", up, "-rate", "0/1s"}, `the limit must be in [1, 4294967295]`, 2},

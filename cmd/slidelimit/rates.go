@@ -262,12 +262,12 @@ func bucketScale(window time.Duration, limits ...int64) (int64, error) {
 		need := ms / gcd(1000*l, ms)
 		k = k / gcd(k, need) * need
 		if k > policy.MaxLimit {
-			return 0, errors.New("no whole tokens-per-second rate expresses it")
+			return 0, errors.New("no whole tokens-per-second rate expresses it: give a limit that is a multiple of the window's seconds, or use a window policy such as sliding-counter")
 		}
 	}
 	for _, l := range limits {
 		if l*k > policy.MaxLimit {
-			return 0, fmt.Errorf("it needs a burst of %d×%d units, above %d", l, k, int64(policy.MaxLimit))
+			return 0, fmt.Errorf("it needs a burst of %d×%d units, above %d (a bucket counts in units %d times smaller, so that it refills a whole number a second): lower the limit, give a limit that is a multiple of the window's seconds, or use a window policy such as sliding-counter", l, k, int64(policy.MaxLimit), k)
 		}
 	}
 	return k, nil
