@@ -78,6 +78,10 @@ type Limiter struct {
 	local *engine.Limiter
 
 	members, epochK, quietK string
+	// cluster: the client is a *redis.ClusterClient, which follows MOVED and ASK itself; from
+	// any other client those replies say that it talks to a cluster node it cannot route for
+	// (see transportFailure). Set by New, read only.
+	cluster bool
 	// leaseEpoch is the epoch token from the last answered heartbeat, nil before the first one;
 	// the lease script checks it while epochCheck holds (see leaseLua and checkedEpoch).
 	leaseEpoch atomic.Pointer[string]
@@ -88,6 +92,9 @@ type Limiter struct {
 	// lossSaid: going offline on a lease's EPOCHLOST logged the loss, so the heartbeat that
 	// finds the new epoch does not log it again.
 	lossSaid atomic.Bool
+	// saidHint is the last error every key gets that goOffline logged, in words (see
+	// check.EveryKey), so that each is logged once.
+	saidHint atomic.Pointer[string]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -272,6 +279,7 @@ func New(client redis.UniversalClient, name string, p policy.Policy, opts ...Opt
 	}
 	l.fleet.Store(cfg.fleet0)
 	l.epochCheck.Store(singleServer(client))
+	_, l.cluster = client.(*redis.ClusterClient)
 	l.syncMu.Lock()
 	l.heartbeat(l.clk.Now())
 	l.syncMu.Unlock()
@@ -695,8 +703,11 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 			return slidelimit.Decision{Limit: l.limit, Reason: slidelimit.ReasonLimited}, err
 		}
 		err = check.OwnTimeout(err, cctx, l.cfg.timeout)
-		if transportFailure(err) {
+		if l.transportFailure(err) {
 			l.goOffline(err)
+		}
+		if hint := check.EveryKey(err, l.cluster); hint != "" {
+			err = fmt.Errorf("%w: %s: %w", redisstore.ErrMisconfigured, hint, err)
 		}
 		err = fmt.Errorf("%w: %w", l.offlineErr(), l.hideSubject(e, err))
 		l.reportErr(err)
@@ -743,7 +754,7 @@ func (l *Limiter) hideSubject(e *entry, err error) error {
 	}
 	named := withoutSubject(e.rkey, l.space)
 	msg := check.HideKey(err.Error(), e.rkey, named)
-	if !transportFailure(err) {
+	if !l.transportFailure(err) {
 		msg = "key " + named + ": " + msg
 	}
 	return &keyReply{err: err, msg: msg}
@@ -1061,7 +1072,21 @@ func (l *Limiter) applyGrant(e *entry, idx, now int64, r reply, keep, taking int
 // WithOnError hook, going offline is logged once with log/slog's default logger: ErrOffline, all
 // a caller sees, says that the limiter decides alone but not why (a wrong password, say).
 func (l *Limiter) goOffline(cause error) {
-	if !l.offline.Swap(true) && l.cfg.onError == nil {
+	was := l.offline.Swap(true)
+	if l.cfg.onError != nil {
+		return
+	}
+	if hint := check.EveryKey(cause, l.cluster); hint != "" {
+		// Said once per cause, as redisstore's Limiter does, offline already or not: a process
+		// that went offline while its server was down, and finds a cluster node there once it is
+		// back, would otherwise have logged only the dial that failed.
+		if p := l.saidHint.Swap(&hint); p == nil || *p != hint {
+			slog.Warn("batched: Redis refuses every key (misconfigured); offline, Take returns ErrOffline, until a heartbeat succeeds",
+				"limiter", l.name, "err", fmt.Sprintf("%v: %s: %v", redisstore.ErrMisconfigured, hint, cause))
+		}
+		return
+	}
+	if !was {
 		// Not "deciding locally": a caller may act on ErrOffline otherwise (the command's
 		// -on-redis-error open and closed do).
 		what := "Redis does not answer"

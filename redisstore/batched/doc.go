@@ -40,8 +40,13 @@
 // cluster node; through a cluster client, a Ring or a wrapper only the heartbeat notices, at most
 // one sync interval later, and leases granted before it may admit up to one limit more per key
 // in that window. On a cluster of several masters the token lives on one of them: a loss on any
-// other is never noticed, and its keys may admit up to one limit more in that window
-// (docs/fleet.md, "Outages").
+// other is never noticed, and its keys may admit up to one limit more in that window. Nor is a
+// failover on any topology (a sentinel's, planned or not, or a cluster's unplanned one) that
+// promotes a replica lacking the last writes (about a second with a sentinel): the token was
+// replicated, and the fleet may admit up to one limit more per key in that window. While the
+// slot of the fleet's membership and token (hash tag {<name>:w<window ms>}) is left with some of
+// those keys moved to another cluster node, every heartbeat fails and the whole fleet decides as
+// in an outage (docs/fleet.md, "Outages").
 //
 // docs/fleet.md gives the bounds as formulas, the Redis load, and measurements.
 //

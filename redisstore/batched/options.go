@@ -144,9 +144,12 @@ func WithProcessID(id string) Option {
 // from several at once, and must be fast and safe for concurrent use. It must not call Close,
 // which waits for the limiter's goroutine and for each key's call in progress, the hook's caller
 // among them: a hook that closes the limiter on an error must do it from a goroutine of its own.
-// Without a hook, each time the limiter goes offline, and each such loss, is logged once with
-// log/slog's default logger, at Warn, naming the failure (a wrong password, a refused connection,
-// the lost data).
+// A failure that every key would meet (a wrong password, a missing permission, a cluster node
+// behind a client that is not a *redis.ClusterClient) wraps redisstore.ErrMisconfigured, naming
+// it, as redisstore's Limiter reports it. Without a hook, each time the limiter goes offline, and
+// each such loss, is logged once with log/slog's default logger, at Warn, naming the failure (a
+// refused connection, the lost data); each misconfiguration is logged so once, even where the
+// limiter was offline already.
 func WithOnError(f func(error)) Option {
 	return func(cfg *config) error {
 		cfg.onError = f

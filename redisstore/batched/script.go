@@ -5,9 +5,11 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/internal/check"
 )
 
@@ -117,6 +119,13 @@ return {grant, win, cur, prev, now}
 // membership, and a member with a longer sync interval re-declares only at its next heartbeat),
 // so that a process that knew no epoch (one that joined after the loss, or started during the
 // outage) holds off leasing with the others while they re-declare their counts.
+//
+// The quiet key holds when the last quiet ends ("0" before any), with no TTL, and is created by
+// the first heartbeat: an ended quiet reads as none, since a process keeps to one only while its
+// clock is before that end. Kept present like the epoch (and the members, which this very call
+// fills), it lets the script run while the three keys' slot is migrating: a cluster node answers
+// TRYAGAIN to a multi-key call that finds some of its keys missing there, even before any has
+// moved, and every process would go offline for all its keys for as long as the slot stays open.
 const heartbeatLua = `
 local call, tonumber = redis.call, tonumber
 local now, live = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -130,11 +139,15 @@ if not e then
   e = ARGV[4]
   call('SET', KEYS[2], e)
 end
+local q = call('GET', KEYS[3])
 if ARGV[5] ~= '' and ARGV[5] ~= e then
-  local q = math.max(now + live, tonumber(ARGV[6]) or 0)
-  call('SET', KEYS[3], q, 'PX', q - now)
+  q = math.max(now + live, tonumber(ARGV[6]) or 0)
+  call('SET', KEYS[3], q)
+elseif not q then
+  q = 0
+  call('SET', KEYS[3], q)
 end
-return {call('ZCARD', KEYS[1]), e, tonumber(call('GET', KEYS[3]) or '0') or 0, tonumber(last[2])}
+return {call('ZCARD', KEYS[1]), e, tonumber(q) or 0, tonumber(last[2])}
 `
 
 // leaveLua removes a process from the members set on Close. KEYS: members. ARGV: id.
@@ -236,7 +249,7 @@ func runAll(ctx context.Context, c redis.UniversalClient, calls []call) error {
 
 // transportFailure reports whether err says the server could not be reached or cannot serve now,
 // as opposed to an error reply about one call.
-func transportFailure(err error) bool {
+func (l *Limiter) transportFailure(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -251,8 +264,22 @@ func transportFailure(err error) bool {
 			return true
 		}
 	}
-	// An error every key gets (a password, a permission, no scripting, a missing database) would
-	// cost every request a round trip that never succeeds: offline, only the heartbeat asks again.
-	// A cluster client follows MOVED itself, and a plain one's is left to the call, as before.
-	return check.EveryKey(err, true) != ""
+	// An error every key gets (a password, a permission, no scripting, a missing database, a
+	// cluster node's MOVED to a client that cannot follow it) would cost every request a round
+	// trip that never succeeds: offline, only the heartbeat asks again. A cluster client follows
+	// MOVED and ASK itself, and passes one on only past its redirect limit, for one slot in
+	// migration: that one is about the call.
+	return check.EveryKey(err, l.cluster) != ""
+}
+
+// unavailable returns err, the failure of what (a heartbeat, an exchange), as the error reported
+// for it: redisstore.ErrMisconfigured with what is wrong in words where every key would get it,
+// as redisstore's Limiter reports it, and redisstore.ErrUnavailable otherwise. Without the words,
+// a plain client on a cluster node read as Redis not answering, and its fleet stayed offline
+// with nothing in the log naming the cluster.
+func (l *Limiter) unavailable(what string, err error) error {
+	if hint := check.EveryKey(err, l.cluster); hint != "" {
+		return fmt.Errorf("%w: %s: %s: %w", redisstore.ErrMisconfigured, hint, what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", redisstore.ErrUnavailable, what, err)
 }

@@ -131,7 +131,7 @@ func (l *Limiter) heartbeat(now int64) (lost, ok bool) {
 	if err != nil {
 		l.failures.Inc()
 		l.goOffline(fmt.Errorf("heartbeat: %w", err))
-		l.reportErr(fmt.Errorf("%w: heartbeat: %w", redisstore.ErrUnavailable, err))
+		l.reportErr(l.unavailable("heartbeat", err))
 		return false, false
 	}
 	lost = l.epoch != "" && epoch != l.epoch
@@ -213,7 +213,7 @@ func (l *Limiter) send(ps []pending) bool {
 		}
 		if e != nil {
 			l.failed(p.e, p.a)
-			if transportFailure(e) {
+			if l.transportFailure(e) {
 				ok = false
 				if cause == nil {
 					cause = e // an error reply of one call: the pipeline itself went through
@@ -235,7 +235,7 @@ func (l *Limiter) send(ps []pending) bool {
 	}
 	if !ok {
 		l.goOffline(fmt.Errorf("exchange: %w", cause))
-		l.reportErr(fmt.Errorf("%w: exchange: %w", redisstore.ErrUnavailable, cause))
+		l.reportErr(l.unavailable("exchange", cause))
 	}
 	return ok
 }

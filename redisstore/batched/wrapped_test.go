@@ -20,7 +20,7 @@ func TestWrappedScriptErrorsAreOutages(t *testing.T) {
 		{"READONLY You can't write against a read only replica.", true},
 		{wrap + "WRONGTYPE Operation against a key holding the wrong kind of value", false},
 	} {
-		if got := transportFailure(scriptReply(c.msg)); got != c.outage {
+		if got := (&Limiter{cluster: true}).transportFailure(scriptReply(c.msg)); got != c.outage {
 			t.Errorf("transportFailure(%q) = %v, want %v", c.msg, got, c.outage)
 		}
 	}
