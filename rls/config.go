@@ -321,6 +321,11 @@ func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[strin
 		}
 		if !known {
 			if why, ok := unsupported[k.Value]; ok {
+				// false turns the feature off, as it is here: a file that writes every field
+				// (a template, a generator) loads on envoyproxy/ratelimit and must load here.
+				if off, err := p.boolean(v, k.Value); err == nil && !off {
+					continue
+				}
 				return nil, p.errf(k, "field %q in %s is not supported: %s", k.Value, what, why)
 			}
 			return nil, p.errf(k, "unknown field %q in %s (want %s)", k.Value, what, strings.Join(allowed, ", "))
@@ -334,7 +339,8 @@ func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[strin
 }
 
 // unsupported are envoyproxy/ratelimit fields this service rejects rather than ignores, since
-// ignoring them would change decisions silently.
+// ignoring them would change decisions silently; each is accepted when false, which asks for
+// nothing.
 var unsupported = map[string]string{
 	"quota_mode":      "quota mode is not implemented",
 	"share_threshold": "shared wildcard thresholds are not implemented",
@@ -427,6 +433,11 @@ func (p *parser) children(parent *node, list *yaml.Node, parentPath string) erro
 		}
 		if n.key == "" {
 			return p.errf(item, "%s: key is empty or missing", what)
+		}
+		if strings.Contains(n.key, "*") {
+			// envoyproxy/ratelimit reads a * in a key as a pattern over the request's key_value;
+			// taken as a literal, its limit would apply to no request, silently.
+			return p.errf(item, "%s: key %q has a *: envoyproxy/ratelimit reads it as a pattern over key_value, which is not supported (a value ending in * is)", what, n.key)
 		}
 		if n.value, err = p.str(f["value"], "value"); err != nil {
 			return err
@@ -558,6 +569,11 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*rateLimit, error) {
 		// files written for it may hold one: ignored here too. window and policy are this
 		// service's own, with no such files to load.
 		for _, field := range []string{"unit", "window", "policy"} {
+			// An empty unit, or envoyproxy/ratelimit's UNKNOWN, sets none: it loads them beside
+			// unlimited.
+			if field == "unit" && (unitName == "" || strings.EqualFold(unitName, "unknown")) {
+				continue
+			}
 			if !isNull(f[field]) {
 				return nil, p.errf(f[field], "%s is unlimited and also sets %s", what, field)
 			}

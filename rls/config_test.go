@@ -40,6 +40,8 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"no_requests.yaml", "line 5", "has no requests_per_unit"},
 		{"descriptors_not_list.yaml", "line 3", "descriptors is a map, want a list of maps"},
 		{"quota_mode.yaml", "line 4", `field "quota_mode" in descriptor 1 under the domain is not supported`},
+		{"share_threshold.yaml", "line 4", `field "share_threshold" in descriptor 1 under the domain is not supported`},
+		{"star_key.yaml", "line 3", `descriptor 1 under the domain: key "q*" has a *: envoyproxy/ratelimit reads it as a pattern over key_value, which is not supported`},
 		{"shadow_not_bool.yaml", "line 4", `shadow_mode is the str "yes please", want true or false`},
 		{"empty_file.yaml", "", "empty file"},
 		{"huge_requests.yaml", "line 6", "requests_per_unit 99999999999999999999999 in rate_limit of key1 is out of range [0, 4294967295]"},
@@ -69,6 +71,27 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Fields a file written for envoyproxy/ratelimit may hold with a plain meaning load: quota_mode
+// and share_threshold set to false (the features off, as they are here), and beside unlimited an
+// empty unit or UNKNOWN, which set none. A template that writes every field made such files,
+// which the reference loads.
+func TestLoadConfigAcceptsWhatTheReferenceReadsAsNothing(t *testing.T) {
+	cfg := parse(t, `domain: d
+descriptors:
+  - key: a
+    quota_mode: false
+    share_threshold: no
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unlimited: true, unit: ""}
+  - key: c
+    rate_limit: {unlimited: true, unit: UNKNOWN}
+  - key: e
+    rate_limit: {unlimited: true, unit: unknown}
+`)
+	require.NotNil(t, cfg)
 }
 
 func TestLoadConfigDuplicateDomainAcrossFiles(t *testing.T) {
