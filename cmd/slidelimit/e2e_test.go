@@ -1200,6 +1200,57 @@ func TestProxyLogsAClientGoneMidBodyAs499(t *testing.T) {
 	assert.NotContains(t, log, "level=ERROR")
 }
 
+// An upstream that answers before it has read the body, with a body that its connection's close
+// ends, and a client that leaves partway through its chunked body: the transport closes its
+// connection to the upstream when the client's body fails, and the copy of the answer then fails
+// on that closed connection. The reverse proxy's line about it is the client's doing, not logged
+// at ERROR: it was, one an aborted upload.
+func TestProxyLogsNoErrorWhenAClientLeavesAnEarlyAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for { // the request's head; its body is never read
+					line, err := r.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\no")
+				time.Sleep(500 * time.Millisecond)
+				_, _ = io.WriteString(c, "k")
+			}()
+		}
+	}()
+	p := startProxy(t, "-upstream", "http://"+ln.Addr().String(), "-rate", "1000/1m")
+	const rounds = 6
+	var wg sync.WaitGroup
+	for range rounds {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+		require.NoError(t, err)
+		wg.Go(func() {
+			// Long enough for the answer's head to reach the proxy before the client leaves.
+			time.Sleep(200 * time.Millisecond)
+			_ = c.Close()
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Second) // past the upstream's 500 ms: every copy has ended
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.exitedOK(t)
+	assert.NotContains(t, p.stderr(), "level=ERROR")
+}
+
 // An upgraded connection's access-log line, written when it closes, says 101: the reverse proxy
 // writes the upstream's 101 on the hijacked connection, past the status the log reads, which then
 // said 200.

@@ -731,8 +731,8 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, up, ip) },
 		Transport: upstreamTransport(c.upstreamTimeout, c.upstreamH2C),
 		// What the ReverseProxy logs beside its ErrorHandler (a body cut short) goes through the
-		// command's log too, in its format.
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		// command's log too, in its format (see proxyErrLog).
+		ErrorLog: proxyErrLog(logger),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil || clientBodyFailed(r) {
 				// The client went away (before the answer, or partway through its body), or

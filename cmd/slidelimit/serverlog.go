@@ -28,6 +28,30 @@ func serverErrLog(logger *slog.Logger) *log.Logger {
 	return log.New(serverErrWriter{logger: logger, tls: tls}, "", 0)
 }
 
+// proxyErrLog is the reverse proxy's ErrorLog: what it says beside its ErrorHandler, such as a
+// response body it could not copy, at ERROR, except a copy that failed on a connection this
+// process had closed ("use of closed network connection"): the transport closes its connection
+// to the upstream when the client's request body fails (the client went away partway through
+// it), and the response's copy then fails on it. Such a line is the client's doing, logged at
+// DEBUG as its ErrorHandler logs the request's own end; at ERROR any client could write one at
+// will.
+func proxyErrLog(logger *slog.Logger) *log.Logger {
+	return log.New(proxyErrWriter{logger}, "", 0)
+}
+
+type proxyErrWriter struct{ logger *slog.Logger }
+
+// Write is called by log.Logger, which serialises its writes.
+func (w proxyErrWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "use of closed network connection") {
+		w.logger.Debug(msg)
+	} else {
+		w.logger.Error(msg)
+	}
+	return len(p), nil
+}
+
 type serverErrWriter struct {
 	logger *slog.Logger
 	tls    *redisLogger // the once-a-second throttle of what peers cause, with no password to hide
