@@ -335,7 +335,9 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 		}
 	}()
 	logger.Printf("listening on %s, domains %s, deciding %s; %s", ln.Addr(), strings.Join(cfg.Domains(), ", "), describe, transport)
+	said := make(chan struct{}) // closed once that line is written, or will not be
 	go func() {
+		defer close(said)
 		// Said when the shutdown begins, not once it is over: calls in flight may take up to
 		// -shutdown-timeout, and a log that said nothing meanwhile looked hung.
 		select {
@@ -368,6 +370,7 @@ func rlsMain(args []string, _, stderr io.Writer) error {
 	stop()
 	<-watched
 	<-hupDone
+	<-said // a goroutine scheduled late wrote "shutting down" after "stopped"
 	if ms != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
 		if err := ms.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
