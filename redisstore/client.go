@@ -97,7 +97,7 @@ func clientFor(rawURL string) (redis.UniversalClient, error) {
 		// url.Error quotes the whole URL; its inner error only says what is wrong.
 		// A password holding a delimiter may be split across its parts: then say no more.
 		var ue *url.Error
-		if errors.As(err, &ue) && !mentionsSecret(ue.Err.Error(), rawURL) {
+		if errors.As(err, &ue) && !mentionsSecret(ue.Err.Error(), rawURL) && !inPassword(ue.Err, rawURL) {
 			return nil, fmt.Errorf("redisstore: Redis URL %q is malformed: %v", RedactURL(rawURL), ue.Err)
 		}
 		return nil, fmt.Errorf("redisstore: Redis URL %q is malformed", RedactURL(rawURL))
@@ -389,13 +389,34 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	return redis.NewFailoverClient(o), nil
 }
 
-var secretParam = regexp.MustCompile(`(?i)((?:^|[?&;])[a-z_]*password=)[^&;#]*`)
+// option is one name=value of a query, its name as written, percent escapes included.
+var option = regexp.MustCompile(`(?i)(?:^|[?&;])((?:[a-z_]|%[0-9a-f]{2})+)=([^&;#]*)`)
 
-// RedactURL returns rawURL with its password, and any password=... option, replaced by "xxxxx",
-// for logs and error messages. It works on malformed URLs too (it does not need rawURL to parse),
-// so a typo in a URL never prints the password. A pure function, safe for concurrent use.
+// secretOptions returns where the values of s's password options lie: those whose name, its
+// percent escapes decoded as the query's parser decodes them, ends in "password" in any case. A
+// name matched as written only, "sentinel_pass%77ord=", was taken as the sentinel password and
+// printed in clear.
+func secretOptions(s string) [][2]int {
+	var out [][2]int
+	for _, m := range option.FindAllStringSubmatchIndex(s, -1) {
+		if name, err := url.QueryUnescape(s[m[2]:m[3]]); err == nil && strings.HasSuffix(strings.ToLower(name), "password") {
+			out = append(out, [2]int{m[4], m[5]})
+		}
+	}
+	return out
+}
+
+// RedactURL returns rawURL with its password, and any password=... option (its name spelled with
+// percent escapes or not), replaced by "xxxxx", for logs and error messages. It works on malformed
+// URLs too (it does not need rawURL to parse), so a typo in a URL never prints the password. A
+// pure function, safe for concurrent use.
 func RedactURL(rawURL string) string {
-	return secretParam.ReplaceAllString(redactUserinfo(rawURL), "${1}xxxxx")
+	s := redactUserinfo(rawURL)
+	spans := secretOptions(s)
+	for i := len(spans) - 1; i >= 0; i-- { // from the end, so that earlier spans stay where they are
+		s = s[:spans[i][0]] + "xxxxx" + s[spans[i][1]:]
+	}
+	return s
 }
 
 // redactUserinfo is RedactURL without the password=... options: the password of the user
@@ -443,7 +464,19 @@ func public(p, rawURL string) bool {
 		return false
 	}
 	red := RedactURL(rawURL)
-	return standsIn(red, p) || standsIn(red, url.QueryEscape(p)) || standsIn(red, url.PathEscape(p))
+	if standsIn(red, p) {
+		return true
+	}
+	// The URL may spell the piece with other escapes than an encoder would ("h%75nter2").
+	for _, tok := range strings.FieldsFunc(red, isURLDelim) {
+		if u, err := url.QueryUnescape(tok); err == nil && u == p {
+			return true
+		}
+		if u, err := url.PathUnescape(tok); err == nil && u == p {
+			return true
+		}
+	}
+	return false
 }
 
 // standsIn reports whether p occurs in s with a URL delimiter, or the string's end, on each side.
@@ -595,6 +628,21 @@ func isWordByte(b byte) bool {
 	return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= 0x80
 }
 
+// inPassword reports whether err is an invalid escape that lies in rawURL's password ("%g1" in
+// "secret%g1"), which url.Parse's error quotes.
+func inPassword(err error, rawURL string) bool {
+	var ee url.EscapeError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	for _, p := range passwords(rawURL) {
+		if strings.Contains(p, string(ee)) {
+			return true
+		}
+	}
+	return false
+}
+
 // mentionsSecret reports whether msg holds any piece (two bytes or more) of rawURL's password
 // split at the characters that delimit a URL's parts.
 func mentionsSecret(msg, rawURL string) bool {
@@ -641,8 +689,8 @@ func passwords(rawURL string) []string {
 		}
 		add(rawURL[i:j])
 	}
-	for _, m := range secretParam.FindAllStringSubmatchIndex(rawURL, -1) {
-		add(rawURL[m[3]:m[1]])
+	for _, sp := range secretOptions(rawURL) {
+		add(rawURL[sp[0]:sp[1]])
 	}
 	return out
 }

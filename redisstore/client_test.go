@@ -124,11 +124,32 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 		{"redis-sentinel://u:%s@127.0.0.1:6379/m?bogus=1", "bogus"},
 		{"redis-sentinel://u:%s@127.0.0.1:99999/m", "99999"},
 		{"redis-sentinel://u:%s@127.0.0.1:1/m?db=x", "x"},
+		{"redis://:%s@127.0.0.1:1/0?max_retries=h%%75nter2", "hunter2"},
+		{"redis-sentinel://:%s@127.0.0.1:1/m?db=h%%75nter2", "hunter2"},
 	} {
 		_, long := NewClient(fmt.Sprintf(c.shape, pw))
 		_, err := NewClient(fmt.Sprintf(c.shape, c.pw))
 		if long == nil || err == nil || err.Error() != long.Error() {
 			t.Errorf("password %q in %s: error %v, want the same as for a long password: %v", c.pw, c.shape, err, long)
+		}
+	}
+	// An invalid escape inside the password is not quoted from url.Parse's error.
+	if _, err := NewClient("redis://:secret%g1@127.0.0.1:1/0"); err == nil || strings.Contains(err.Error(), "%g1") {
+		t.Errorf("NewClient with an invalid escape in the password: error %v quotes it", err)
+	}
+	// An option's name may be spelled with percent escapes: the query's parser decodes it, so
+	// "sentinel_pass%77ord" set the sentinel password, which was printed in clear.
+	for _, u := range []string{
+		"redis-sentinel://127.0.0.1:1/mymaster?sentinel_pass%77ord=" + pw,
+		"redis-sentinel://127.0.0.1:1/mymaster?%73entinel_password=" + pw + "&db=1",
+		"rediss://127.0.0.1:1/0?master=m&sentinel_pass%77ord=" + pw,
+		"redis://127.0.0.1:1/0?PASS%57ORD=" + pw,
+	} {
+		if red := RedactURL(u); strings.Contains(red, pw) {
+			t.Errorf("RedactURL(%q) = %q: contains the password", u, red)
+		}
+		if _, err := NewClient(u); err != nil && strings.Contains(err.Error(), pw) {
+			t.Errorf("NewClient(%q): error %q contains the password", u, err)
 		}
 	}
 	if got := RedactURL("redis://alice:" + pw + "@host:6379/2?dial_timeout=1s"); got != "redis://alice:xxxxx@host:6379/2?dial_timeout=1s" {

@@ -386,3 +386,15 @@ func TestIntegerFlagsAreDecimal(t *testing.T) {
 		t.Fatalf("-h: %v, %q; want the flag named -n int", err, help.String())
 	}
 }
+
+// A limiter's error is logged with copies of the Redis URL redacted and nothing else hidden: a
+// password that is a word of Redis's reply ("WRONGPASS invalid username-password pair") was hidden
+// there, which named it beside redisstore's ERROR line that prints the reply as it is.
+func TestRedisErrTextHidesOnlyTheURL(t *testing.T) {
+	raw := "redis://:pair@127.0.0.1:1/0"
+	err := errors.New(`redisstore: redis unavailable: WRONGPASS invalid username-password pair or user is disabled.`)
+	assert.Equal(t, err.Error(), redisErrText(err, raw))
+	err = fmt.Errorf("dial %s: refused", raw)
+	assert.Equal(t, "dial redis://:xxxxx@127.0.0.1:1/0: refused", redisErrText(err, raw))
+	assert.Equal(t, err.Error(), redisErrText(err, ""))
+}

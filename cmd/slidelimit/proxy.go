@@ -779,7 +779,7 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		err = client.Ping(ctx).Err()
 		cancel()
 		if err != nil {
-			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redisstore.RedactText(err.Error(), c.redisURL))
+			logger.Warn("Redis does not answer; deciding as -on-redis-error says until it does", "redis", redactURL(c.redisURL), "on-redis-error", c.onRedisError, "error", redisErrText(err, c.redisURL))
 		}
 		px.registerRedisMetrics()
 	}
@@ -1380,7 +1380,7 @@ func (px *proxy) ruleHandler(rs ruleSpec, limits []*builtLimit, waiting *httplim
 				}
 			}
 			if px.errLogged.Add(1)%1000 == 1 {
-				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redisstore.RedactText(err.Error(), c.redisURL))
+				px.log.Warn("limiter error (logged once in 1000)", "rule", rule, "error", redisErrText(err, c.redisURL))
 			}
 		},
 	}
@@ -2007,6 +2007,18 @@ func checkPort(u *url.URL) error {
 		return fmt.Errorf("port %s is out of range [1, 65535]", p)
 	}
 	return nil
+}
+
+// redisErrText is the text of err, an error of a limiter on Redis, for the log, with any copy of
+// rawURL written as redactURL writes it. Nothing else is hidden: neither Redis's replies nor
+// go-redis's errors quote a password, and hiding the password where it is one of their words
+// ("WRONGPASS invalid username-password pair", for a password "pair") gave it away, beside
+// redisstore's own ERROR line that prints the reply as it is.
+func redisErrText(err error, rawURL string) string {
+	if rawURL == "" {
+		return err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), rawURL, redactURL(rawURL))
 }
 
 // redactURL hides the user information of a Redis URL (password included) for logs and errors,
