@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 )
 
@@ -15,9 +17,9 @@ import (
 // an ERROR line any client could write at will.
 type clientBody struct {
 	io.ReadCloser
-	// failed is set from the transport's goroutine that copies the body, and read from the
-	// handler's.
-	failed atomic.Bool
+	// failed and malformed are set from the transport's goroutine that copies the body, and read
+	// from the handler's.
+	failed, malformed atomic.Bool
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
@@ -25,9 +27,18 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	// ErrBodyReadAfterClose is the transport's own doing (it closes the body once the upstream
 	// failed), not the client's.
 	if err != nil && err != io.EOF && !errors.Is(err, http.ErrBodyReadAfterClose) {
+		b.malformed.Store(isMalformed(err))
 		b.failed.Store(true)
 	}
 	return n, err
+}
+
+// isMalformed reports whether err, from reading a client's body, says the body broke its own
+// framing (a chunked encoding gone wrong, an HTTP/2 body that ends before its Content-Length),
+// where the client may still be there to read a 400, rather than that the connection ended.
+func isMalformed(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "chunk") || strings.Contains(msg, "Content-Length") || errors.Is(err, bufio.ErrBufferFull)
 }
 
 type clientBodyKey struct{}
@@ -47,8 +58,11 @@ func watchClientBody(h http.Handler) http.Handler {
 }
 
 // clientBodyFailed reports whether reading the body of r (or of the request r was made from)
-// from the client failed.
-func clientBodyFailed(r *http.Request) bool {
+// from the client failed, and whether because the body was malformed (see isMalformed).
+func clientBodyFailed(r *http.Request) (failed, malformed bool) {
 	b, ok := r.Context().Value(clientBodyKey{}).(*clientBody)
-	return ok && b.failed.Load()
+	if !ok {
+		return false, false
+	}
+	return b.failed.Load(), b.malformed.Load()
 }

@@ -1200,6 +1200,30 @@ func TestProxyLogsAClientGoneMidBodyAs499(t *testing.T) {
 	assert.NotContains(t, log, "level=ERROR")
 }
 
+// A client that sends a malformed chunked body and waits for the answer gets a 400, logged as 400
+// at most at DEBUG: the fault is its own, and it is still there to read one. It got 499, as if it
+// had gone, once a failed read of the body meant a client gone.
+func TestProxyAnswersAMalformedBodyWith400(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "-upstream", up.URL, "-rate", "1000/1m", "-log-admitted", "1")
+	c, err := net.Dial("tcp", p.addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(failsafe)))
+	_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\naaaa\r\n")
+	require.NoError(t, err)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+	waitFor(t, func() bool { return strings.Contains(p.stderr(), "msg=request") })
+	assert.Contains(t, p.stderr(), "status=400")
+	assert.NotContains(t, p.stderr(), "level=ERROR")
+}
+
 // An upstream that answers before it has read the body, with a body that its connection's close
 // ends, and a client that leaves partway through its chunked body: the transport closes its
 // connection to the upstream when the client's body fails, and the copy of the answer then fails

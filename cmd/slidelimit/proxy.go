@@ -734,7 +734,15 @@ func buildProxy(c *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		// command's log too, in its format (see proxyErrLog).
 		ErrorLog: proxyErrLog(logger),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) && r.Context().Err() != nil || clientBodyFailed(r) {
+			bodyFailed, malformed := clientBodyFailed(r)
+			if malformed {
+				// The client's body broke its own framing: the client may still be reading, and
+				// the fault is its own, not the upstream's. At DEBUG, as a client's abort is.
+				logger.Debug("request body malformed: "+err.Error(), "path", truncate(r.URL.Path, logPathBytes))
+				px.badRequest(w, "the request body is malformed")
+				return
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil || bodyFailed {
 				// The client went away (before the answer, or partway through its body), or
 				// shutdown cut the request off: no fault of the upstream's, and nobody reads the
 				// answer. At ERROR it would fire alerts on every rollout, and let any client
