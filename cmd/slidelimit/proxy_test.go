@@ -855,3 +855,12 @@ func TestTruncateCutsAtACharacter(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketScaleNamesTheShare: where a process's share of the limit is what forces the factor,
+// the advice names the share: the limit itself was already a multiple of the window's seconds.
+func TestBucketScaleNamesTheShare(t *testing.T) {
+	_, err := bucketScale(7*time.Second, 4294967292, 858993458) // 7 × 613566756, and its fifth
+	require.ErrorContains(t, err, "give a limit whose share for each process (the limit divided by the fleet's size) is a multiple of the window's seconds")
+	_, err = bucketScale(time.Hour, 4294967295, 4294967295)
+	require.ErrorContains(t, err, "give a limit that is a multiple of the window's seconds")
+}

@@ -265,9 +265,17 @@ func bucketScale(window time.Duration, limits ...int64) (int64, error) {
 			return 0, errors.New("no whole tokens-per-second rate expresses it: give a limit that is a multiple of the window's seconds, or use a window policy such as sliding-counter")
 		}
 	}
+	// The factor comes from the limit that is not a multiple of the window's seconds, which may be
+	// a process's share of it rather than the limit given: the advice names the one to change.
+	multiple := "a limit that is a multiple of the window's seconds"
+	for _, l := range limits[1:] {
+		if l != limits[0] {
+			multiple = "a limit whose share for each process (the limit divided by the fleet's size) is a multiple of the window's seconds"
+		}
+	}
 	for _, l := range limits {
 		if l*k > policy.MaxLimit {
-			return 0, fmt.Errorf("it needs a burst of %d×%d units, above %d (a bucket counts in units %d times smaller, so that it refills a whole number a second): lower the limit, give a limit that is a multiple of the window's seconds, or use a window policy such as sliding-counter", l, k, int64(policy.MaxLimit), k)
+			return 0, fmt.Errorf("it needs a burst of %d×%d units, above %d (a bucket counts in units %d times smaller, so that it refills a whole number a second): lower the limit, give %s, or use a window policy such as sliding-counter", l, k, int64(policy.MaxLimit), k, multiple)
 		}
 	}
 	return k, nil

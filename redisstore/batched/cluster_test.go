@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/clock"
 	"github.com/slidelimit/slidelimit/policy"
 	"github.com/slidelimit/slidelimit/redisstore"
 	"github.com/slidelimit/slidelimit/redisstore/redistest"
@@ -240,4 +241,34 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 			t.Fatalf("the hook heard %v, want Take's error", errs)
 		}
 	})
+}
+
+// TestHeartbeatDropsAnOldQuietTTL: a quiet key that an earlier version wrote with a TTL loses it
+// at the next heartbeat, so that it cannot expire during a migration of its slot (the script then
+// finds only some of its keys, and every heartbeat would get TRYAGAIN).
+func TestHeartbeatDropsAnOldQuietTTL(t *testing.T) {
+	ctx := context.Background()
+	admin := newClient(t, testAddr)
+	flushAll(t, admin)
+	l := newLimiter(t, newClient(t, testAddr), clock.NewManual(t0), policy.SlidingCounter{Limit: 10, Window: time.Hour})
+	if ok := l.heartbeatOnce(); !ok {
+		t.Fatal("the first heartbeat failed")
+	}
+	if err := admin.Set(ctx, l.quietK, "0", time.Hour).Err(); err != nil { // as the old script wrote it
+		t.Fatal(err)
+	}
+	if ok := l.heartbeatOnce(); !ok {
+		t.Fatal("the second heartbeat failed")
+	}
+	if ttl, err := admin.PTTL(ctx, l.quietK).Result(); err != nil || ttl != -1 {
+		t.Fatalf("the quiet key's PTTL after a heartbeat = %v, %v; want -1, no TTL", ttl, err)
+	}
+}
+
+// heartbeatOnce runs one heartbeat at the limiter's clock, as its exchange does.
+func (l *Limiter) heartbeatOnce() bool {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	_, ok := l.heartbeat(l.clk.Now())
+	return ok
 }

@@ -126,6 +126,7 @@ return {grant, win, cur, prev, now}
 // fills), it lets the script run while the three keys' slot is migrating: a cluster node answers
 // TRYAGAIN to a multi-key call that finds some of its keys missing there, even before any has
 // moved, and every process would go offline for all its keys for as long as the slot stays open.
+// A quiet key that an earlier version wrote with a TTL loses it at the next heartbeat (PERSIST).
 const heartbeatLua = `
 local call, tonumber = redis.call, tonumber
 local now, live = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -146,6 +147,8 @@ if ARGV[5] ~= '' and ARGV[5] ~= e then
 elseif not q then
   q = 0
   call('SET', KEYS[3], q)
+else
+  call('PERSIST', KEYS[3])
 end
 return {call('ZCARD', KEYS[1]), e, tonumber(q) or 0, tonumber(last[2])}
 `
