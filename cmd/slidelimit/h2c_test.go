@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +137,26 @@ func TestHTTP2ProtocolErrorsDoNotFloodTheLog(t *testing.T) {
 		t.Fatalf("%d lines about HTTP/2 protocol errors, want one a second (or a few across a second's edge):\n%s", n, log)
 	}
 	assert.Contains(t, log, "level=WARN")
+}
+
+// A cut or garbled HTTP/2 preface, which net/http reads as an HTTP/1 request of method PRI, is
+// refused with 400 rather than forwarded: the upstream got "PRI /%2A HTTP/1.1".
+func TestProxyRefusesABrokenPreface(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(up.Close)
+	for _, args := range [][]string{nil, {"-h2c"}} {
+		p := startProxy(t, append([]string{"-upstream", up.URL}, args...)...)
+		c, err := net.DialTimeout("tcp", p.addr, failsafe)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(failsafe)))
+		_, err = io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n")
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err, "%v", args)
+		res.Body.Close()
+		c.Close()
+		assert.Equal(t, http.StatusBadRequest, res.StatusCode, "%v", args)
+	}
+	assert.Zero(t, hits.Load(), "the upstream was sent the preface")
 }

@@ -1675,6 +1675,13 @@ func (px *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		px.badRequest(w, "the path holds a dot segment with a ;parameter (..;), which some upstreams read as ..")
 		return
 	}
+	if r.Method == "PRI" {
+		// HTTP/2's connection preface, cut or garbled, which net/http reads as an HTTP/1 request
+		// when it is not the whole preface: forwarded, the upstream got "PRI /%2A HTTP/1.1". No
+		// HTTP/1 client sends it.
+		px.badRequest(w, "PRI is HTTP/2's connection preface, not a request: this one was malformed")
+		return
+	}
 	if r.Method == http.MethodConnect && r.URL.Path == "" {
 		// Authority-form (CONNECT host:port) asks for a tunnel: no rule's path would see it, and
 		// the upstream would be sent "/".
