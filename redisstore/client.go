@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -389,8 +390,10 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	return redis.NewFailoverClient(o), nil
 }
 
-// option is one name=value of a query, its name as written, percent escapes included.
-var option = regexp.MustCompile(`(?i)(?:^|[?&;])((?:[a-z_]|%[0-9a-f]{2})+)=([^&;#]*)`)
+// option is one name=value of a query, its name as written, percent escapes included. A value
+// runs to the next '&' only: a ';' or '#' in it may still be the password's, as a sentinel URL's
+// parser reads it, and hiding too much is the safe way to be wrong.
+var option = regexp.MustCompile(`(?:^|[?&;])([^&;#=?]+)=([^&]*)`)
 
 // secretOptions returns where the values of s's password options lie: those whose name, its
 // percent escapes decoded as the query's parser decodes them, ends in "password" in any case. A
@@ -399,11 +402,22 @@ var option = regexp.MustCompile(`(?i)(?:^|[?&;])((?:[a-z_]|%[0-9a-f]{2})+)=([^&;
 func secretOptions(s string) [][2]int {
 	var out [][2]int
 	for _, m := range option.FindAllStringSubmatchIndex(s, -1) {
-		if name, err := url.QueryUnescape(s[m[2]:m[3]]); err == nil && strings.HasSuffix(strings.ToLower(name), "password") {
+		if name, err := url.QueryUnescape(s[m[2]:m[3]]); err == nil && strings.HasSuffix(squeeze(name), "password") {
 			out = append(out, [2]int{m[4], m[5]})
 		}
 	}
 	return out
+}
+
+// squeeze lowers name and drops its spaces, '-' and '_', so that "Sentinel-Password" and
+// "sentinel+password" (a space, decoded) read as the password options they mean.
+func squeeze(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ' ' || r == '-' || r == '_' {
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, name)
 }
 
 // RedactURL returns rawURL with its password, and any password=... option (its name spelled with

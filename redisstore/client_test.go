@@ -144,6 +144,15 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 		"redis-sentinel://127.0.0.1:1/mymaster?%73entinel_password=" + pw + "&db=1",
 		"rediss://127.0.0.1:1/0?master=m&sentinel_pass%77ord=" + pw,
 		"redis://127.0.0.1:1/0?PASS%57ORD=" + pw,
+		// A sentinel URL's parser reads a '#' or ';' in a value as the password's; redacted up
+		// to the '#', the rest was printed.
+		"redis-sentinel://127.0.0.1:1/m?sentinel_password=#" + pw,
+		"redis-sentinel://127.0.0.1:1/m?sentinel_password=hun#" + pw + "&db=x",
+		"redis-sentinel://127.0.0.1:1/m?sentinel_password=hun;" + pw,
+		// Names that mean a password option, decoded: a space, a '-'.
+		"redis-sentinel://127.0.0.1:1/m/0?sentinel+password=" + pw,
+		"redis-sentinel://127.0.0.1:1/m?sentinel-password=" + pw,
+		"redis://127.0.0.1:1/0?my-password=" + pw,
 	} {
 		if red := RedactURL(u); strings.Contains(red, pw) {
 			t.Errorf("RedactURL(%q) = %q: contains the password", u, red)

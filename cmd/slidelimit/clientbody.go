@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync/atomic"
 )
@@ -38,7 +39,9 @@ func (b *clientBody) Read(p []byte) (int, error) {
 // where the client may still be there to read a 400, rather than that the connection ended.
 func isMalformed(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "chunk") || strings.Contains(msg, "Content-Length") || errors.Is(err, bufio.ErrBufferFull)
+	var pe textproto.ProtocolError // a malformed trailer
+	return strings.Contains(msg, "chunk") || strings.Contains(msg, "Content-Length") || strings.Contains(msg, "line too long") ||
+		errors.Is(err, bufio.ErrBufferFull) || errors.As(err, &pe)
 }
 
 type clientBodyKey struct{}

@@ -1209,18 +1209,25 @@ func TestProxyAnswersAMalformedBodyWith400(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	p := startProxy(t, "-upstream", up.URL, "-rate", "1000/1m", "-log-admitted", "1")
-	c, err := net.Dial("tcp", p.addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(failsafe)))
-	_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\naaaa\r\n")
-	require.NoError(t, err)
-	res, err := http.ReadResponse(bufio.NewReader(c), nil)
-	require.NoError(t, err)
-	res.Body.Close()
-	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
-	waitFor(t, func() bool { return strings.Contains(p.stderr(), "msg=request") })
-	assert.Contains(t, p.stderr(), "status=400")
+	bodies := map[string]string{
+		"bad-length":  "zz\r\naaaa\r\n",
+		"long-line":   "1;" + strings.Repeat("a", 5000) + "\r\nx\r\n0\r\n\r\n",
+		"bad-trailer": "1\r\nx\r\n0\r\nbad trailer line\r\n\r\n",
+	}
+	for name, body := range bodies {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(failsafe)))
+		_, err = io.WriteString(c, "POST /"+name+" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+body)
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err, name)
+		res.Body.Close()
+		c.Close()
+		assert.Equal(t, http.StatusBadRequest, res.StatusCode, name)
+	}
+	waitFor(t, func() bool { return strings.Count(p.stderr(), "msg=request") == len(bodies) })
+	assert.Equal(t, len(bodies), strings.Count(p.stderr(), "status=400"), p.stderr())
 	assert.NotContains(t, p.stderr(), "level=ERROR")
 }
 

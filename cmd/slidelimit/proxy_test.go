@@ -863,4 +863,7 @@ func TestBucketScaleNamesTheShare(t *testing.T) {
 	require.ErrorContains(t, err, "give a limit whose share for each process (the limit divided by the fleet's size) is a multiple of the window's seconds")
 	_, err = bucketScale(time.Hour, 4294967295, 4294967295)
 	require.ErrorContains(t, err, "give a limit that is a multiple of the window's seconds")
+	// The limit forces the factor, and its share (700000000 = 7×10^8) would need none.
+	_, err = bucketScale(7*time.Second, 3500000001, 700000000)
+	require.ErrorContains(t, err, "give a limit that is a multiple of the window's seconds")
 }

@@ -268,10 +268,9 @@ func bucketScale(window time.Duration, limits ...int64) (int64, error) {
 	// The factor comes from the limit that is not a multiple of the window's seconds, which may be
 	// a process's share of it rather than the limit given: the advice names the one to change.
 	multiple := "a limit that is a multiple of the window's seconds"
-	for _, l := range limits[1:] {
-		if l != limits[0] {
-			multiple = "a limit whose share for each process (the limit divided by the fleet's size) is a multiple of the window's seconds"
-		}
+	if ms/gcd(1000*limits[0], ms) == 1 {
+		// The limit alone would need no factor: a share forced it.
+		multiple = "a limit whose share for each process (the limit divided by the fleet's size) is a multiple of the window's seconds"
 	}
 	for _, l := range limits {
 		if l*k > policy.MaxLimit {

@@ -60,9 +60,10 @@ type serverErrWriter struct {
 // Write is called by log.Logger, which serialises its writes.
 func (w serverErrWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
-	if strings.HasPrefix(msg, "http2: server") {
+	if strings.HasPrefix(msg, "http2: server") || strings.HasPrefix(msg, "timeout waiting for SETTINGS frames from ") {
 		// "http2: server: error reading preface from client ADDR: …", "http2: server connection
-		// error from ADDR: …": the peer's doing, and any peer can repeat it.
+		// error from ADDR: …", and a client that sent the preface but no SETTINGS: the peer's
+		// doing, and any peer can repeat it. ("http2: panic serving …" stays at ERROR.)
 		w.tls.Printf(context.Background(), "%s", msg)
 		return len(p), nil
 	}
