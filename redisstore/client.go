@@ -390,21 +390,39 @@ func newSentinelClient(rawURL string) (redis.UniversalClient, error) {
 	return redis.NewFailoverClient(o), nil
 }
 
-// option is one name=value of a query, its name as written, percent escapes included. A value
-// runs to the next '&' only: a ';' or '#' in it may still be the password's, as a sentinel URL's
-// parser reads it, and hiding too much is the safe way to be wrong.
-var option = regexp.MustCompile(`(?:^|[?&;])([^&;#=?]+)=([^&]*)`)
+// optionName is the name=, as written, percent escapes included, that may start an option. A name
+// holds none of a URL's other delimiters, so that a path segment ("/reset-password=1") is not
+// taken for one.
+var optionName = regexp.MustCompile(`^([^&;#=?/:@]+)=`)
 
 // secretOptions returns where the values of s's password options lie: those whose name, its
-// percent escapes decoded as the query's parser decodes them, ends in "password" in any case. A
+// percent escapes decoded as the query's parser decodes them, ends in "password" in any case (a
 // name matched as written only, "sentinel_pass%77ord=", was taken as the sentinel password and
-// printed in clear.
+// printed in clear). A value runs to the next '&': a ';' or '#' in it may still be the password's,
+// as a sentinel URL's parser reads it. Each '?', '&' and ';' is tried as an option's start, not
+// only those a previous value left: run to the next '&', the value of "db=1" in
+// "db=1;sentinel_password=x" swallowed the password option after it. The spans may overlap.
 func secretOptions(s string) [][2]int {
 	var out [][2]int
-	for _, m := range option.FindAllStringSubmatchIndex(s, -1) {
-		if name, err := url.QueryUnescape(s[m[2]:m[3]]); err == nil && strings.HasSuffix(squeeze(name), "password") {
-			out = append(out, [2]int{m[4], m[5]})
+	for i := 0; i < len(s); i++ {
+		start := i + 1
+		if i == 0 && !strings.ContainsRune("?&;", rune(s[0])) {
+			start = 0 // a bare query, "password=x"
+		} else if !strings.ContainsRune("?&;", rune(s[i])) {
+			continue
 		}
+		m := optionName.FindStringSubmatchIndex(s[start:])
+		if m == nil {
+			continue
+		}
+		if name, err := url.QueryUnescape(s[start+m[2] : start+m[3]]); err != nil || !strings.HasSuffix(squeeze(name), "password") {
+			continue
+		}
+		end := len(s)
+		if j := strings.IndexByte(s[start+m[1]:], '&'); j >= 0 {
+			end = start + m[1] + j
+		}
+		out = append(out, [2]int{start + m[1], end})
 	}
 	return out
 }
@@ -426,11 +444,18 @@ func squeeze(name string) string {
 // pure function, safe for concurrent use.
 func RedactURL(rawURL string) string {
 	s := redactUserinfo(rawURL)
-	spans := secretOptions(s)
-	for i := len(spans) - 1; i >= 0; i-- { // from the end, so that earlier spans stay where they are
-		s = s[:spans[i][0]] + "xxxxx" + s[spans[i][1]:]
+	var b strings.Builder
+	at := 0                               // s[:at] is written
+	for _, sp := range secretOptions(s) { // in order of their starts; a span within the last is done
+		if sp[1] <= at {
+			continue
+		}
+		b.WriteString(s[at:max(sp[0], at)])
+		b.WriteString("xxxxx")
+		at = sp[1]
 	}
-	return s
+	b.WriteString(s[at:])
+	return b.String()
 }
 
 // redactUserinfo is RedactURL without the password=... options: the password of the user

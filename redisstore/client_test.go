@@ -153,13 +153,28 @@ func TestNewClientNeverPrintsThePassword(t *testing.T) {
 		"redis-sentinel://127.0.0.1:1/m/0?sentinel+password=" + pw,
 		"redis-sentinel://127.0.0.1:1/m?sentinel-password=" + pw,
 		"redis://127.0.0.1:1/0?my-password=" + pw,
+		// After a ';', behind an option whose value runs to the next '&'.
+		"redis-sentinel://127.0.0.1:1/m?db=1;sentinel_password=" + pw,
+		"redis://127.0.0.1:1/0?db=1;password=" + pw,
+		"redis://127.0.0.1:1/0?sentinel_password=a;password=" + pw + "&db=1",
 	} {
 		if red := RedactURL(u); strings.Contains(red, pw) {
 			t.Errorf("RedactURL(%q) = %q: contains the password", u, red)
 		}
-		if _, err := NewClient(u); err != nil && strings.Contains(err.Error(), pw) {
+		c, err := NewClient(u)
+		if err != nil && strings.Contains(err.Error(), pw) {
 			t.Errorf("NewClient(%q): error %q contains the password", u, err)
 		}
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	// A path segment is no option: nothing after it is hidden.
+	if got := RedactURL("http://h/reset-password=1?k=v"); got != "http://h/reset-password=1?k=v" {
+		t.Errorf("RedactURL of a path segment ending in password= = %q", got)
+	}
+	if got := RedactURL("redis://h/0?db=1;password=" + pw + "&x=2"); got != "redis://h/0?db=1;password=xxxxx&x=2" {
+		t.Errorf("RedactURL of a password option after a ';' = %q", got)
 	}
 	if got := RedactURL("redis://alice:" + pw + "@host:6379/2?dial_timeout=1s"); got != "redis://alice:xxxxx@host:6379/2?dial_timeout=1s" {
 		t.Errorf("RedactURL of a plain URL = %q", got)
