@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -39,9 +38,11 @@ func (b *clientBody) Read(p []byte) (int, error) {
 // where the client may still be there to read a 400, rather than that the connection ended.
 func isMalformed(err error) bool {
 	msg := err.Error()
-	var pe textproto.ProtocolError // a malformed trailer
+	// net/http exports none of its chunked reader's errors; a chunk line over 4 KB is its "header
+	// line too long", a malformed trailer textproto's ProtocolError.
+	var pe textproto.ProtocolError
 	return strings.Contains(msg, "chunk") || strings.Contains(msg, "Content-Length") || strings.Contains(msg, "line too long") ||
-		errors.Is(err, bufio.ErrBufferFull) || errors.As(err, &pe)
+		errors.As(err, &pe)
 }
 
 type clientBodyKey struct{}

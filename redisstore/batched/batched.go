@@ -707,7 +707,7 @@ func (l *Limiter) decideLocked(ctx context.Context, e *entry, n int64) (slidelim
 			l.goOffline(err)
 		}
 		if hint := check.EveryKey(err, l.cluster); hint != "" {
-			err = fmt.Errorf("%w: %s: %w", redisstore.ErrMisconfigured, hint, err)
+			err = misconfigured(hint, err)
 		}
 		err = fmt.Errorf("%w: %w", l.offlineErr(), l.hideSubject(e, err))
 		l.reportErr(err)
@@ -1082,7 +1082,7 @@ func (l *Limiter) goOffline(cause error) {
 		// back, would otherwise have logged only the dial that failed.
 		if p := l.saidHint.Swap(&hint); p == nil || *p != hint {
 			slog.Warn("batched: Redis refuses every key (misconfigured); offline, Take returns ErrOffline, until a heartbeat succeeds",
-				"limiter", l.name, "err", fmt.Sprintf("%v: %s: %v", redisstore.ErrMisconfigured, hint, cause))
+				"limiter", l.name, "err", misconfigured(hint, cause))
 		}
 		return
 	}

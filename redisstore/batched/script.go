@@ -282,7 +282,13 @@ func (l *Limiter) transportFailure(err error) bool {
 // with nothing in the log naming the cluster.
 func (l *Limiter) unavailable(what string, err error) error {
 	if hint := check.EveryKey(err, l.cluster); hint != "" {
-		return fmt.Errorf("%w: %s: %s: %w", redisstore.ErrMisconfigured, hint, what, err)
+		return misconfigured(hint, fmt.Errorf("%s: %w", what, err))
 	}
 	return fmt.Errorf("%w: %s: %w", redisstore.ErrUnavailable, what, err)
+}
+
+// misconfigured is err, which every key would get, reported as redisstore's Limiter reports it:
+// redisstore.ErrMisconfigured, then hint, what is wrong in words (see check.EveryKey).
+func misconfigured(hint string, err error) error {
+	return fmt.Errorf("%w: %s: %w", redisstore.ErrMisconfigured, hint, err)
 }
